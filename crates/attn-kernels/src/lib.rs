@@ -1,0 +1,1 @@
+//! attn-kernels: placeholder, see the workspace README.

@@ -1,0 +1,1 @@
+//! attn-oracle: placeholder, see the workspace README.

@@ -1,0 +1,1 @@
+//! attn-quant: placeholder, see the workspace README.

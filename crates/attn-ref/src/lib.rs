@@ -1,0 +1,92 @@
+//! `attn-ref` says what scaled-dot-product attention *means*: the problem types that every
+//! crate of the workspace speaks ([`AttnShape`], [`Causal`], [`Problem`], [`TileId`],
+//! [`Tile`]), a CPU reference with f64 accumulation, and a tiled online-softmax twin that
+//! exposes the S and P tiles a FlashAttention kernel computes.
+//!
+//! ```
+//! use attn_ref::{AttnShape, Causal, Problem};
+//! let shape = AttnShape::new(1, 4, 2, 3, 5, 8).unwrap(); // GQA 4:2, Sq=3, Sk=5, D=8
+//! let problem = Problem::new(shape, Causal::BottomRight);
+//! assert_eq!(shape.kv_head_of(3), 1);
+//! assert_eq!(problem.visible_keys(0), 3); // bottom-right: j <= i + Sk - Sq
+//! assert!((problem.scale() - 1.0 / 8f64.sqrt()).abs() < 1e-15);
+//! ```
+
+#![warn(missing_docs)]
+
+mod problem;
+
+pub use problem::{check_len, AttnShape, Causal, Element, Problem, Tile, TileId};
+
+/// Errors from building or checking a problem.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AttnError {
+    /// A size was zero.
+    #[error("`{name}` must be at least 1")]
+    ZeroSize {
+        /// Which size.
+        name: &'static str,
+    },
+    /// `q_heads` is not a multiple of `kv_heads`.
+    #[error("q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads}) for grouped-query attention")]
+    HeadsNotDivisible {
+        /// Query heads.
+        q_heads: usize,
+        /// Key/value heads.
+        kv_heads: usize,
+    },
+    /// The element count of a tensor overflows `usize`.
+    #[error("shape too large: an element count overflows usize")]
+    TooLarge,
+    /// A buffer's length does not match the shape.
+    #[error("{tensor} has {got} elements but the shape needs {expected}")]
+    LengthMismatch {
+        /// Which tensor.
+        tensor: &'static str,
+        /// Elements the shape implies.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// The softmax scale is not finite and positive.
+    #[error("softmax scale must be finite and > 0, got {0}")]
+    InvalidScale(f64),
+    /// An unknown causal spelling.
+    #[error("unknown causal mode `{0}`: expected none, top-left or bottom-right")]
+    UnknownCausal(String),
+    /// A tile size or row selection is invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+/// A backend's error, boxed so that backends with different error types share one trait.
+pub type BackendError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Output of an attention backend, on the host: O `[B,Hq,Sq,D]` and LSE `[B,Hq,Sq]`
+/// (natural log of the softmax denominator of scaled scores; −∞ for fully masked rows).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttnOutput {
+    /// The attention output.
+    pub o: Vec<f32>,
+    /// Log-sum-exp per query row.
+    pub lse: Vec<f32>,
+}
+
+/// One attention implementation: the CPU reference, a GPU kernel, … Tests, the oracle and
+/// the gate run any backend on the same inputs through this trait.
+///
+/// Inputs are f32 host slices in `[B, H, S, D]` layout; a backend with a narrower storage
+/// type rounds them to it (callers that want exact agreement pass values already
+/// representable in that type).
+pub trait Attention {
+    /// A short name for reports (`"reference-f64"`, `"fa2-f16-sm90a"`).
+    fn name(&self) -> String;
+    /// Runs the forward pass.
+    fn forward(
+        &self,
+        problem: &Problem,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<AttnOutput, BackendError>;
+}

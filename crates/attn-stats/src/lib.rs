@@ -1,0 +1,1 @@
+//! attn-stats: placeholder, see the workspace README.

@@ -1,0 +1,88 @@
+//! `cargo xtask`: the workspace's task runner (nvcc builds, ptxas reports, sanitizers,
+//! benchmarks against PyTorch SDPA, the release gate) and the `.npy` command-line twins of
+//! the library crates. Each subcommand lives in its own module with its own `Args`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod bundle;
+mod compare;
+mod cuda;
+mod forward;
+mod gate;
+mod npy;
+mod oracle;
+mod profile;
+mod ptxas;
+mod quant;
+mod reference;
+mod sanitize;
+mod sweep;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Tasks of the attention workspace", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// CPU f64 reference on .npy inputs.
+    Reference(reference::Args),
+    /// Quantize a .npy tensor to FP8 codes + scales.
+    Quantize(quant::QuantizeArgs),
+    /// Dequantize FP8 codes + scales back to f32.
+    Dequantize(quant::DequantizeArgs),
+    /// Compare two latency samples: bootstrap CIs, Hedges' g, decision.
+    Compare(compare::Args),
+    /// Compare a kernel (or a .npy) with the reference and explain the error.
+    Oracle(oracle::Args),
+    /// Run the GPU kernel on .npy inputs (the twin of `reference`).
+    Forward(forward::Args),
+    /// ptxas resource reports per kernel and arch, with a budget check.
+    Ptxas(ptxas::Args),
+    /// Run the GPU tests under compute-sanitizer.
+    Sanitize(sanitize::Args),
+    /// Nsight Compute profile of one launch.
+    Profile(profile::Args),
+    /// Benchmark against PyTorch SDPA.
+    Bench(bench::Args),
+    /// Config sweep with elite selection.
+    Sweep(sweep::Args),
+    /// The release gate.
+    Gate(gate::Args),
+    /// Bundle GPU test binaries, cubins and a runner for a GPU host without Rust.
+    Bundle(bundle::Args),
+    /// Install the pinned CUDA 13.0 compiler from PyPI into target/cuda-venv.
+    SetupCuda(cuda::SetupArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Reference(a) => reference::run(a),
+        Cmd::Quantize(a) => quant::run_quantize(a),
+        Cmd::Dequantize(a) => quant::run_dequantize(a),
+        Cmd::Compare(a) => compare::run(a),
+        Cmd::Oracle(a) => oracle::run(a),
+        Cmd::Forward(a) => forward::run(a),
+        Cmd::Ptxas(a) => ptxas::run(a),
+        Cmd::Sanitize(a) => sanitize::run(a),
+        Cmd::Profile(a) => profile::run(a),
+        Cmd::Bench(a) => bench::run(a),
+        Cmd::Sweep(a) => sweep::run(a),
+        Cmd::Gate(a) => gate::run(a),
+        Cmd::Bundle(a) => bundle::run(a),
+        Cmd::SetupCuda(a) => cuda::run_setup(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
