@@ -13,6 +13,9 @@ mod cuda;
 mod forward;
 mod gate;
 mod npy;
+#[path = "../../crates/attn-kernels/build/nvcc.rs"]
+#[allow(dead_code)]
+mod nvcc;
 mod oracle;
 mod profile;
 mod ptxas;
