@@ -1,1 +1,226 @@
-//! attn-kernels: placeholder, see the workspace README.
+//! `attn-kernels`: FlashAttention-2-style forward kernels for FP16 and BF16 (tensor cores
+//! through `mma.sync.m16n8k16`, `ldmatrix`, a `cp.async` K/V pipeline), compiled by nvcc into
+//! cubins for sm_80, sm_89 and sm_90a at build time, embedded in the crate and launched
+//! through `cudarc` behind a safe API that validates every argument before a launch.
+//!
+//! Problems are described with [`attn_ref`]'s types; [`GpuBackend`] implements
+//! [`attn_ref::Attention`], the same trait as the CPU reference, so tests and the release
+//! gate can run either on the same inputs.
+//!
+//! ```no_run
+//! use attn_kernels::FlashAttention;
+//! use attn_ref::{AttnShape, Causal, Problem};
+//! use half::f16;
+//!
+//! let shape = AttnShape::self_attention(1, 8, 512, 64)?;
+//! let problem = Problem::new(shape, Causal::TopLeft);
+//! let q = vec![f16::from_f32(0.1); shape.q_elems()];
+//! let kv = vec![f16::from_f32(0.2); shape.kv_elems()];
+//! let gpu = FlashAttention::new(0)?; // a typed error, not a panic, without a driver
+//! let out = gpu.forward_host(&problem, &q, &kv, &kv)?;
+//! assert_eq!(out.o.len(), shape.o_elems());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Without nvcc at build time the crate still compiles; every launch then returns
+//! [`KernelError::KernelsNotBuilt`].
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod cubin;
+#[cfg(feature = "debug-kernels")]
+pub mod debug;
+pub mod elite;
+mod launch;
+
+use std::sync::Arc;
+
+use attn_ref::{AttnError, AttnOutput, Attention, BackendError, Problem};
+
+pub use config::{Dtype, KernelConfig, KernelMode, CONFIGS, SUPPORTED_HEAD_DIMS};
+pub use launch::{
+    driver_available, FlashAttention, ForwardOptions, FunctionResources, LaunchInfo, StorageType,
+};
+
+/// Everything that can go wrong before or during a launch.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// libcuda could not be loaded.
+    #[error("the CUDA driver (libcuda.so) was not found: this machine has no usable NVIDIA GPU driver")]
+    DriverMissing,
+    /// The crate was built without nvcc.
+    #[error("kernels not built: install nvcc or run `cargo xtask setup-cuda`, then rebuild")]
+    KernelsNotBuilt,
+    /// Debug kernels were requested but the `debug-kernels` feature was off at build time.
+    #[error("debug kernels not built: enable the `debug-kernels` feature of attn-kernels")]
+    DebugKernelsNotBuilt,
+    /// No embedded cubin runs on this device.
+    #[error("no cubin for compute capability {device} (built: {available}); rebuild with ATTN_CUDA_ARCHS including this arch")]
+    NoCubinForArch {
+        /// The device's compute capability.
+        device: String,
+        /// Archs that were built.
+        available: String,
+    },
+    /// The cubin lacks an expected entry point (a stale build).
+    #[error("kernel `{0}` is not in the cubin; the build is stale or the config list changed")]
+    MissingKernel(String),
+    /// Head dim without a compiled kernel.
+    #[error("head_dim {0} is not supported; supported: 64, 128")]
+    UnsupportedHeadDim(usize),
+    /// An unknown dtype spelling.
+    #[error("unknown dtype `{0}`: expected f16 or bf16")]
+    UnknownDtype(String),
+    /// An unknown config name.
+    #[error("unknown kernel config `{name}`; known: {known}")]
+    UnknownConfig {
+        /// The name given.
+        name: String,
+        /// The valid names.
+        known: String,
+    },
+    /// A config needs more shared memory than the device offers.
+    #[error("config {config} needs {smem} bytes of shared memory; this device allows {limit}")]
+    ConfigTooLarge {
+        /// Config name.
+        config: String,
+        /// Bytes needed.
+        smem: usize,
+        /// Device limit.
+        limit: usize,
+    },
+    /// A device or host buffer's length does not match the shape.
+    #[error("{tensor} buffer has {got} elements but the shape needs {expected}")]
+    BufferLength {
+        /// Which buffer.
+        tensor: &'static str,
+        /// Elements the shape implies.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// A size exceeds what the kernel's 32-bit indexing or the grid can address.
+    #[error("{0} exceeds the kernel's 32-bit index / grid limits")]
+    IndexOverflow(&'static str),
+    /// The problem itself is invalid.
+    #[error(transparent)]
+    Problem(#[from] AttnError),
+    /// A CUDA driver call failed.
+    #[error("CUDA driver error while {context}: {source}")]
+    Driver {
+        /// What was being done.
+        context: &'static str,
+        /// The driver's error.
+        source: cudarc::driver::DriverError,
+    },
+    /// A lock was poisoned by a panic in another thread.
+    #[error("internal lock poisoned by a panic in another thread")]
+    Poisoned,
+}
+
+/// Host-side result of [`FlashAttention::forward_host`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostOutput<T> {
+    /// O `[B, Hq, Sq, D]`.
+    pub o: Vec<T>,
+    /// LSE `[B, Hq, Sq]` (natural log; −∞ for fully masked rows).
+    pub lse: Vec<f32>,
+    /// What ran.
+    pub launch: LaunchInfo,
+}
+
+impl FlashAttention {
+    /// Host convenience: uploads `q`, `k`, `v`, runs [`FlashAttention::forward`] with the
+    /// default config, and downloads O and LSE (synchronizing the stream).
+    pub fn forward_host<T: StorageType>(
+        &self,
+        problem: &Problem,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+    ) -> Result<HostOutput<T>, KernelError> {
+        self.forward_host_with(problem, q, k, v, &ForwardOptions::default())
+    }
+
+    /// [`FlashAttention::forward_host`] with options (config override).
+    pub fn forward_host_with<T: StorageType>(
+        &self,
+        problem: &Problem,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        opts: &ForwardOptions,
+    ) -> Result<HostOutput<T>, KernelError> {
+        let shape = problem.shape();
+        shape.check_qkv_lens(q.len(), k.len(), v.len())?;
+        let s = self.stream();
+        let err = |context| move |source| KernelError::Driver { context, source };
+        let dq = s.clone_htod(q).map_err(err("uploading Q"))?;
+        let dk = s.clone_htod(k).map_err(err("uploading K"))?;
+        let dv = s.clone_htod(v).map_err(err("uploading V"))?;
+        let mut o = s
+            .alloc_zeros::<T>(shape.o_elems())
+            .map_err(err("allocating O"))?;
+        let mut lse = s
+            .alloc_zeros::<f32>(shape.lse_elems())
+            .map_err(err("allocating LSE"))?;
+        let launch = self.forward(problem, &dq, &dk, &dv, &mut o, Some(&mut lse), opts)?;
+        let o = s.clone_dtoh(&o).map_err(err("downloading O"))?;
+        let lse = s.clone_dtoh(&lse).map_err(err("downloading LSE"))?;
+        Ok(HostOutput { o, lse, launch })
+    }
+}
+
+/// A GPU kernel as an [`Attention`] backend: f32 host inputs are rounded to `dtype`, the
+/// output is widened back to f32.
+pub struct GpuBackend {
+    gpu: Arc<FlashAttention>,
+    dtype: Dtype,
+    opts: ForwardOptions,
+}
+
+impl GpuBackend {
+    /// A backend over an opened device.
+    pub fn new(gpu: Arc<FlashAttention>, dtype: Dtype, opts: ForwardOptions) -> Self {
+        Self { gpu, dtype, opts }
+    }
+
+    fn run<T: StorageType>(
+        &self,
+        problem: &Problem,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<AttnOutput, KernelError> {
+        let cvt = |x: &[f32]| x.iter().map(|&e| T::from_f32(e)).collect::<Vec<T>>();
+        let out = self
+            .gpu
+            .forward_host_with(problem, &cvt(q), &cvt(k), &cvt(v), &self.opts)?;
+        Ok(AttnOutput {
+            o: out.o.iter().map(|e| e.to_f32()).collect(),
+            lse: out.lse,
+        })
+    }
+}
+
+impl Attention for GpuBackend {
+    fn name(&self) -> String {
+        let (ma, mi) = self.gpu.compute_capability();
+        format!("fa2-{}-sm{ma}{mi}", self.dtype)
+    }
+
+    fn forward(
+        &self,
+        problem: &Problem,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<AttnOutput, BackendError> {
+        let r = match self.dtype {
+            Dtype::F16 => self.run::<half::f16>(problem, q, k, v),
+            Dtype::Bf16 => self.run::<half::bf16>(problem, q, k, v),
+        };
+        r.map_err(|e| Box::new(e) as BackendError)
+    }
+}

@@ -1,0 +1,44 @@
+// Types shared by every kernel unit: the launch parameters (mirrored by `FwdParams` in
+// src/launch.rs — keep the two in the same order) and the storage-type traits.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace attn {
+
+// Scalars of one forward launch. Pointers are passed as separate kernel arguments so that
+// the Rust side keeps cudarc's per-buffer stream tracking.
+struct FwdParams {
+    int batch;
+    int q_heads;
+    int kv_heads;
+    int q_len;
+    int kv_len;
+    int group;        // q_heads / kv_heads: query head h reads KV head h / group
+    int diag_offset;  // causal: key j is visible to query i iff j <= i + diag_offset
+    int dump_count;   // (b, h, q_tile) triples in dump_tiles (debug kernels only)
+    float scale_log2; // softmax scale * log2(e): the softmax runs in base 2 (exp2 is one MUFU op)
+    float scale;      // softmax scale, for debug dumps in the natural-log domain
+};
+
+constexpr float kLn2 = 0.693147180559945309f;
+
+template <typename T> struct StorageTraits;
+
+template <> struct StorageTraits<__half> {
+    // Two f32 values rounded to nearest-even and packed into one 32-bit register.
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&h);
+    }
+};
+
+template <> struct StorageTraits<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&h);
+    }
+};
+
+} // namespace attn

@@ -1,0 +1,44 @@
+// Epilogue: normalize O by the row sums, write LSE, stage O through the warp's own (now
+// unused) rows of the Q tile in shared memory, then store 16-byte coalesced rows.
+#pragma once
+#include "load.cuh"
+
+namespace attn {
+
+template <typename T, int D, int NO>
+__device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)[2],
+                                             const float (&l_partial)[2], T* q_tile_smem,
+                                             T* __restrict__ o_head, float* __restrict__ lse_head,
+                                             int warp_row0, int q_row0, int q_len, int lane) {
+    const int g = lane >> 2;
+    const int t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float l = quad_sum(l_partial[r]);
+        // l == 0: every key of the row is masked → O = 0 and LSE = -inf (FlashAttention's
+        // convention). A NaN l (NaN inputs) stays NaN in both.
+        const float inv = l == 0.f ? 0.f : 1.f / l;
+        const int row = warp_row0 + g + 8 * r;
+        if (lse_head != nullptr && t == 0 && q_row0 + row < q_len) {
+            lse_head[q_row0 + row] = l == 0.f ? -INFINITY : (m[r] + log2f(l)) * kLn2;
+        }
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            const uint32_t packed = StorageTraits<T>::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+            *reinterpret_cast<uint32_t*>(q_tile_smem + swz<D>(row, n) + 2 * t) = packed;
+        }
+    }
+    __syncwarp();
+    constexpr int kChunksPerRow = D / 8;
+#pragma unroll
+    for (int i = lane; i < 16 * kChunksPerRow; i += 32) {
+        const int row = warp_row0 + i / kChunksPerRow;
+        const int c = i % kChunksPerRow;
+        if (q_row0 + row < q_len) {
+            const uint4 v = *reinterpret_cast<const uint4*>(q_tile_smem + swz<D>(row, c));
+            *reinterpret_cast<uint4*>(o_head + static_cast<int64_t>(q_row0 + row) * D + c * 8) = v;
+        }
+    }
+}
+
+} // namespace attn

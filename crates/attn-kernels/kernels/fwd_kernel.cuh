@@ -1,0 +1,202 @@
+// The FlashAttention-2-style forward kernel (Dao 2023, "FlashAttention-2: Faster Attention
+// with Better Parallelism and Work Partitioning"): one CTA per (query block, head, batch),
+// BM/16 warps each owning 16 whole query rows (so the softmax state never crosses warps),
+// Q fragments held in registers, K/V streamed through a STAGES-deep cp.async ring,
+// S = Q·Kᵀ and O += P·V on mma.sync.m16n8k16 with P reused from the S accumulators in
+// registers (no shared-memory round trip).
+#pragma once
+#include "debug_dump.cuh"
+#include "epilogue.cuh"
+#include "load.cuh"
+#include "mask.cuh"
+#include "softmax.cuh"
+
+namespace attn {
+
+template <typename T, int D, int BM, int BN, int STAGES>
+struct FwdConfig {
+    static constexpr int kWarps = BM / 16;
+    static constexpr int kThreads = kWarps * 32;
+    static constexpr int kNT = BN / 8;   // n-tiles of S per warp
+    static constexpr int kNO = D / 8;    // n-tiles of O per warp
+    static constexpr int kKQ = D / 16;   // k-steps of Q·Kᵀ
+    static constexpr int kKP = BN / 16;  // k-steps of P·V
+    static constexpr int kSmemElems = BM * D + 2 * STAGES * BN * D;
+    static constexpr int kSmemBytes = kSmemElems * 2;
+    static_assert(BM % 16 == 0 && BN % 16 == 0 && D % 64 == 0, "tile sizes");
+    static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
+};
+
+template <typename T, int D, int BM, int BN, int STAGES, bool CAUSAL, bool BREAK_RESCALE>
+__device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __restrict__ k,
+                                           const T* __restrict__ v, T* __restrict__ o,
+                                           float* __restrict__ lse, float* __restrict__ dump,
+                                           const int* __restrict__ dump_tiles, const FwdParams& p) {
+    using Cfg = FwdConfig<T, D, BM, BN, STAGES>;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T* sQ = reinterpret_cast<T*>(smem_raw);
+    T* sK = sQ + BM * D;
+    T* sV = sK + STAGES * BN * D;
+
+    const int q_tile = blockIdx.x;
+    const int h = blockIdx.y;
+    const int b = blockIdx.z;
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int m0 = q_tile * BM;
+    const int warp_row0 = warp * 16;
+    const int kvh = h / p.group;
+
+    const T* q_head = q + static_cast<int64_t>(b * p.q_heads + h) * p.q_len * D;
+    T* o_head = o + static_cast<int64_t>(b * p.q_heads + h) * p.q_len * D;
+    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
+    const T* k_head = k + static_cast<int64_t>(b * p.kv_heads + kvh) * p.kv_len * D;
+    const T* v_head = v + static_cast<int64_t>(b * p.kv_heads + kvh) * p.kv_len * D;
+
+#ifdef ATTN_DEBUG
+    const int slot = dump == nullptr ? -1 : dump_slot<BM, BN>(p, dump_tiles, b, h, q_tile);
+#endif
+
+    const int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
+    // Keys visible to this thread's two rows (rows past q_len are computed and discarded).
+    const int lim_lo = visible_keys<CAUSAL>(m0 + warp_row0 + g, p);
+    const int lim_hi = visible_keys<CAUSAL>(m0 + warp_row0 + g + 8, p);
+    // Keys visible to every row of the block: tiles entirely below need no mask.
+    const int lim_block = visible_keys<CAUSAL>(m0, p);
+
+    // Prologue: Q and the first STAGES-1 K/V tiles. One commit group per tile, always
+    // committed (possibly empty) so that wait_group counts stay uniform.
+    load_tile_async<T, D, BM, Cfg::kThreads>(sQ, q_head, m0, p.q_len, tid);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < n_tiles) {
+            load_tile_async<T, D, BN, Cfg::kThreads>(sK + s * BN * D, k_head, s * BN, p.kv_len, tid);
+            load_tile_async<T, D, BN, Cfg::kThreads>(sV + s * BN * D, v_head, s * BN, p.kv_len, tid);
+        }
+        cp_async_commit();
+    }
+
+    uint32_t qf[Cfg::kKQ][4];
+    float acc_o[Cfg::kNO][4];
+#pragma unroll
+    for (int n = 0; n < Cfg::kNO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
+    OnlineSoftmax<Cfg::kNT, Cfg::kNO> softmax;
+    softmax.init();
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int jn = j + STAGES - 1;
+        if (jn < n_tiles) {
+            const int buf = jn % STAGES;
+            load_tile_async<T, D, BN, Cfg::kThreads>(sK + buf * BN * D, k_head, jn * BN, p.kv_len, tid);
+            load_tile_async<T, D, BN, Cfg::kThreads>(sV + buf * BN * D, v_head, jn * BN, p.kv_len, tid);
+        }
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();
+        __syncthreads();
+
+        if (j == 0) {
+            // Q fragments (A operand, row-major 16x16 per k-step) for this warp's rows.
+#pragma unroll
+            for (int kk = 0; kk < Cfg::kKQ; ++kk) {
+                const int row = warp_row0 + (lane & 15);
+                const int chunk = 2 * kk + (lane >> 4);
+                ldmatrix_x4(qf[kk], smem_addr(sQ + swz<D>(row, chunk)));
+            }
+        }
+
+        const T* tK = sK + (j % STAGES) * BN * D;
+        const T* tV = sV + (j % STAGES) * BN * D;
+
+        // S = Q·Kᵀ (raw dot products, f32).
+        float acc_s[Cfg::kNT][4];
+#pragma unroll
+        for (int n = 0; n < Cfg::kNT; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKQ; ++kk) {
+#pragma unroll
+            for (int n = 0; n < Cfg::kNT; n += 2) {
+                // Matrices: (n, chunk 2kk), (n, 2kk+1), (n+1, 2kk), (n+1, 2kk+1).
+                const int mi = lane >> 3;
+                const int key = (n + (mi >> 1)) * 8 + (lane & 7);
+                const int chunk = 2 * kk + (mi & 1);
+                uint32_t bk[4];
+                ldmatrix_x4(bk, smem_addr(tK + swz<D>(key, chunk)));
+                Mma<T>::run(acc_s[n], qf[kk], bk[0], bk[1]);
+                Mma<T>::run(acc_s[n + 1], qf[kk], bk[2], bk[3]);
+            }
+        }
+
+        const int key0 = j * BN;
+        if (key0 + BN > lim_block) apply_mask<Cfg::kNT>(acc_s, key0, lim_lo, lim_hi, t);
+
+#ifdef ATTN_DEBUG
+        float* dbase = nullptr;
+        if (slot >= 0) {
+            dbase = dump_tile_base<BM, BN, Cfg::kNT>(dump, slot, j, p);
+            dump_scores<BM, BN, Cfg::kNT>(dbase, acc_s, warp_row0, lane, p.scale);
+        }
+#endif
+
+        softmax.template update<BREAK_RESCALE>(acc_s, acc_o, p.scale_log2);
+
+#ifdef ATTN_DEBUG
+        if (slot >= 0) dump_probs<BM, BN, Cfg::kNT>(dbase, acc_s, softmax.m, softmax.l, warp_row0, lane);
+#endif
+
+        // O += P·V, with P taken from the S accumulators: n-tiles 2kk and 2kk+1 of the
+        // m16n8 accumulator layout are exactly the m16k16 A-operand layout.
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKP; ++kk) {
+            uint32_t pa[4];
+            pa[0] = StorageTraits<T>::pack(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+            pa[1] = StorageTraits<T>::pack(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+            pa[2] = StorageTraits<T>::pack(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+            pa[3] = StorageTraits<T>::pack(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+#pragma unroll
+            for (int n = 0; n < Cfg::kNO; n += 2) {
+                // Matrices: (keys 16kk+0..7, chunk n), (16kk+8..15, n), (+0..7, n+1), (+8..15, n+1).
+                const int mi = lane >> 3;
+                const int key = 16 * kk + (mi & 1) * 8 + (lane & 7);
+                const int chunk = n + (mi >> 1);
+                uint32_t bv[4];
+                ldmatrix_x4_trans(bv, smem_addr(tV + swz<D>(key, chunk)));
+                Mma<T>::run(acc_o[n], pa, bv[0], bv[1]);
+                Mma<T>::run(acc_o[n + 1], pa, bv[2], bv[3]);
+            }
+        }
+        __syncthreads(); // the next iteration's prefetch overwrites this tile's buffer
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    write_output<T, D, Cfg::kNO>(acc_o, softmax.m, softmax.l, sQ, o_head, lse_head, warp_row0, m0,
+                                 p.q_len, lane);
+}
+
+} // namespace attn
+
+// One extern "C" entry point per (dtype, D, config, causal); the Rust launcher builds the
+// same name (src/config.rs: `kernel_name`).
+#define ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, MODE, CAUSAL, BREAK)                                \
+    extern "C" __global__ void __launch_bounds__(BM / 16 * 32)                                     \
+        attn_fwd_##TNAME##_d##D##_bm##BM##_bn##BN##_s##ST##_##MODE(                                \
+            const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,             \
+            T* __restrict__ o, float* __restrict__ lse, float* __restrict__ dump,                  \
+            const int* __restrict__ dump_tiles, const attn::FwdParams p) {                         \
+        attn::fwd_kernel<T, D, BM, BN, ST, CAUSAL, BREAK>(q, k, v, o, lse, dump, dump_tiles, p);   \
+    }
+
+#ifdef ATTN_DEBUG
+#define ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST) \
+    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, broken_rescale, false, true)
+#else
+#define ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST)
+#endif
+
+#define ATTN_FWD_CONFIG(TNAME, T, D, BM, BN, ST)                  \
+    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, full, false, false)   \
+    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, causal, true, false)  \
+    ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST)

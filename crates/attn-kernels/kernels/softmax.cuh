@@ -1,0 +1,68 @@
+// Online softmax (Milakov & Gimelshein 2018; FlashAttention-2, Dao 2023) for the two rows a
+// thread holds in the mma accumulator layout. Runs in base 2 with log2(e) folded into the
+// scale, keeps per-thread partial row sums (reduced across the quad only at the end), and
+// rescales O only by the factor exp2(m_old - m_new).
+#pragma once
+#include "common.cuh"
+
+namespace attn {
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    return x;
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x;
+}
+
+template <int NT, int NO> struct OnlineSoftmax {
+    float m[2];       // running max of scale_log2 * s, per row (base-2 domain)
+    float l[2];       // this thread's partial running sum of p, per row
+
+    __device__ __forceinline__ void init() {
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.f;
+    }
+
+    // Turns scores s into unnormalized probabilities p = exp2(s*scale_log2 - m_new) in place
+    // and rescales the output accumulator o. BREAK_RESCALE (debug builds only) skips the
+    // rescale so the oracle's tests can check that the P stage catches it.
+    template <bool BREAK_RESCALE>
+    __device__ __forceinline__ void update(float (&s)[NT][4], float (&o)[NO][4], float scale_log2) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+            mx = quad_max(mx);
+            const float m_new = fmaxf(m[r], mx * scale_log2);
+            // A row with every key masked so far keeps m = -inf; subtract 0 instead so that
+            // exp2(-inf - (-inf)) never produces NaN.
+            const float m_use = m_new == -INFINITY ? 0.f : m_new;
+            const float corr = BREAK_RESCALE ? 1.f : exp2f(m[r] - m_use);
+            float sum = 0.f;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float p = exp2f(fmaf(s[n][2 * r + e], scale_log2, -m_use));
+                    s[n][2 * r + e] = p;
+                    sum += p;
+                }
+            }
+            l[r] = l[r] * corr + sum;
+#pragma unroll
+            for (int n = 0; n < NO; ++n) {
+                o[n][2 * r] *= corr;
+                o[n][2 * r + 1] *= corr;
+            }
+            m[r] = m_new;
+        }
+    }
+};
+
+} // namespace attn

@@ -1,0 +1,5 @@
+// Compile unit: forward kernels for bf16 storage, head dim 128, every named config.
+#include "../fwd_kernel.cuh"
+#include "../configs.cuh"
+
+ATTN_FWD_ALL_CONFIGS(bf16, __nv_bfloat16, 128)

@@ -1,0 +1,215 @@
+//! Kernel configs: (BLOCK_M, BLOCK_N, warps, stages) per (dtype, head dim, arch), the named
+//! set compiled into every unit (kernels/configs.cuh), and the default chooser.
+
+use crate::KernelError;
+
+/// Storage type of Q, K, V and O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Dtype {
+    /// `f16` / `bf16`, as in kernel names and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+
+    /// Parses `f16` or `bf16`.
+    pub fn parse(s: &str) -> Result<Self, KernelError> {
+        match s {
+            "f16" | "fp16" => Ok(Dtype::F16),
+            "bf16" => Ok(Dtype::Bf16),
+            other => Err(KernelError::UnknownDtype(other.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Head dims the kernels are compiled for.
+pub const SUPPORTED_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// One tile configuration of the forward kernel. `warps = block_m / 16`: each warp owns 16
+/// whole query rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelConfig {
+    /// Query rows per CTA.
+    pub block_m: usize,
+    /// Keys per pipeline tile.
+    pub block_n: usize,
+    /// Warps per CTA.
+    pub warps: usize,
+    /// Depth of the cp.async K/V ring.
+    pub stages: usize,
+}
+
+/// The named configs, in the order of kernels/configs.cuh.
+pub const CONFIGS: [KernelConfig; 4] = [
+    KernelConfig { block_m: 32, block_n: 64, warps: 2, stages: 2 },
+    KernelConfig { block_m: 64, block_n: 64, warps: 4, stages: 2 },
+    KernelConfig { block_m: 128, block_n: 64, warps: 8, stages: 2 },
+    KernelConfig { block_m: 64, block_n: 64, warps: 4, stages: 3 },
+];
+
+impl KernelConfig {
+    /// The config's name: `{block_m}_{block_n}_{warps}_s{stages}` (e.g. `64_64_4_s2`).
+    pub fn name(&self) -> String {
+        format!("{}_{}_{}_s{}", self.block_m, self.block_n, self.warps, self.stages)
+    }
+
+    /// Looks a config up by [`KernelConfig::name`] (the `_s2` suffix may be omitted:
+    /// `64_64_4` is `64_64_4_s2`).
+    pub fn by_name(name: &str) -> Result<Self, KernelError> {
+        CONFIGS
+            .iter()
+            .find(|c| c.name() == name || format!("{name}_s2") == c.name())
+            .copied()
+            .ok_or_else(|| KernelError::UnknownConfig {
+                name: name.to_string(),
+                known: CONFIGS.iter().map(|c| c.name()).collect::<Vec<_>>().join(", "),
+            })
+    }
+
+    /// Dynamic shared memory of one CTA: Q tile plus `stages` K and V tiles, 2-byte elements.
+    pub fn smem_bytes(&self, head_dim: usize) -> usize {
+        (self.block_m * head_dim + 2 * self.stages * self.block_n * head_dim) * 2
+    }
+
+    /// Threads per CTA.
+    pub fn threads(&self) -> usize {
+        self.warps * 32
+    }
+}
+
+/// Which entry point of a config: no mask, causal mask (both alignments), or the debug-only
+/// variant that drops the online-softmax rescale (for the oracle's tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelMode {
+    /// `Causal::None`.
+    Full,
+    /// `Causal::TopLeft` or `Causal::BottomRight` (the alignment is a runtime offset).
+    Causal,
+    /// Debug builds only: `Full` without the O/l rescale, a planted bug.
+    BrokenRescale,
+}
+
+impl KernelMode {
+    fn suffix(self) -> &'static str {
+        match self {
+            KernelMode::Full => "full",
+            KernelMode::Causal => "causal",
+            KernelMode::BrokenRescale => "broken_rescale",
+        }
+    }
+}
+
+/// The compile unit holding the kernels of (dtype, head dim): `fwd_{dtype}_d{D}`.
+pub fn unit_name(dtype: Dtype, head_dim: usize) -> String {
+    format!("fwd_{}_d{head_dim}", dtype.as_str())
+}
+
+/// The extern "C" name of one kernel (the `ATTN_FWD_ENTRY` macro in kernels/fwd_kernel.cuh).
+pub fn kernel_name(dtype: Dtype, head_dim: usize, cfg: &KernelConfig, mode: KernelMode) -> String {
+    format!(
+        "attn_fwd_{}_d{head_dim}_bm{}_bn{}_s{}_{}",
+        dtype.as_str(),
+        cfg.block_m,
+        cfg.block_n,
+        cfg.stages,
+        mode.suffix()
+    )
+}
+
+/// The default config for a problem: the largest BLOCK_M that still gives at least two CTAs
+/// per SM (enough to hide latency); small problems get small blocks so the grid fills the
+/// chip. `max_smem` filters configs the device cannot hold.
+pub fn choose_config(
+    batch: usize,
+    q_heads: usize,
+    q_len: usize,
+    head_dim: usize,
+    sm_count: usize,
+    max_smem: usize,
+) -> KernelConfig {
+    let fits = |c: &KernelConfig| c.smem_bytes(head_dim) <= max_smem && c.stages == 2;
+    let ctas = |c: &KernelConfig| q_len.div_ceil(c.block_m) * batch * q_heads;
+    let mut by_size: Vec<KernelConfig> = CONFIGS.iter().copied().filter(fits).collect();
+    by_size.sort_by_key(|c| std::cmp::Reverse(c.block_m));
+    by_size
+        .iter()
+        .find(|c| ctas(c) >= 2 * sm_count)
+        .or_else(|| by_size.last())
+        .copied()
+        .unwrap_or(CONFIGS[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_match_the_cuda_instantiation_list() {
+        let src = include_str!("../kernels/configs.cuh");
+        let listed: Vec<(usize, usize, usize)> = src
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("ATTN_FWD_CONFIG(TNAME, T, D, "))
+            .map(|rest| {
+                let nums: Vec<usize> = rest
+                    .trim_end_matches('\\')
+                    .trim()
+                    .trim_end_matches(')')
+                    .split(',')
+                    .map(|x| x.trim().parse().expect("numeric config field"))
+                    .collect();
+                (nums[0], nums[1], nums[2])
+            })
+            .collect();
+        let ours: Vec<(usize, usize, usize)> =
+            CONFIGS.iter().map(|c| (c.block_m, c.block_n, c.stages)).collect();
+        assert_eq!(listed, ours, "src/config.rs CONFIGS and kernels/configs.cuh disagree");
+        for c in CONFIGS {
+            assert_eq!(c.warps * 16, c.block_m, "{}: warps must be block_m / 16", c.name());
+        }
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_names_fail() {
+        for c in CONFIGS {
+            assert_eq!(KernelConfig::by_name(&c.name()).unwrap(), c);
+        }
+        assert_eq!(KernelConfig::by_name("64_64_4").unwrap(), CONFIGS[1]);
+        let err = KernelConfig::by_name("32_64_4").unwrap_err().to_string();
+        assert!(err.contains("64_64_4_s2"), "{err}");
+    }
+
+    #[test]
+    fn kernel_names_follow_the_macro() {
+        let n = kernel_name(Dtype::Bf16, 128, &CONFIGS[2], KernelMode::Causal);
+        assert_eq!(n, "attn_fwd_bf16_d128_bm128_bn64_s2_causal");
+        assert_eq!(unit_name(Dtype::F16, 64), "fwd_f16_d64");
+    }
+
+    #[test]
+    fn chooser_fills_the_chip() {
+        // (1,8,512,64): 128-row blocks give 32 CTAs on 132 SMs; the chooser goes smaller.
+        let c = choose_config(1, 8, 512, 64, 132, 227 * 1024);
+        assert_eq!(c.block_m, 32);
+        // (4,16,4096,128): plenty of CTAs with 128-row blocks.
+        let c = choose_config(4, 16, 4096, 128, 132, 227 * 1024);
+        assert_eq!(c.block_m, 128);
+        // sm_89 holds 99 KiB: every choice must fit.
+        let c = choose_config(4, 16, 4096, 128, 128, 99 * 1024);
+        assert!(c.smem_bytes(128) <= 99 * 1024);
+    }
+}

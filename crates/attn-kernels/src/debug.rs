@@ -1,0 +1,169 @@
+//! Debug kernels (feature `debug-kernels`): tile dumps of S, P, m and l for chosen query
+//! blocks, and the planted broken-rescale variant, for the oracle.
+
+use attn_ref::{Problem, Tile, TileId};
+
+use crate::{
+    launch::{DumpArgs, LaunchExtras},
+    FlashAttention, ForwardOptions, HostOutput, KernelError, KernelMode, StorageType,
+};
+
+/// Which debug kernel to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DebugVariant {
+    /// The same algorithm as release, compiled with `-G -DATTN_DEBUG`.
+    Correct,
+    /// The planted bug: the online-softmax rescale of O and l is skipped (non-causal only).
+    BrokenRescale,
+}
+
+/// Output of a debug run: O, LSE and the dumped tiles (natural-log domain, like
+/// [`attn_ref::Tile`]; only processed key tiles are returned).
+#[derive(Debug, Clone)]
+pub struct DebugOutput<T> {
+    /// O, LSE and launch info.
+    pub output: HostOutput<T>,
+    /// The dumped tiles, ordered by (b, h, q_tile, k_tile).
+    pub tiles: Vec<Tile>,
+}
+
+impl FlashAttention {
+    /// Runs a debug kernel on host inputs and dumps the tiles of the (b, h, q_tile) blocks
+    /// in `blocks`.
+    pub fn forward_debug<T: StorageType>(
+        &self,
+        problem: &Problem,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        blocks: &[(usize, usize, usize)],
+        variant: DebugVariant,
+        opts: &ForwardOptions,
+    ) -> Result<DebugOutput<T>, KernelError> {
+        let shape = problem.shape();
+        shape.check_qkv_lens(q.len(), k.len(), v.len())?;
+        let cfg = opts.config.unwrap_or_else(|| self.default_config(problem));
+        let (bm, bn) = (cfg.block_m, cfg.block_n);
+        let q_tiles = shape.q_len().div_ceil(bm);
+        for &(b, h, qt) in blocks {
+            if b >= shape.batch() || h >= shape.q_heads() || qt >= q_tiles {
+                return Err(attn_ref::AttnError::InvalidArgument(format!(
+                    "tile block ({b}, {h}, {qt}) outside batch {}, heads {}, q tiles {q_tiles}",
+                    shape.batch(),
+                    shape.q_heads()
+                ))
+                .into());
+            }
+        }
+        if variant == DebugVariant::BrokenRescale && problem.causal() != attn_ref::Causal::None {
+            return Err(attn_ref::AttnError::InvalidArgument(
+                "the broken-rescale variant exists for non-causal problems only".into(),
+            )
+            .into());
+        }
+        let key_tiles = shape.kv_len().div_ceil(bn);
+        let per_tile = 2 * bm * bn + 2 * bm;
+        let dump_len = blocks.len().max(1) * key_tiles * per_tile;
+        let s = self.stream();
+        let err = |context| move |source| KernelError::Driver { context, source };
+        let dq = s.clone_htod(q).map_err(err("uploading Q"))?;
+        let dk = s.clone_htod(k).map_err(err("uploading K"))?;
+        let dv = s.clone_htod(v).map_err(err("uploading V"))?;
+        // Poison O and the dump with NaN so unwritten elements show.
+        let poison = vec![T::from_f32(f32::NAN); shape.o_elems()];
+        let mut o = s.clone_htod(&poison).map_err(err("allocating O"))?;
+        let mut lse = s
+            .clone_htod(&vec![f32::NAN; shape.lse_elems()])
+            .map_err(err("allocating LSE"))?;
+        let mut dump = s
+            .clone_htod(&vec![f32::NAN; dump_len])
+            .map_err(err("allocating the dump buffer"))?;
+        let flat: Vec<i32> = blocks
+            .iter()
+            .flat_map(|&(b, h, qt)| [b as i32, h as i32, qt as i32])
+            .chain(std::iter::repeat_n(0, 3))
+            .collect();
+        let dtiles = s.clone_htod(&flat).map_err(err("uploading the tile list"))?;
+        let extras = LaunchExtras {
+            mode: match variant {
+                DebugVariant::Correct => None,
+                DebugVariant::BrokenRescale => Some(KernelMode::BrokenRescale),
+            },
+            dump: Some(DumpArgs {
+                buffer: &mut dump,
+                tiles: &dtiles,
+                count: blocks.len() as i32,
+            }),
+        };
+        let launch = self.launch(
+            problem,
+            &dq,
+            &dk,
+            &dv,
+            &mut o,
+            Some(&mut lse),
+            &ForwardOptions { config: Some(cfg) },
+            extras,
+        )?;
+        let o = s.clone_dtoh(&o).map_err(err("downloading O"))?;
+        let lse = s.clone_dtoh(&lse).map_err(err("downloading LSE"))?;
+        let dump = s.clone_dtoh(&dump).map_err(err("downloading the dump"))?;
+        let tiles = unpack_dump(problem, &dump, blocks, bm, bn);
+        Ok(DebugOutput {
+            output: HostOutput { o, lse, launch },
+            tiles,
+        })
+    }
+}
+
+/// Turns the raw dump buffer into tiles; a key tile whose m values are all still NaN (the
+/// poison) was not processed and is left out.
+pub fn unpack_dump(
+    problem: &Problem,
+    dump: &[f32],
+    blocks: &[(usize, usize, usize)],
+    bm: usize,
+    bn: usize,
+) -> Vec<Tile> {
+    let shape = problem.shape();
+    let key_tiles = shape.kv_len().div_ceil(bn);
+    let per_tile = 2 * bm * bn + 2 * bm;
+    let mut tiles = Vec::new();
+    for (slot, &(b, h, qt)) in blocks.iter().enumerate() {
+        let rows = bm.min(shape.q_len() - qt * bm);
+        for kt in 0..key_tiles {
+            let base = (slot * key_tiles + kt) * per_tile;
+            let Some(raw) = dump.get(base..base + per_tile) else {
+                continue;
+            };
+            let (s_raw, rest) = raw.split_at(bm * bn);
+            let (p_raw, rest) = rest.split_at(bm * bn);
+            let (m_raw, l_raw) = rest.split_at(bm);
+            if m_raw[..rows].iter().all(|x| x.is_nan()) {
+                continue;
+            }
+            let cols = bn.min(shape.kv_len() - kt * bn);
+            let take = |src: &[f32]| -> Vec<f64> {
+                (0..rows)
+                    .flat_map(|r| (0..cols).map(move |c| (r, c)))
+                    .map(|(r, c)| src[r * bn + c] as f64)
+                    .collect()
+            };
+            tiles.push(Tile {
+                id: TileId {
+                    b,
+                    h,
+                    q_tile: qt,
+                    k_tile: kt,
+                },
+                rows,
+                cols,
+                s: take(s_raw),
+                p: take(p_raw),
+                m: m_raw[..rows].iter().map(|&x| x as f64).collect(),
+                l: l_raw[..rows].iter().map(|&x| x as f64).collect(),
+            });
+        }
+    }
+    tiles
+}
