@@ -14,8 +14,11 @@
 
 #![warn(missing_docs)]
 
+mod backend;
 mod problem;
+pub mod reference;
 
+pub use backend::ReferenceBackend;
 pub use problem::{check_len, AttnShape, Causal, Element, Problem, Tile, TileId};
 
 /// Errors from building or checking a problem.

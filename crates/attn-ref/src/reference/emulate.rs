@@ -1,0 +1,190 @@
+//! The reference with the GPU kernel's rounding points: the `emu` of DESIGN.md §3's rule
+//! `max|out − ref| ≤ 2·max|emu − ref| + 1e-5` (FlashAttention-3's test rule).
+//!
+//! What is emulated, following FlashAttention-2's forward kernel (`softmax.h`):
+//! 1. Q, K, V are rounded to the storage type (round-to-nearest-even, as `__float2half_rn`).
+//! 2. `S = q·k` is accumulated in f32. Products of two f16 or bf16 values are exact in f32,
+//!    so only the order of the additions could differ from a tensor core, whose order is
+//!    unspecified; this sums eight interleaved lanes, then the lanes.
+//! 3. The softmax runs in base 2 on `scale_log2 = scale·log2(e)` (f32), over key tiles of
+//!    [`EMU_BLOCK_N`] keys with an online running max `m` of the raw f32 scores:
+//!    `p = exp2(fma(s, scale_log2, −m·scale_log2))`, the correction
+//!    `α = exp2((m_old − m_new)·scale_log2)`, all in f32.
+//! 4. The row sum `l = α·l + Σ p` is accumulated in f32 from the *unrounded* p; then p is
+//!    rounded to the storage type (the MMA's A operand) and `acc = α·acc + Σ round(p)·v`
+//!    is accumulated in f32.
+//! 5. `O = round(acc / l)` (f32 division, then the storage type);
+//!    `LSE = (m·scale_log2 + log2 l)·ln 2` in f32.
+//!
+//! Not emulated: the GPU's `ex2.approx` (about 2 ulp from the correctly rounded `exp2`
+//! used here), the tensor core's internal accumulation order. Both are at the f32 level,
+//! orders of magnitude below the f16/bf16 rounding of P and O that dominates the error.
+//!
+//! Fully masked rows give O = 0, LSE = −∞; NaN/Inf propagate as in [`super::forward`].
+//!
+//! ```
+//! use attn_ref::{AttnShape, Causal, Problem};
+//! use attn_ref::reference::{emulate::{forward_emulated, Storage}, forward};
+//!
+//! let shape = AttnShape::self_attention(1, 2, 33, 16)?;
+//! let problem = Problem::new(shape, Causal::TopLeft);
+//! let x: Vec<f32> = (0..shape.q_elems()).map(|i| (i as f32 * 0.61).sin()).collect();
+//! let emu = forward_emulated(&problem, &x, &x, &x, Storage::F16)?;
+//! let exact = forward(&problem, &x, &x, &x)?;
+//! let err = emu.o.iter().zip(&exact.o).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+//! assert!(err > 0.0 && err < 4e-3);
+//! # Ok::<(), attn_ref::AttnError>(())
+//! ```
+
+use std::f32::consts::LN_2;
+
+use rayon::prelude::*;
+
+use super::RefOutput;
+use crate::{AttnError, Problem};
+
+/// Keys per tile of the emulated online softmax (the kernel's BLOCK_N). Tile boundaries
+/// decide where the running max may change and `acc` is rescaled.
+pub const EMU_BLOCK_N: usize = 64;
+
+/// Lanes of the emulated f32 dot product.
+const LANES: usize = 8;
+
+/// The storage type of the emulated kernel: inputs, P before P·V, and O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Storage {
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Storage {
+    /// Rounds an f32 to this type (nearest, ties to even) and widens it back exactly.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            Storage::F16 => half::f16::from_f32(x).to_f32(),
+            Storage::Bf16 => half::bf16::from_f32(x).to_f32(),
+        }
+    }
+
+    /// The CLI spelling (`f16`, `bf16`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Storage::F16 => "f16",
+            Storage::Bf16 => "bf16",
+        }
+    }
+}
+
+impl std::fmt::Display for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The forward pass with the kernel's rounding points (see the module documentation). The
+/// values returned are f32 values (O: storage-type values) widened to f64.
+pub fn forward_emulated(
+    p: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    storage: Storage,
+) -> Result<RefOutput, AttnError> {
+    let shape = *p.shape();
+    shape.check_qkv_lens(q.len(), k.len(), v.len())?;
+    let round_all = |x: &[f32]| -> Vec<f32> { x.par_iter().map(|&y| storage.round(y)).collect() };
+    let (q, k, v) = (round_all(q), round_all(k), round_all(v));
+    let scale_log2 = (p.scale() * std::f64::consts::LOG2_E) as f32;
+    let (sq, d) = (shape.q_len(), shape.head_dim());
+
+    let mut o = vec![0.0; shape.o_elems()];
+    let mut lse = vec![0.0; shape.lse_elems()];
+    o.par_chunks_mut(d)
+        .zip(lse.par_iter_mut())
+        .enumerate()
+        .for_each_init(
+            || (vec![0.0f32; d], vec![0.0f32; EMU_BLOCK_N]),
+            |(acc, s), (row_index, (out, lse_out))| {
+                let bh = row_index / sq;
+                let (b, h, i) = (bh / shape.q_heads(), bh % shape.q_heads(), row_index % sq);
+                let kvh = shape.kv_head_of(h);
+                let qi = &q[shape.q_offset(b, h, i)..][..d];
+                acc.fill(0.0);
+                let mut m = f32::NEG_INFINITY;
+                let mut l = 0.0f32;
+                let n = p.visible_keys(i);
+                for c0 in (0..n).step_by(EMU_BLOCK_N) {
+                    let cols = EMU_BLOCK_N.min(n - c0);
+                    for (c, sc) in s[..cols].iter_mut().enumerate() {
+                        *sc = dot_f32(qi, &k[shape.kv_offset(b, kvh, c0 + c)..][..d]);
+                    }
+                    let m_new = max_f32(m, max_f32_slice(&s[..cols]));
+                    if m_new == f32::NEG_INFINITY {
+                        continue; // every score so far is −∞: nothing to add yet
+                    }
+                    let alpha = ((m - m_new) * scale_log2).exp2();
+                    let m_scaled = m_new * scale_log2;
+                    l *= alpha;
+                    acc.iter_mut().for_each(|a| *a *= alpha);
+                    for (c, &sc) in s[..cols].iter().enumerate() {
+                        let pc = sc.mul_add(scale_log2, -m_scaled).exp2();
+                        l += pc;
+                        let pr = storage.round(pc);
+                        let vj = &v[shape.kv_offset(b, kvh, c0 + c)..][..d];
+                        acc.iter_mut().zip(vj).for_each(|(a, &x)| *a += pr * x);
+                    }
+                    m = m_new;
+                }
+                if n == 0 {
+                    out.fill(0.0);
+                    *lse_out = f64::NEG_INFINITY;
+                } else if l == 0.0 && m == f32::NEG_INFINITY {
+                    // Visible keys whose scores are all −∞ (Inf inputs): propagate.
+                    out.fill(f64::NAN);
+                    *lse_out = f64::NAN;
+                } else {
+                    for (od, &a) in out.iter_mut().zip(acc.iter()) {
+                        *od = f64::from(storage.round(a / l));
+                    }
+                    *lse_out = f64::from((m * scale_log2 + l.log2()) * LN_2);
+                }
+            },
+        );
+    Ok(RefOutput { o, lse })
+}
+
+/// f32 dot product over [`LANES`] interleaved partial sums.
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    let mut a_chunks = a.chunks_exact(LANES);
+    let mut b_chunks = b.chunks_exact(LANES);
+    for (x, y) in a_chunks.by_ref().zip(b_chunks.by_ref()) {
+        for i in 0..LANES {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    for (i, (x, y)) in a_chunks
+        .remainder()
+        .iter()
+        .zip(b_chunks.remainder())
+        .enumerate()
+    {
+        lanes[i] += x * y;
+    }
+    lanes.iter().sum()
+}
+
+/// `max` that returns NaN if either operand is NaN.
+fn max_f32(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn max_f32_slice(xs: &[f32]) -> f32 {
+    xs.iter().fold(f32::NEG_INFINITY, |m, &x| max_f32(m, x))
+}
