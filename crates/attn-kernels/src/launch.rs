@@ -479,3 +479,57 @@ pub(crate) fn plan_launch(
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_ref::AttnShape;
+
+    fn problem(sq: usize, sk: usize, d: usize, causal: Causal) -> Problem {
+        Problem::new(AttnShape::new(2, 8, 2, sq, sk, d).unwrap(), causal)
+    }
+
+    #[test]
+    fn plan_geometry_and_scalars() {
+        let cfg = crate::CONFIGS[1];
+        let p = problem(100, 300, 64, Causal::BottomRight);
+        let plan = plan_launch(&p, cfg).unwrap();
+        assert_eq!(plan.grid, (2, 8, 2));
+        assert_eq!(plan.params.group, 4);
+        assert_eq!(plan.params.diag_offset, 200);
+        assert_eq!(plan.smem_bytes as usize, (64 * 64 + 2 * 2 * 64 * 64) * 2);
+        let expect = (1.0 / 8.0f64 * std::f64::consts::LOG2_E) as f32;
+        assert_eq!(plan.params.scale_log2, expect);
+        let p = problem(300, 100, 64, Causal::BottomRight);
+        assert_eq!(plan_launch(&p, cfg).unwrap().params.diag_offset, -200);
+        let p = problem(300, 100, 64, Causal::TopLeft);
+        assert_eq!(plan_launch(&p, cfg).unwrap().params.diag_offset, 0);
+    }
+
+    #[test]
+    fn unsupported_head_dims_are_typed_errors() {
+        for d in [1, 32, 96, 256] {
+            let err = plan_launch(&problem(8, 8, d, Causal::None), crate::CONFIGS[0]).unwrap_err();
+            assert!(matches!(err, KernelError::UnsupportedHeadDim(x) if x == d));
+        }
+    }
+
+    #[test]
+    fn index_overflow_is_rejected_before_launch() {
+        let p = Problem::new(AttnShape::new(1, 1, 1, 20_000_000, 8, 128).unwrap(), Causal::None);
+        let err = plan_launch(&p, crate::CONFIGS[0]).unwrap_err();
+        assert!(matches!(err, KernelError::IndexOverflow(_)), "{err}");
+        let p = Problem::new(AttnShape::new(1, 70_000, 1, 8, 8, 64).unwrap(), Causal::None);
+        assert!(matches!(plan_launch(&p, crate::CONFIGS[0]), Err(KernelError::IndexOverflow(_))));
+    }
+
+    #[test]
+    fn no_driver_is_a_typed_error_not_a_panic() {
+        match FlashAttention::new(0) {
+            Err(KernelError::DriverMissing) => assert!(!driver_available()),
+            // A machine with a driver: either a device opens or the driver says why not.
+            Ok(_) | Err(KernelError::Driver { .. }) => assert!(driver_available()),
+            Err(other) => panic!("unexpected error: {other}"),
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! GPU tests: the kernels against the f64 reference with DESIGN.md §3's rule, on fresh
+//! N(0,1) inputs with the outputs poisoned (NaN) first. All need a CUDA GPU and are ignored
+//! by default; run them on a GPU host with `--ignored` (or from the bundle's runner).
+//!
+//! Name prefixes are a contract with `cargo xtask sanitize` / `gate`: `correctness_`,
+//! `stability_`, `determinism_`, `sanitize_` (small shapes for compute-sanitizer),
+//! `resources_`, `validation_`.
+
+use std::sync::{Arc, OnceLock};
+
+use attn_kernels::{
+    Dtype, FlashAttention, ForwardOptions, KernelConfig, KernelError, StorageType, CONFIGS,
+};
+use attn_ref::{
+    reference::{
+        self,
+        emulate::{forward_emulated, Storage},
+        RefOutput,
+    },
+    AttnShape, Causal, Problem,
+};
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand_distr::StandardNormal;
+
+fn gpu() -> Arc<FlashAttention> {
+    static GPU: OnceLock<Arc<FlashAttention>> = OnceLock::new();
+    GPU.get_or_init(|| Arc::new(FlashAttention::new(0).expect("a CUDA device")))
+        .clone()
+}
+
+/// A fresh seed per call (printed in failures so a run can be replayed via ATTN_TEST_SEED).
+fn fresh_seed() -> u64 {
+    if let Ok(s) = std::env::var("ATTN_TEST_SEED") {
+        if let Ok(v) = s.parse() {
+            return v;
+        }
+    }
+    rand::rng().random()
+}
+
+fn randn<T: StorageType>(rng: &mut StdRng, n: usize) -> Vec<T> {
+    (0..n)
+        .map(|_| T::from_f32(rng.sample::<f32, _>(StandardNormal)))
+        .collect()
+}
+
+struct Case {
+    problem: Problem,
+    dtype: Dtype,
+    config: Option<KernelConfig>,
+}
+
+fn case(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize, d: usize, causal: Causal, dtype: Dtype) -> Case {
+    Case {
+        problem: Problem::new(AttnShape::new(b, hq, hkv, sq, sk, d).unwrap(), causal),
+        dtype,
+        config: None,
+    }
+}
+
+/// Runs one case and checks it; returns a description of the failure.
+fn check_case(c: &Case) -> Result<(), String> {
+    match c.dtype {
+        Dtype::F16 => check_typed::<f16>(c, Storage::F16),
+        Dtype::Bf16 => check_typed::<bf16>(c, Storage::Bf16),
+    }
+}
+
+fn upload_poisoned<T: StorageType>(gpu: &FlashAttention, n: usize) -> CudaSlice<T> {
+    gpu.stream()
+        .clone_htod(&vec![T::from_f32(f32::NAN); n])
+        .unwrap()
+}
+
+fn run_gpu<T: StorageType>(
+    gpu: &FlashAttention,
+    p: &Problem,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    opts: &ForwardOptions,
+) -> (Vec<T>, Vec<f32>) {
+    let s = gpu.stream();
+    let shape = p.shape();
+    let dq = s.clone_htod(q).unwrap();
+    let dk = s.clone_htod(k).unwrap();
+    let dv = s.clone_htod(v).unwrap();
+    let mut o = upload_poisoned::<T>(gpu, shape.o_elems());
+    let mut lse = s.clone_htod(&vec![f32::NAN; shape.lse_elems()]).unwrap();
+    gpu.forward(p, &dq, &dk, &dv, &mut o, Some(&mut lse), opts)
+        .unwrap();
+    (s.clone_dtoh(&o).unwrap(), s.clone_dtoh(&lse).unwrap())
+}
+
+fn check_typed<T: StorageType + attn_ref::Element>(c: &Case, storage: Storage) -> Result<(), String> {
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let p = &c.problem;
+    let shape = p.shape();
+    let q: Vec<T> = randn(&mut rng, shape.q_elems());
+    let k: Vec<T> = randn(&mut rng, shape.kv_elems());
+    let v: Vec<T> = randn(&mut rng, shape.kv_elems());
+    let opts = ForwardOptions { config: c.config };
+    let (o, lse) = run_gpu(&gpu(), p, &q, &k, &v, &opts);
+    let reference = reference::forward(p, &q, &k, &v).map_err(|e| e.to_string())?;
+    let f32s = |x: &[T]| x.iter().map(|e| e.to_f32()).collect::<Vec<f32>>();
+    let emu = forward_emulated(p, &f32s(&q), &f32s(&k), &f32s(&v), storage)
+        .map_err(|e| e.to_string())?;
+    let o32 = f32s(&o);
+    tolerance(&o32, &lse, &reference, &emu, c.dtype)
+        .map_err(|e| format!("{:?} {} {:?} seed {seed}: {e}", shape, p.causal(), c.dtype))
+}
+
+/// DESIGN.md §3: max|out − ref| ≤ 2·max|emu − ref| + 1e-5, plus the sanity caps.
+fn tolerance(o: &[f32], lse: &[f32], r: &RefOutput, emu: &RefOutput, dtype: Dtype) -> Result<(), String> {
+    let (cap_abs, cap_rel) = match dtype {
+        Dtype::F16 => (4e-3, 1e-3),
+        Dtype::Bf16 => (3e-2, 8e-3),
+    };
+    let mut max_err = 0f64;
+    let mut emu_err = 0f64;
+    let (mut num, mut den) = (0f64, 0f64);
+    for (i, ((&g, &w), &e)) in o.iter().zip(&r.o).zip(&emu.o).enumerate() {
+        if !g.is_finite() {
+            return Err(format!("O[{i}] = {g} (reference {w})"));
+        }
+        let d = (g as f64 - w).abs();
+        max_err = max_err.max(d);
+        emu_err = emu_err.max((e - w).abs());
+        num += d * d;
+        den += w * w;
+    }
+    let rel = if den > 0.0 { (num / den).sqrt() } else { num.sqrt() };
+    if max_err > 2.0 * emu_err + 1e-5 {
+        return Err(format!("max|out-ref| {max_err:.3e} > 2·max|emu-ref| + 1e-5 = {:.3e}", 2.0 * emu_err + 1e-5));
+    }
+    if max_err > cap_abs || rel > cap_rel {
+        return Err(format!("max abs {max_err:.3e} (cap {cap_abs}), rel L2 {rel:.3e} (cap {cap_rel})"));
+    }
+    for (i, (&g, &w)) in lse.iter().zip(&r.lse).enumerate() {
+        if w == f64::NEG_INFINITY {
+            if g != f32::NEG_INFINITY {
+                return Err(format!("LSE[{i}] = {g}, expected -inf (fully masked row)"));
+            }
+            let d = r.o.len() / r.lse.len();
+            if o[i * d..(i + 1) * d].iter().any(|&x| x != 0.0) {
+                return Err(format!("row {i} is fully masked but O is not 0"));
+            }
+        } else if !((g as f64 - w).abs() <= 1e-3) {
+            return Err(format!("LSE[{i}] = {g}, reference {w}"));
+        }
+    }
+    Ok(())
+}
+
+fn run_all(cases: &[Case]) {
+    let failures: Vec<String> = cases.iter().filter_map(|c| check_case(c).err()).collect();
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+const DTYPES: [Dtype; 2] = [Dtype::F16, Dtype::Bf16];
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_seed_shapes() {
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        for causal in [Causal::None, Causal::TopLeft] {
+            cases.push(case(1, 8, 8, 512, 512, 64, causal, dt));
+            cases.push(case(2, 8, 8, 2048, 2048, 64, causal, dt));
+        }
+        cases.push(case(2, 8, 8, 2048, 2048, 128, Causal::None, dt));
+    }
+    run_all(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_tails() {
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        for d in [64, 128] {
+            for s in [1, 17, 63, 65, 511, 1000] {
+                for causal in [Causal::None, Causal::TopLeft] {
+                    cases.push(case(1, 2, 2, s, s, d, causal, dt));
+                }
+            }
+        }
+    }
+    run_all(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_cross_lengths_and_alignments() {
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        for d in [64, 128] {
+            for (sq, sk) in [(100, 300), (300, 100), (1, 777), (129, 64)] {
+                for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+                    cases.push(case(2, 2, 2, sq, sk, d, causal, dt));
+                }
+            }
+        }
+    }
+    run_all(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_gqa() {
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        for (hq, hkv) in [(8, 1), (8, 2), (4, 1)] {
+            cases.push(case(2, hq, hkv, 200, 200, 64, Causal::TopLeft, dt));
+            cases.push(case(1, hq, hkv, 130, 257, 128, Causal::None, dt));
+        }
+    }
+    run_all(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_fully_masked_rows() {
+    // Bottom-right with Sq > Sk: rows i < Sq − Sk see no key (O = 0, LSE = −∞).
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        cases.push(case(1, 2, 2, 300, 70, 64, Causal::BottomRight, dt));
+        cases.push(case(1, 2, 2, 200, 1, 128, Causal::BottomRight, dt));
+    }
+    run_all(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_every_config() {
+    let gpu = gpu();
+    let mut cases = Vec::new();
+    for cfg in CONFIGS {
+        for d in [64, 128] {
+            if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
+                continue;
+            }
+            for dt in DTYPES {
+                for causal in [Causal::None, Causal::BottomRight] {
+                    let mut c = case(1, 3, 3, 333, 301, d, causal, dt);
+                    c.config = Some(cfg);
+                    cases.push(c);
+                }
+            }
+        }
+    }
+    run_all(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_custom_scale() {
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        let mut c = case(1, 2, 2, 150, 150, 64, Causal::TopLeft, dt);
+        c.problem = c.problem.with_scale(0.3).unwrap();
+        cases.push(c);
+        let mut c = case(1, 2, 2, 150, 150, 128, Causal::None, dt);
+        c.problem = c.problem.with_scale(0.01).unwrap();
+        cases.push(c);
+    }
+    run_all(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn determinism_bitwise() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    for causal in [Causal::None, Causal::TopLeft] {
+        let p = Problem::new(AttnShape::new(2, 4, 2, 700, 700, 128).unwrap(), causal);
+        let s = p.shape();
+        let q: Vec<bf16> = randn(&mut rng, s.q_elems());
+        let k: Vec<bf16> = randn(&mut rng, s.kv_elems());
+        let v: Vec<bf16> = randn(&mut rng, s.kv_elems());
+        let a = run_gpu(&gpu, &p, &q, &k, &v, &ForwardOptions::default());
+        let b = run_gpu(&gpu, &p, &q, &k, &v, &ForwardOptions::default());
+        let bits = |x: &[bf16]| x.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a.0), bits(&b.0), "O differs between two runs");
+        let lbits = |x: &[f32]| x.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
+        assert_eq!(lbits(&a.1), lbits(&b.1), "LSE differs between two runs");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn stability_100k_launches_then_correct() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let p = Problem::new(AttnShape::self_attention(1, 8, 512, 64).unwrap(), Causal::None);
+    let s = p.shape();
+    let q: Vec<f16> = randn(&mut rng, s.q_elems());
+    let k: Vec<f16> = randn(&mut rng, s.kv_elems());
+    let v: Vec<f16> = randn(&mut rng, s.kv_elems());
+    let st = gpu.stream();
+    let (dq, dk, dv) = (st.clone_htod(&q).unwrap(), st.clone_htod(&k).unwrap(), st.clone_htod(&v).unwrap());
+    let mut o = upload_poisoned::<f16>(&gpu, s.o_elems());
+    let mut lse = st.clone_htod(&vec![f32::NAN; s.lse_elems()]).unwrap();
+    for i in 0..100_000 {
+        gpu.forward(&p, &dq, &dk, &dv, &mut o, Some(&mut lse), &ForwardOptions::default())
+            .unwrap_or_else(|e| panic!("launch {i}: {e}"));
+        if i % 10_000 == 9_999 {
+            st.synchronize().unwrap_or_else(|e| panic!("after launch {i}: {e}"));
+        }
+    }
+    let o: Vec<f32> = st.clone_dtoh(&o).unwrap().iter().map(|x| x.to_f32()).collect();
+    let lse = st.clone_dtoh(&lse).unwrap();
+    let r = reference::forward(&p, &q, &k, &v).unwrap();
+    let f = |x: &[f16]| x.iter().map(|e| e.to_f32()).collect::<Vec<f32>>();
+    let emu = forward_emulated(&p, &f(&q), &f(&k), &f(&v), Storage::F16).unwrap();
+    tolerance(&o, &lse, &r, &emu, Dtype::F16).unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn stability_four_concurrent_streams() {
+    let base = gpu();
+    let handles: Vec<FlashAttention> = (0..4).map(|_| base.fork().unwrap()).collect();
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let p = Problem::new(AttnShape::new(2, 8, 4, 513, 700, 128).unwrap(), Causal::BottomRight);
+    let s = p.shape();
+    let inputs: Vec<(Vec<f16>, Vec<f16>, Vec<f16>)> = (0..4)
+        .map(|_| (randn(&mut rng, s.q_elems()), randn(&mut rng, s.kv_elems()), randn(&mut rng, s.kv_elems())))
+        .collect();
+    std::thread::scope(|sc| {
+        for (h, (q, k, v)) in handles.iter().zip(&inputs) {
+            sc.spawn(move || {
+                let st = h.stream();
+                let (dq, dk, dv) = (st.clone_htod(q).unwrap(), st.clone_htod(k).unwrap(), st.clone_htod(v).unwrap());
+                let mut o = upload_poisoned::<f16>(h, s.o_elems());
+                let mut lse = st.clone_htod(&vec![f32::NAN; s.lse_elems()]).unwrap();
+                for _ in 0..200 {
+                    h.forward(&p, &dq, &dk, &dv, &mut o, Some(&mut lse), &ForwardOptions::default()).unwrap();
+                }
+                let o: Vec<f32> = st.clone_dtoh(&o).unwrap().iter().map(|x| x.to_f32()).collect();
+                let lse = st.clone_dtoh(&lse).unwrap();
+                let r = reference::forward(&p, q, k, v).unwrap();
+                let f = |x: &[f16]| x.iter().map(|e| e.to_f32()).collect::<Vec<f32>>();
+                let emu = forward_emulated(&p, &f(q), &f(k), &f(v), Storage::F16).unwrap();
+                tolerance(&o, &lse, &r, &emu, Dtype::F16).unwrap();
+            });
+        }
+    });
+}
+
+/// Small shapes with tails and both causal alignments, every config: what compute-sanitizer
+/// runs (memcheck, racecheck, initcheck, synccheck).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_small_shapes_every_config() {
+    let gpu = gpu();
+    let mut cases = Vec::new();
+    for cfg in CONFIGS {
+        for d in [64, 128] {
+            if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
+                continue;
+            }
+            for dt in DTYPES {
+                for (sq, sk, causal) in [(70, 70, Causal::None), (33, 90, Causal::BottomRight), (90, 33, Causal::TopLeft)] {
+                    let mut c = case(1, 2, 1, sq, sk, d, causal, dt);
+                    c.config = Some(cfg);
+                    cases.push(c);
+                }
+            }
+        }
+    }
+    run_all(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn resources_match_the_ptxas_report() {
+    let gpu = gpu();
+    let (ma, mi) = gpu.compute_capability();
+    let mut checked = 0;
+    for dt in DTYPES {
+        for d in [64, 128] {
+            let unit = attn_kernels::config::unit_name(dt, d);
+            let cubin = attn_kernels::cubin::select(&unit, false, ma, mi).expect("a cubin for this GPU");
+            for cfg in CONFIGS {
+                if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
+                    continue;
+                }
+                for causal in [false, true] {
+                    let mode = if causal { attn_kernels::KernelMode::Causal } else { attn_kernels::KernelMode::Full };
+                    let name = attn_kernels::config::kernel_name(dt, d, &cfg, mode);
+                    let regs = ptxas_registers(cubin.ptxas_log, &name)
+                        .unwrap_or_else(|| panic!("{name} not in the ptxas log"));
+                    let res = gpu.resources(dt, d, &cfg, causal).unwrap();
+                    assert_eq!(res.registers as usize, regs, "{name}: driver vs ptxas registers");
+                    assert_eq!(res.static_smem, 0, "{name}: the kernels use dynamic shared memory only");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 16);
+}
+
+/// "Used N registers" of `kernel` in a ptxas -v log.
+fn ptxas_registers(log: &str, kernel: &str) -> Option<usize> {
+    let mut in_kernel = false;
+    for line in log.lines() {
+        if line.contains("Compiling entry function") || line.contains("Function properties for") {
+            in_kernel = line.contains(&format!("'{kernel}'")) || line.trim_end().ends_with(kernel);
+        }
+        if in_kernel {
+            if let Some(rest) = line.split("Used ").nth(1) {
+                return rest.split_whitespace().next()?.parse().ok();
+            }
+        }
+    }
+    None
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn validation_errors_launch_nothing() {
+    let gpu = gpu();
+    let st = gpu.stream();
+    let p = Problem::new(AttnShape::self_attention(1, 2, 64, 64).unwrap(), Causal::None);
+    let s = p.shape();
+    let good: CudaSlice<f16> = st.clone_htod(&vec![f16::from_f32(1.0); s.q_elems()]).unwrap();
+    let short: CudaSlice<f16> = st.clone_htod(&vec![f16::from_f32(1.0); s.q_elems() - 1]).unwrap();
+    let sentinel = f16::from_f32(7.0);
+    let mut o: CudaSlice<f16> = st.clone_htod(&vec![sentinel; s.o_elems()]).unwrap();
+    let err = gpu
+        .forward(&p, &short, &good, &good, &mut o, None, &ForwardOptions::default())
+        .unwrap_err();
+    assert!(matches!(err, KernelError::BufferLength { tensor: "Q", .. }), "{err}");
+    let mut lse_short = st.clone_htod(&vec![0f32; 3]).unwrap();
+    let err = gpu
+        .forward(&p, &good, &good, &good, &mut o, Some(&mut lse_short), &ForwardOptions::default())
+        .unwrap_err();
+    assert!(matches!(err, KernelError::BufferLength { tensor: "LSE", .. }), "{err}");
+    let p96 = Problem::new(AttnShape::self_attention(1, 2, 64, 96).unwrap(), Causal::None);
+    let q96: CudaSlice<f16> = st.clone_htod(&vec![f16::from_f32(1.0); p96.shape().q_elems()]).unwrap();
+    let mut o96: CudaSlice<f16> = st.clone_htod(&vec![sentinel; p96.shape().q_elems()]).unwrap();
+    let err = gpu
+        .forward(&p96, &q96, &q96, &q96, &mut o96, None, &ForwardOptions::default())
+        .unwrap_err();
+    assert!(matches!(err, KernelError::UnsupportedHeadDim(96)), "{err}");
+    // Nothing was written.
+    let back = st.clone_dtoh(&o).unwrap();
+    assert!(back.iter().all(|&x| x == sentinel));
+}
+
+#[cfg(feature = "debug-kernels")]
+mod debug {
+    use super::*;
+    use attn_kernels::debug::DebugVariant;
+    use attn_ref::reference::tiled::forward_tiled;
+
+    fn max_tile_err(
+        got: &[attn_ref::Tile],
+        want: &[attn_ref::Tile],
+        field: fn(&attn_ref::Tile) -> &Vec<f64>,
+    ) -> f64 {
+        assert_eq!(got.len(), want.len(), "number of processed tiles");
+        let mut worst = 0f64;
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(g.id, w.id);
+            for (&a, &b) in field(g).iter().zip(field(w)) {
+                if a == b {
+                    continue; // both -inf (masked) compare equal
+                }
+                worst = worst.max((a - b).abs() / (1.0 + b.abs()));
+            }
+        }
+        worst
+    }
+
+    fn dumps(p: &Problem, variant: DebugVariant, blocks: &[(usize, usize, usize)]) -> (f64, f64, f64) {
+        let gpu = gpu();
+        let mut rng = StdRng::seed_from_u64(fresh_seed());
+        let s = p.shape();
+        let q: Vec<f16> = randn(&mut rng, s.q_elems());
+        let k: Vec<f16> = randn(&mut rng, s.kv_elems());
+        let v: Vec<f16> = randn(&mut rng, s.kv_elems());
+        let cfg = attn_kernels::KernelConfig::by_name("64_64_4_s2").unwrap();
+        let out = gpu
+            .forward_debug(p, &q, &k, &v, blocks, variant, &ForwardOptions { config: Some(cfg) })
+            .unwrap();
+        let (_, want) = forward_tiled(p, &q, &k, &v, 64, 64, blocks).unwrap();
+        (
+            max_tile_err(&out.tiles, &want, |t| &t.s),
+            max_tile_err(&out.tiles, &want, |t| &t.p),
+            max_tile_err(&out.tiles, &want, |t| &t.l),
+        )
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn correctness_debug_dumps_match_the_tiled_reference() {
+        let p = Problem::new(AttnShape::self_attention(1, 8, 512, 64).unwrap(), Causal::None);
+        let (s, pe, l) = dumps(&p, DebugVariant::Correct, &[(0, 0, 0), (0, 5, 7)]);
+        assert!(s < 1e-3 && pe < 2e-3 && l < 2e-3, "S {s:.2e} P {pe:.2e} l {l:.2e}");
+        let p = Problem::new(AttnShape::new(1, 2, 1, 100, 77, 128).unwrap(), Causal::BottomRight);
+        let (s, pe, l) = dumps(&p, DebugVariant::Correct, &[(0, 1, 1)]);
+        assert!(s < 1e-3 && pe < 2e-3 && l < 2e-3, "S {s:.2e} P {pe:.2e} l {l:.2e}");
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn correctness_broken_rescale_is_caught_at_the_p_stage() {
+        let p = Problem::new(AttnShape::self_attention(1, 2, 256, 64).unwrap(), Causal::None);
+        let (s, _pe, l) = dumps(&p, DebugVariant::BrokenRescale, &[(0, 0, 0)]);
+        assert!(s < 1e-3, "S must still match: {s:.2e}");
+        assert!(l > 1e-2, "the missing rescale must show in l / P: {l:.2e}");
+    }
+}
