@@ -1,0 +1,221 @@
+//! The tolerance rule of DESIGN.md §3: the primary FlashAttention-3 rule
+//! `max|out − ref| ≤ 2·max|emu − ref| + 1e-5`, where `emu` is the reference run with the
+//! kernel's rounding points, plus fixed sanity caps per storage type.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::compare::sci;
+use crate::OracleReport;
+
+/// The storage type of Q, K, V (and O) in the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// FP8 E4M3 with per-head scales.
+    Fp8E4m3,
+}
+
+impl Storage {
+    /// Parses `f16`, `bf16` or `e4m3`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "f16" | "fp16" => Some(Storage::F16),
+            "bf16" => Some(Storage::Bf16),
+            "e4m3" | "fp8" => Some(Storage::Fp8E4m3),
+            _ => None,
+        }
+    }
+    /// The CLI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Storage::F16 => "f16",
+            Storage::Bf16 => "bf16",
+            Storage::Fp8E4m3 => "e4m3",
+        }
+    }
+}
+
+/// Sanity caps of DESIGN.md §3 (kernel vs the f64 reference).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Caps {
+    /// Max abs error of O; `None` where the table has no entry (FP8).
+    pub max_abs: Option<f64>,
+    /// `‖out − ref‖ / ‖ref‖` of O.
+    pub rel_l2: f64,
+    /// Max abs error of LSE.
+    pub lse_abs: f64,
+}
+
+impl Caps {
+    /// The table's row for a storage type.
+    pub fn for_storage(storage: Storage) -> Self {
+        match storage {
+            Storage::F16 => Caps {
+                max_abs: Some(4e-3),
+                rel_l2: 1e-3,
+                lse_abs: 1e-3,
+            },
+            Storage::Bf16 => Caps {
+                max_abs: Some(3e-2),
+                rel_l2: 8e-3,
+                lse_abs: 1e-3,
+            },
+            Storage::Fp8E4m3 => Caps {
+                max_abs: None,
+                rel_l2: 3e-2,
+                lse_abs: 2e-2,
+            },
+        }
+    }
+}
+
+/// The rule: `max|out − ref| ≤ emu_factor·max|emu − ref| + floor`, and the caps.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ToleranceRule {
+    /// The storage type the caps are for.
+    pub storage: Storage,
+    /// Multiplier of the emulation's error (2).
+    pub emu_factor: f64,
+    /// Absolute floor (1e-5), so that an emulation exact by luck does not demand exactness.
+    pub floor: f64,
+    /// Sanity caps.
+    pub caps: Caps,
+}
+
+impl ToleranceRule {
+    /// The rule of DESIGN.md §3 for a storage type.
+    pub fn for_storage(storage: Storage) -> Self {
+        Self {
+            storage,
+            emu_factor: 2.0,
+            floor: 1e-5,
+            caps: Caps::for_storage(storage),
+        }
+    }
+
+    /// The primary bound on `max|out − ref|` given the emulation's `max|emu − ref|`.
+    pub fn bound(&self, emu_max_abs: f64) -> f64 {
+        self.emu_factor * emu_max_abs + self.floor
+    }
+
+    /// Checks the kernel's O (and LSE when given) against the rule. `out` and `emu` are the
+    /// kernel's and the emulation's comparisons with the same f64 reference. Any unexpected
+    /// NaN/Inf fails, whatever the numbers.
+    pub fn check(
+        &self,
+        out: &OracleReport,
+        emu: &OracleReport,
+        lse: Option<&OracleReport>,
+    ) -> Verdict {
+        let bound = self.bound(emu.max_abs);
+        let mut reasons = Vec::new();
+        let nonfinite = out.nonfinite_faults();
+        if nonfinite > 0 {
+            reasons.push(format!(
+                "O has {nonfinite} NaN/Inf values the reference does not have"
+            ));
+        }
+        if emu.nonfinite_faults() > 0 {
+            reasons.push(format!(
+                "the emulation itself has {} NaN/Inf values the reference does not have: the bound is meaningless",
+                emu.nonfinite_faults()
+            ));
+        }
+        if out.max_abs > bound {
+            reasons.push(format!(
+                "max|out − ref| = {} > {}·max|emu − ref| + {} = {}",
+                sci(out.max_abs),
+                self.emu_factor,
+                sci(self.floor),
+                sci(bound)
+            ));
+        }
+        if let Some(cap) = self.caps.max_abs {
+            if out.max_abs > cap {
+                reasons.push(format!(
+                    "max abs {} > the {} cap {}",
+                    sci(out.max_abs),
+                    self.storage.as_str(),
+                    sci(cap)
+                ));
+            }
+        }
+        if out.rel_l2 > self.caps.rel_l2 {
+            reasons.push(format!(
+                "rel L2 {} > the {} cap {}",
+                sci(out.rel_l2),
+                self.storage.as_str(),
+                sci(self.caps.rel_l2)
+            ));
+        }
+        let mut lse_max_abs = None;
+        if let Some(l) = lse {
+            lse_max_abs = Some(l.max_abs);
+            if l.nonfinite_faults() > 0 {
+                reasons.push(format!(
+                    "LSE has {} NaN/Inf values the reference does not have",
+                    l.nonfinite_faults()
+                ));
+            }
+            if l.max_abs > self.caps.lse_abs {
+                reasons.push(format!(
+                    "LSE max abs {} > the cap {}",
+                    sci(l.max_abs),
+                    sci(self.caps.lse_abs)
+                ));
+            }
+        }
+        Verdict {
+            pass: reasons.is_empty(),
+            reasons,
+            bound,
+            out_max_abs: out.max_abs,
+            emu_max_abs: emu.max_abs,
+            out_rel_l2: out.rel_l2,
+            lse_max_abs,
+        }
+    }
+}
+
+/// The outcome of [`ToleranceRule::check`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// Whether every check holds.
+    pub pass: bool,
+    /// One line per failed check (empty when `pass`).
+    pub reasons: Vec<String>,
+    /// The primary bound `2·max|emu − ref| + 1e-5`.
+    pub bound: f64,
+    /// `max|out − ref|`.
+    pub out_max_abs: f64,
+    /// `max|emu − ref|`.
+    pub emu_max_abs: f64,
+    /// `‖out − ref‖ / ‖ref‖`.
+    pub out_rel_l2: f64,
+    /// LSE max abs, when checked.
+    pub lse_max_abs: Option<f64>,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "tolerance: {} (max|out − ref| {} vs bound {}, emu {}, rel L2 {})",
+            if self.pass { "PASS" } else { "FAIL" },
+            sci(self.out_max_abs),
+            sci(self.bound),
+            sci(self.emu_max_abs),
+            sci(self.out_rel_l2)
+        )?;
+        for r in &self.reasons {
+            writeln!(f, "  - {r}")?;
+        }
+        Ok(())
+    }
+}
