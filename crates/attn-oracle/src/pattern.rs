@@ -631,6 +631,19 @@ fn rows(c: &Context<'_>, ev: &mut Vec<String>) -> ErrorPattern {
             ev.push(format!(
                 "rows s < {tail} are within the threshold; {rows_wrong} wrong rows in {heads_wrong} heads"
             ));
+            // With a causal mask the rows of the query tail can be exactly the rows that
+            // reach the partial last key tile (Sq == Sk): say so rather than guess.
+            let kv = c.kv_len;
+            let bn = c.opts.block_n;
+            if c.opts.causal != Causal::None && kv % bn != 0 && c.dims.kind == TensorKind::O {
+                let key_tail = kv / bn * bn;
+                let reach = |s: usize| c.opts.causal.visible_keys(s, s_len, kv) > key_tail;
+                if reach(first_s) && (first_s == 0 || !reach(first_s - 1)) {
+                    ev.push(format!(
+                        "the same rows are those reaching the partial last key tile (keys {key_tail}..{kv}): it may be the key tail instead; dump tiles to tell"
+                    ));
+                }
+            }
             return ErrorPattern::TileEdges {
                 axis: Axis::Query,
                 start: tail,
