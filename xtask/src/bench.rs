@@ -1,9 +1,648 @@
-//! `cargo xtask bench` (not implemented yet).
+//! `cargo xtask bench`: our kernel against PyTorch SDPA (flash, efficient, cudnn), both timed
+//! in the same run with the same protocol (DESIGN.md §7), summarized by attn-stats.
+//!
+//! Protocol: random N(0,1) inputs, rotated across up to 8 sets when one set fits in L2
+//! (50 MB); ≥ 20 warm-ups; ≥ 200 samples. Each sample is a CUDA event pair around one launch
+//! ("events"), or, for shapes whose launch is under 20 µs, around one replay of a CUDA graph
+//! of 20 launches divided by 20 ("graph") — the SDPA side then captures a graph too. Samples
+//! are enqueued back to back and synchronized once.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Arc,
+};
+
+use anyhow::{bail, Context};
+use attn_kernels::{Dtype, FlashAttention, ForwardOptions, KernelConfig, StorageType};
+use attn_ref::{AttnShape, Causal, Problem};
+use cudarc::driver::{sys, CudaSlice, CudaStream};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand_distr::StandardNormal;
+use serde::Serialize;
+
+/// The SDPA timing script, embedded so the bundle's xtask binary needs nothing beside it.
+pub const SDPA_SCRIPT: &str = include_str!("../scripts/sdpa_bench.py");
+
+const L2_BYTES: usize = 50 * 1024 * 1024;
+const GRAPH_LAUNCHES: usize = 20;
 
 /// Arguments of `cargo xtask bench`.
-#[derive(clap::Args)]
-pub struct Args {}
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    /// Shape set: seed, large, decode or all.
+    #[arg(long, default_value = "seed")]
+    shapes: String,
+    /// One shape `B,H,S,D` instead of a set (with --causal).
+    #[arg(long)]
+    shape: Option<String>,
+    /// Causal mode for --shape: none, top-left, bottom-right.
+    #[arg(long, default_value = "none")]
+    causal: String,
+    /// f16, bf16 or both.
+    #[arg(long, default_value = "f16")]
+    dtype: String,
+    /// Kernel config name (default: the chooser's).
+    #[arg(long)]
+    config: Option<String>,
+    /// Warm-up launches per shape.
+    #[arg(long, default_value_t = 30)]
+    warmup: usize,
+    /// Timed samples per shape and backend.
+    #[arg(long, default_value_t = 300)]
+    samples: usize,
+    /// Where bench.json and samples/*.csv go.
+    #[arg(long, default_value = "target/bench")]
+    out_dir: PathBuf,
+    /// Skip the SDPA side (our kernel only).
+    #[arg(long)]
+    no_sdpa: bool,
+    /// Warm up, then launch exactly once (for ncu) and exit.
+    #[arg(long)]
+    once: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`cargo xtask bench` is not implemented yet")
+/// One benchmark shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BenchShape {
+    pub b: usize,
+    pub hq: usize,
+    pub hkv: usize,
+    pub sq: usize,
+    pub sk: usize,
+    pub d: usize,
+    pub causal: Causal,
+}
+
+impl BenchShape {
+    fn mha(b: usize, h: usize, s: usize, d: usize, causal: bool) -> Self {
+        Self {
+            b,
+            hq: h,
+            hkv: h,
+            sq: s,
+            sk: s,
+            d,
+            causal: if causal { Causal::TopLeft } else { Causal::None },
+        }
+    }
+
+    /// `1,8,512,64` (+ `-causal`), or `1,32,1x8192,128` for Sq ≠ Sk.
+    pub fn name(&self) -> String {
+        let s = if self.sq == self.sk {
+            format!("{}", self.sq)
+        } else {
+            format!("{}x{}", self.sq, self.sk)
+        };
+        let c = if self.causal == Causal::None { "" } else { "-causal" };
+        format!("{},{},{},{}{c}", self.b, self.hq, s, self.d)
+    }
+
+    fn problem(&self) -> anyhow::Result<Problem> {
+        Ok(Problem::new(
+            AttnShape::new(self.b, self.hq, self.hkv, self.sq, self.sk, self.d)?,
+            self.causal,
+        ))
+    }
+}
+
+/// The shape sets of DESIGN.md §7.
+pub fn shape_set(name: &str) -> anyhow::Result<Vec<BenchShape>> {
+    let seed = || {
+        [(1, 8, 512, 64), (2, 8, 512, 64), (2, 8, 2048, 64), (2, 8, 2048, 128)]
+            .into_iter()
+            .flat_map(|(b, h, s, d)| [BenchShape::mha(b, h, s, d, false), BenchShape::mha(b, h, s, d, true)])
+            .collect::<Vec<_>>()
+    };
+    let large = || {
+        vec![
+            BenchShape::mha(4, 16, 4096, 64, false),
+            BenchShape::mha(4, 16, 4096, 64, true),
+            BenchShape::mha(4, 16, 4096, 128, false),
+            BenchShape::mha(4, 16, 4096, 128, true),
+            BenchShape::mha(1, 16, 16384, 128, false),
+        ]
+    };
+    let decode = || {
+        vec![BenchShape {
+            b: 1,
+            hq: 32,
+            hkv: 32,
+            sq: 1,
+            sk: 8192,
+            d: 128,
+            causal: Causal::None,
+        }]
+    };
+    Ok(match name {
+        "seed" => seed(),
+        "large" => large(),
+        "decode" => decode(),
+        "all" => [seed(), large(), decode()].concat(),
+        other => bail!("unknown shape set `{other}`: expected seed, large, decode or all"),
+    })
+}
+
+/// Parses `B,H,S,D`.
+pub fn parse_shape(s: &str, causal: Causal) -> anyhow::Result<BenchShape> {
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|x| x.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("--shape `{s}`: expected B,H,S,D"))?;
+    let [b, h, sl, d] = v[..] else {
+        bail!("--shape `{s}`: expected four numbers B,H,S,D");
+    };
+    Ok(BenchShape {
+        b,
+        hq: h,
+        hkv: h,
+        sq: sl,
+        sk: sl,
+        d,
+        causal,
+    })
+}
+
+/// One row of bench.json (the contract `cargo xtask gate` reads).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRow {
+    pub shape: String,
+    pub causal: bool,
+    pub dtype: String,
+    pub kernel: String,
+    pub method: String,
+    pub ours: attn_stats::SampleReport,
+    pub tflops: f64,
+    pub champion: Option<Champion>,
+    pub ratio: Option<f64>,
+    pub ratio_ci_low: Option<f64>,
+    pub ratio_ci_high: Option<f64>,
+    pub hedges_g: Option<f64>,
+    pub decision: Option<String>,
+    /// mean(ours) / mean(SDPA flash backend), when flash ran.
+    pub ratio_to_flash: Option<f64>,
+    pub sdpa: Vec<SdpaResult>,
+}
+
+/// The fastest SDPA backend of a shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct Champion {
+    pub backend: String,
+    #[serde(flatten)]
+    pub summary: attn_stats::SampleReport,
+}
+
+/// One SDPA backend's median, or why it did not run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SdpaResult {
+    pub backend: String,
+    pub median_us: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// bench.json.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub device: String,
+    pub date: String,
+    pub commit: String,
+    pub torch: Option<String>,
+    pub rows: Vec<BenchRow>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let shapes = match &args.shape {
+        Some(s) => vec![parse_shape(s, Causal::parse(&args.causal)?)?],
+        None => shape_set(&args.shapes)?,
+    };
+    let dtypes = match args.dtype.as_str() {
+        "both" => vec![Dtype::F16, Dtype::Bf16],
+        d => vec![Dtype::parse(d)?],
+    };
+    let config = args.config.as_deref().map(KernelConfig::by_name).transpose()?;
+    let gpu = crate::forward::gpu()?;
+    if args.once {
+        let shape = shapes.first().context("no shape")?;
+        for &dt in &dtypes {
+            time_ours(&gpu, shape, dt, config, 5, 1, true)?;
+        }
+        return Ok(());
+    }
+    std::fs::create_dir_all(args.out_dir.join("samples"))
+        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let report = bench(&gpu, &shapes, &dtypes, config, &args)?;
+    let path = args.out_dir.join("bench.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("{}", render_table(&report));
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+fn bench(
+    gpu: &Arc<FlashAttention>,
+    shapes: &[BenchShape],
+    dtypes: &[Dtype],
+    config: Option<KernelConfig>,
+    args: &Args,
+) -> anyhow::Result<BenchReport> {
+    // Our side first, then the SDPA script on the same GPU in the same run.
+    let mut ours = Vec::new();
+    for &dt in dtypes {
+        for shape in shapes {
+            let t = time_ours(gpu, shape, dt, config, args.warmup, args.samples, false)?;
+            let name = format!("{}-{}", shape.name(), dt);
+            write_csv(&args.out_dir.join("samples").join(format!("{name}-ours.csv")), &t.samples_us)?;
+            eprintln!("{name}: ours median {:.2} µs ({})", median(&t.samples_us), t.method);
+            ours.push((shape, dt, t));
+        }
+    }
+    let sdpa = if args.no_sdpa {
+        None
+    } else {
+        Some(run_sdpa(&ours, args)?)
+    };
+    let mut rows = Vec::new();
+    for (shape, dt, t) in &ours {
+        let name = format!("{}-{}", shape.name(), dt);
+        let mine = attn_stats::Summary::new(&t.samples_us)
+            .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        let opts = attn_stats::CompareOptions::default();
+        let mut row = BenchRow {
+            shape: name.clone(),
+            causal: shape.causal != Causal::None,
+            dtype: dt.to_string(),
+            kernel: t.kernel.clone(),
+            method: t.method.to_string(),
+            ours: attn_stats::compare(&t.samples_us, &t.samples_us, &opts)
+                .map(|c| c.baseline)
+                .map_err(|e| anyhow::anyhow!("{name}: {e}"))?,
+            tflops: shape.problem()?.shape().flops(shape.causal) / (mine.median * 1e-6) / 1e12,
+            champion: None,
+            ratio: None,
+            ratio_ci_low: None,
+            ratio_ci_high: None,
+            hedges_g: None,
+            decision: None,
+            ratio_to_flash: None,
+            sdpa: Vec::new(),
+        };
+        if let Some(sdpa) = &sdpa {
+            let mut best: Option<(String, Vec<f64>)> = None;
+            for r in sdpa.iter().filter(|r| r.name == name) {
+                row.sdpa.push(SdpaResult {
+                    backend: r.backend.clone(),
+                    median_us: r.samples.as_ref().map(|s| median(s)),
+                    error: r.error.clone(),
+                });
+                if let Some(s) = &r.samples {
+                    if r.backend == "sdpa_flash" {
+                        row.ratio_to_flash = Some(mean(&t.samples_us) / mean(s));
+                    }
+                    if best.as_ref().is_none_or(|(_, b)| median(s) < median(b)) {
+                        best = Some((r.backend.clone(), s.clone()));
+                    }
+                }
+            }
+            if let Some((backend, champ)) = best {
+                let c = attn_stats::compare(&champ, &t.samples_us, &opts)
+                    .map_err(|e| anyhow::anyhow!("{name} vs {backend}: {e}"))?;
+                row.ours = c.candidate;
+                row.champion = Some(Champion {
+                    backend,
+                    summary: c.baseline,
+                });
+                row.ratio = Some(c.ratio);
+                row.ratio_ci_low = Some(c.ratio_ci_low);
+                row.ratio_ci_high = Some(c.ratio_ci_high);
+                row.hedges_g = c.hedges_g;
+                row.decision = Some(c.decision.to_string());
+            }
+        }
+        rows.push(row);
+    }
+    let (ma, mi) = gpu.compute_capability();
+    Ok(BenchReport {
+        device: format!("sm_{ma}{mi}, {} SMs", gpu.sm_count()),
+        date: today(),
+        commit: git_commit(),
+        torch: None,
+        rows,
+    })
+}
+
+struct OurTiming {
+    samples_us: Vec<f64>,
+    kernel: String,
+    method: &'static str,
+}
+
+fn randn_device<T: StorageType>(
+    stream: &Arc<CudaStream>,
+    rng: &mut StdRng,
+    n: usize,
+) -> anyhow::Result<CudaSlice<T>> {
+    let host: Vec<T> = (0..n)
+        .map(|_| T::from_f32(rng.sample::<f32, _>(StandardNormal)))
+        .collect();
+    Ok(stream.clone_htod(&host)?)
+}
+
+fn time_ours(
+    gpu: &Arc<FlashAttention>,
+    shape: &BenchShape,
+    dtype: Dtype,
+    config: Option<KernelConfig>,
+    warmup: usize,
+    samples: usize,
+    once: bool,
+) -> anyhow::Result<OurTiming> {
+    match dtype {
+        Dtype::F16 => time_typed::<half::f16>(gpu, shape, config, warmup, samples, once),
+        Dtype::Bf16 => time_typed::<half::bf16>(gpu, shape, config, warmup, samples, once),
+    }
+}
+
+type InputSet<T> = (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>, CudaSlice<T>);
+
+fn time_typed<T: StorageType>(
+    gpu: &Arc<FlashAttention>,
+    shape: &BenchShape,
+    config: Option<KernelConfig>,
+    warmup: usize,
+    samples: usize,
+    once: bool,
+) -> anyhow::Result<OurTiming> {
+    let p = shape.problem()?;
+    let s = *p.shape();
+    let stream = gpu.stream().clone();
+    let bytes = 2 * (2 * s.q_elems() + 2 * s.kv_elems());
+    let n_sets = (2 * L2_BYTES).div_ceil(bytes).clamp(1, 8);
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let mut sets: Vec<InputSet<T>> = Vec::new();
+    for _ in 0..n_sets {
+        sets.push((
+            randn_device::<T>(&stream, &mut rng, s.q_elems())?,
+            randn_device::<T>(&stream, &mut rng, s.kv_elems())?,
+            randn_device::<T>(&stream, &mut rng, s.kv_elems())?,
+            stream.alloc_zeros::<T>(s.o_elems())?,
+        ));
+    }
+    let mut lse = stream.alloc_zeros::<f32>(s.lse_elems())?;
+    let opts = ForwardOptions { config };
+    let mut kernel = String::new();
+    let mut launch = |i: usize| -> anyhow::Result<()> {
+        let (q, k, v, o) = &mut sets[i % n_sets];
+        let info = gpu.forward(&p, q, k, v, o, Some(&mut lse), &opts)?;
+        if kernel.is_empty() {
+            kernel = format!("{} ({})", info.kernel, info.config.name());
+        }
+        Ok(())
+    };
+    for i in 0..warmup {
+        launch(i)?;
+    }
+    stream.synchronize()?;
+    if once {
+        launch(0)?;
+        stream.synchronize()?;
+        return Ok(OurTiming {
+            samples_us: Vec::new(),
+            kernel,
+            method: "once",
+        });
+    }
+    let ctx = gpu.context();
+    let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    // Probe: is one launch under 20 µs? Then time graph replays instead.
+    let probe_ev: Vec<_> = (0..22).map(|_| ctx.new_event(timing)).collect::<Result<_, _>>()?;
+    for (i, w) in probe_ev.chunks(2).enumerate() {
+        w[0].record(&stream)?;
+        launch(i)?;
+        w[1].record(&stream)?;
+    }
+    stream.synchronize()?;
+    let mut probe: Vec<f64> = probe_ev
+        .chunks(2)
+        .map(|w| w[0].elapsed_ms(&w[1]).map(|ms| ms as f64 * 1e3))
+        .collect::<Result<_, _>>()?;
+    probe.sort_by(f64::total_cmp);
+    let use_graph = probe[probe.len() / 2] < 20.0;
+    let events: Vec<_> = (0..2 * samples)
+        .map(|_| ctx.new_event(timing))
+        .collect::<Result<_, _>>()?;
+    let samples_us = if use_graph {
+        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        for i in 0..GRAPH_LAUNCHES {
+            launch(i)?;
+        }
+        let graph = stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))?
+            .context("empty CUDA graph")?;
+        graph.upload()?;
+        for _ in 0..warmup.div_ceil(GRAPH_LAUNCHES).max(2) {
+            graph.launch()?;
+        }
+        for w in events.chunks(2) {
+            w[0].record(&stream)?;
+            graph.launch()?;
+            w[1].record(&stream)?;
+        }
+        stream.synchronize()?;
+        events
+            .chunks(2)
+            .map(|w| w[0].elapsed_ms(&w[1]).map(|ms| ms as f64 * 1e3 / GRAPH_LAUNCHES as f64))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        for (i, w) in events.chunks(2).enumerate() {
+            w[0].record(&stream)?;
+            launch(i)?;
+            w[1].record(&stream)?;
+        }
+        stream.synchronize()?;
+        events
+            .chunks(2)
+            .map(|w| w[0].elapsed_ms(&w[1]).map(|ms| ms as f64 * 1e3))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    Ok(OurTiming {
+        samples_us,
+        kernel,
+        method: if use_graph { "graph" } else { "events" },
+    })
+}
+
+struct SdpaSamples {
+    name: String,
+    backend: String,
+    samples: Option<Vec<f64>>,
+    error: Option<String>,
+}
+
+fn run_sdpa(ours: &[(&BenchShape, Dtype, OurTiming)], args: &Args) -> anyhow::Result<Vec<SdpaSamples>> {
+    let spec: Vec<serde_json::Value> = ours
+        .iter()
+        .map(|(s, dt, t)| {
+            serde_json::json!({
+                "name": format!("{}-{}", s.name(), dt), "b": s.b, "hq": s.hq, "hkv": s.hkv,
+                "sq": s.sq, "sk": s.sk, "d": s.d, "causal": s.causal != Causal::None,
+                "bottom_right": s.causal == Causal::BottomRight,
+                "dtype": dt.as_str(), "method": t.method, "graph_launches": GRAPH_LAUNCHES,
+            })
+        })
+        .collect();
+    let spec_path = args.out_dir.join("sdpa_spec.json");
+    std::fs::write(&spec_path, serde_json::to_string_pretty(&spec)?)?;
+    let script = args.out_dir.join("sdpa_bench.py");
+    std::fs::write(&script, SDPA_SCRIPT)?;
+    let status = Command::new("python3")
+        .arg(&script)
+        .arg("--spec")
+        .arg(&spec_path)
+        .arg("--out-dir")
+        .arg(&args.out_dir)
+        .arg("--warmup")
+        .arg(args.warmup.to_string())
+        .arg("--samples")
+        .arg(args.samples.to_string())
+        .status()
+        .context("running python3 (the SDPA baseline needs python3 with torch)")?;
+    if !status.success() {
+        bail!("the SDPA baseline script failed ({status})");
+    }
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(args.out_dir.join("sdpa.json")).context("reading sdpa.json")?,
+    )?;
+    let mut out = Vec::new();
+    for r in summary["results"].as_array().context("sdpa.json: no results")? {
+        let name = r["name"].as_str().unwrap_or_default().to_string();
+        let backend = r["backend"].as_str().unwrap_or_default().to_string();
+        let samples = match r["csv"].as_str() {
+            Some(p) => Some(read_csv(Path::new(p))?),
+            None => None,
+        };
+        out.push(SdpaSamples {
+            name,
+            backend,
+            samples,
+            error: r["error"].as_str().map(str::to_string),
+        });
+    }
+    Ok(out)
+}
+
+fn write_csv(path: &Path, us: &[f64]) -> anyhow::Result<()> {
+    let s: String = us.iter().map(|x| format!("{x:.4}\n")).collect();
+    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+fn read_csv(path: &Path) -> anyhow::Result<Vec<f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    attn_stats::samples_from_csv(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+fn median(x: &[f64]) -> f64 {
+    let mut v = x.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn mean(x: &[f64]) -> f64 {
+    x.iter().sum::<f64>() / x.len() as f64
+}
+
+/// Markdown table of a report: µs, TFLOP/s, champion, ratio with CI, g, decision.
+pub fn render_table(r: &BenchReport) -> String {
+    let mut s = format!(
+        "device {}, {}, commit {}\n\n| shape | kernel | method | ours µs (median [CI of mean]) | TFLOP/s | champion | champion µs | ours/champion (CI) | ours/flash | g | decision |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        r.device, r.date, r.commit
+    );
+    for row in &r.rows {
+        let champ = row.champion.as_ref();
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.2} [{:.2}, {:.2}] | {:.1} | {} | {} | {} | {} | {} | {} |\n",
+            row.shape,
+            row.kernel,
+            row.method,
+            row.ours.median,
+            row.ours.ci_low,
+            row.ours.ci_high,
+            row.tflops,
+            champ.map_or("-".into(), |c| c.backend.clone()),
+            champ.map_or("-".into(), |c| format!("{:.2}", c.summary.median)),
+            match (row.ratio, row.ratio_ci_low, row.ratio_ci_high) {
+                (Some(r), Some(l), Some(h)) => format!("{r:.3} ({l:.3}–{h:.3})"),
+                _ => "-".into(),
+            },
+            row.ratio_to_flash.map_or("-".into(), |x| format!("{x:.3}")),
+            row.hedges_g.map_or("-".into(), |g| format!("{g:.2}")),
+            row.decision.clone().unwrap_or_else(|| "-".into()),
+        ));
+    }
+    s
+}
+
+/// Today's date (UTC) as YYYY-MM-DD, from the system clock.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The current git commit, or `ATTN_COMMIT` (set by the bundle), or "unknown".
+pub fn git_commit() -> String {
+    if let Ok(c) = std::env::var("ATTN_COMMIT") {
+        return c;
+    }
+    Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_sets_match_the_design() {
+        let seed = shape_set("seed").unwrap();
+        assert_eq!(seed.len(), 8);
+        assert_eq!(seed[0].name(), "1,8,512,64");
+        assert_eq!(seed[1].name(), "1,8,512,64-causal");
+        assert_eq!(shape_set("decode").unwrap()[0].name(), "1,32,1x8192,128");
+        assert_eq!(shape_set("all").unwrap().len(), 8 + 5 + 1);
+        assert!(shape_set("tiny").is_err());
+    }
+
+    #[test]
+    fn shape_parsing_rejects_junk() {
+        assert_eq!(parse_shape("1,8,512,64", Causal::None).unwrap().sq, 512);
+        assert!(parse_shape("1,8,512", Causal::None).is_err());
+        assert!(parse_shape("1,8,x,64", Causal::None).is_err());
+    }
+
+    #[test]
+    fn date_is_civil() {
+        let d = today();
+        assert_eq!(d.len(), 10);
+        assert!(d.starts_with("20"));
+    }
 }

@@ -1,9 +1,173 @@
-//! `cargo xtask bundle` (not implemented yet).
+//! `cargo xtask bundle`: everything a GPU host without Rust needs, in `target/bundle/`
+//! (DESIGN.md §6): the release GPU test binary, the xtask binary (bench, sanitize, oracle,
+//! gate, forward — with the debug kernels for tile dumps), the SDPA script and `run.sh`.
+//!
+//! On the GPU host: `target/bundle/run.sh test` runs every GPU test; `run.sh gate`,
+//! `run.sh bench --shapes seed`, `run.sh sanitize`, `run.sh oracle …` run the rest.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context};
+
+use crate::cuda;
+
+/// Size limit of a bundle (what the GPU host's transfer accepts).
+const MAX_BUNDLE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Arguments of `cargo xtask bundle`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Archs to compile the kernels for (the H100 test host is 90a).
+    #[arg(long, default_value = "90a")]
+    archs: String,
+    /// Output directory.
+    #[arg(long, default_value = "target/bundle")]
+    out: PathBuf,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`cargo xtask bundle` is not implemented yet")
+const RUNNER: &str = r#"#!/usr/bin/env bash
+# Runs the bundled GPU tests and tools on a GPU host without Rust.
+#   ./run.sh test [FILTER]        all GPU tests (ignored by default elsewhere)
+#   ./run.sh bench|sanitize|gate|oracle|forward|profile|sweep|ptxas ARGS…
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+export ATTN_BUNDLE_DIR="$here"
+export ATTN_COMMIT="$(cat "$here/COMMIT")"
+cmd="${1:-test}"
+shift || true
+case "$cmd" in
+  test) exec "$here/tests/attn_kernels_gpu" --ignored "$@" ;;
+  gate|sanitize) exec "$here/bin/xtask" "$cmd" --from-bundle "$here" "$@" ;;
+  *) exec "$here/bin/xtask" "$cmd" "$@" ;;
+esac
+"#;
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let root = cuda::workspace_root();
+    cuda::ensure_nvcc(&root)?;
+    let out = if args.out.is_absolute() {
+        args.out.clone()
+    } else {
+        root.join(&args.out)
+    };
+    let xtask = cargo_executable(
+        &root,
+        &args.archs,
+        &["build", "--release", "-p", "xtask", "--features", "debug-kernels"],
+        "xtask",
+    )?;
+    let tests = cargo_executable(
+        &root,
+        &args.archs,
+        &[
+            "test",
+            "--release",
+            "-p",
+            "attn-kernels",
+            "--features",
+            "debug-kernels",
+            "--test",
+            "gpu",
+            "--no-run",
+        ],
+        "gpu",
+    )?;
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
+    }
+    for d in ["bin", "tests", "scripts"] {
+        std::fs::create_dir_all(out.join(d))?;
+    }
+    copy(&xtask, &out.join("bin/xtask"))?;
+    copy(&tests, &out.join("tests/attn_kernels_gpu"))?;
+    std::fs::write(out.join("scripts/sdpa_bench.py"), crate::bench::SDPA_SCRIPT)?;
+    let runner = out.join("run.sh");
+    std::fs::write(&runner, RUNNER)?;
+    set_executable(&runner)?;
+    std::fs::write(out.join("COMMIT"), crate::bench::git_commit())?;
+    let total = dir_size(&out)?;
+    println!(
+        "bundle: {} ({:.1} MiB, kernels for sm_{})",
+        out.display(),
+        total as f64 / 1048576.0,
+        args.archs
+    );
+    if total > MAX_BUNDLE_BYTES {
+        bail!(
+            "bundle is {:.1} MiB, over the 64 MiB limit; build fewer archs (--archs 90a)",
+            total as f64 / 1048576.0
+        );
+    }
+    println!("on the GPU host: {}/run.sh test", args.out.display());
+    Ok(())
+}
+
+/// Runs cargo with `--message-format=json` and returns the executable of target `name`.
+fn cargo_executable(root: &Path, archs: &str, cargo_args: &[&str], name: &str) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args(cargo_args)
+        .arg("--message-format=json")
+        .env("ATTN_CUDA_ARCHS", archs)
+        .current_dir(root)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo")?;
+    if !output.status.success() {
+        bail!("`cargo {}` failed", cargo_args.join(" "));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut found = None;
+    for line in stdout.lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] == "compiler-artifact" && msg["target"]["name"] == name {
+            if let Some(exe) = msg["executable"].as_str() {
+                found = Some(PathBuf::from(exe));
+            }
+        }
+    }
+    found.with_context(|| format!("cargo built no executable named `{name}`"))
+}
+
+fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    Ok(())
+}
+
+#[cfg(unix)]
+fn set_executable(p: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn set_executable(_p: &Path) -> anyhow::Result<()> {
+    Ok(())
+}
+
+fn dir_size(p: &Path) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for e in std::fs::read_dir(p)? {
+        let e = e?;
+        let m = e.metadata()?;
+        total += if m.is_dir() { dir_size(&e.path())? } else { m.len() };
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runner_dispatches_every_documented_command() {
+        for cmd in ["test)", "gate|sanitize)", "*)"] {
+            assert!(super::RUNNER.contains(cmd), "run.sh lacks `{cmd}`");
+        }
+        assert!(super::RUNNER.starts_with("#!/usr/bin/env bash"));
+    }
 }

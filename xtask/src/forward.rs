@@ -1,19 +1,107 @@
-//! `cargo xtask forward`: the GPU kernel on `.npy` inputs (not implemented yet), and the
+//! `cargo xtask forward`: the GPU kernel on `.npy` inputs (the twin of `reference`), and the
 //! GPU entry points other subcommands (oracle, bench, gate) share.
 
-use attn_ref::{AttnOutput, Problem, Tile};
+use std::{
+    path::PathBuf,
+    sync::{Arc, OnceLock},
+};
+
+use anyhow::{bail, Context};
+use attn_kernels::{Dtype, FlashAttention, ForwardOptions, KernelConfig};
+use attn_ref::{AttnOutput, AttnShape, Causal, Problem, Tile};
+
+use crate::npy;
 
 /// Arguments of `cargo xtask forward`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Q `[B, Hq, Sq, D]` (f16, f32 or f64 .npy; converted to --dtype).
+    #[arg(long)]
+    q: PathBuf,
+    /// K `[B, Hkv, Sk, D]`.
+    #[arg(long)]
+    k: PathBuf,
+    /// V `[B, Hkv, Sk, D]`.
+    #[arg(long)]
+    v: PathBuf,
+    /// none, top-left or bottom-right.
+    #[arg(long, default_value = "none")]
+    causal: String,
+    /// Softmax scale (default 1/√D).
+    #[arg(long)]
+    scale: Option<f64>,
+    /// Storage type the kernel runs in.
+    #[arg(long, default_value = "f16")]
+    dtype: String,
+    /// Kernel config name (default: the chooser's).
+    #[arg(long)]
+    config: Option<String>,
+    /// Output O (same dtype as --dtype: f16 → <f2; bf16 is written as f32).
+    #[arg(long)]
+    out: PathBuf,
+    /// Optional LSE output `[B, Hq, Sq]` (f32).
+    #[arg(long)]
+    lse: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`cargo xtask forward` is not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let q = npy::read(&args.q)?;
+    let k = npy::read(&args.k)?;
+    let v = npy::read(&args.v)?;
+    for (a, name) in [(&q, "--q"), (&k, "--k"), (&v, "--v")] {
+        if a.dtype == "|u1" {
+            bail!("{name}: uint8 input; expected f16, f32 or f64");
+        }
+    }
+    let [b, hq, sq, d] = q.shape4("--q")?;
+    let [bk, hkv, sk, dk] = k.shape4("--k")?;
+    if v.shape != k.shape {
+        bail!("--v shape {:?} differs from --k shape {:?}", v.shape, k.shape);
+    }
+    if bk != b || dk != d {
+        bail!("--q shape {:?} and --k shape {:?} disagree on batch or head_dim", q.shape, k.shape);
+    }
+    let shape = AttnShape::new(b, hq, hkv, sq, sk, d)?;
+    let mut problem = Problem::new(shape, Causal::parse(&args.causal)?);
+    if let Some(s) = args.scale {
+        problem = problem.with_scale(s)?;
+    }
+    let to32 = |x: &[f64]| x.iter().map(|&e| e as f32).collect::<Vec<f32>>();
+    let run = run_gpu(
+        &problem,
+        &to32(&q.data),
+        &to32(&k.data),
+        &to32(&v.data),
+        &args.dtype,
+        args.config.as_deref(),
+        &[],
+    )?;
+    let oshape = [b, hq, sq, d];
+    if args.dtype == "f16" {
+        let h: Vec<half::f16> = run.output.o.iter().map(|&x| half::f16::from_f32(x)).collect();
+        npy::write(&args.out, &oshape, &h)?;
+    } else {
+        npy::write(&args.out, &oshape, &run.output.o)?;
+    }
+    if let Some(l) = &args.lse {
+        npy::write(l, &[b, hq, sq], &run.output.lse)?;
+    }
+    eprintln!("ran {} ({}x{} tiles)", run.kernel, run.block_m, run.block_n);
+    Ok(())
+}
+
+/// The process's GPU handle (opened once).
+pub fn gpu() -> anyhow::Result<Arc<FlashAttention>> {
+    static GPU: OnceLock<Arc<FlashAttention>> = OnceLock::new();
+    if let Some(g) = GPU.get() {
+        return Ok(g.clone());
+    }
+    let g = Arc::new(FlashAttention::new(0).context("opening GPU 0")?);
+    Ok(GPU.get_or_init(|| g).clone())
 }
 
 /// What one GPU forward returns: the output (as f32), the tile size of the config that ran,
 /// and, when tile dumps were asked for (debug kernels only), the dumped tiles.
-#[allow(dead_code)]
 pub struct GpuRun {
     /// O and LSE.
     pub output: AttnOutput,
@@ -23,22 +111,97 @@ pub struct GpuRun {
     pub block_n: usize,
     /// Dumped tiles (natural-log domain, like `attn_ref::Tile`), empty without a request.
     pub tiles: Vec<Tile>,
-    /// A name for reports (`fa2-f16-d64-64x64w4s2-sm90a`).
+    /// The kernel that ran.
     pub kernel: String,
 }
 
 /// Runs the GPU kernel once on host inputs (f32 values, rounded to `dtype` = "f16"|"bf16").
 /// `config` overrides the default config by name; `dump_tiles` lists (b, h, q_tile) blocks
-/// whose S/P/m/l tiles the debug kernels dump (an error with release kernels).
-#[allow(dead_code)]
+/// whose S/P/m/l tiles the debug kernels dump (an error unless xtask was built with the
+/// `debug-kernels` feature).
 pub fn run_gpu(
-    _problem: &Problem,
-    _q: &[f32],
-    _k: &[f32],
-    _v: &[f32],
-    _dtype: &str,
-    _config: Option<&str>,
-    _dump_tiles: &[(usize, usize, usize)],
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    dtype: &str,
+    config: Option<&str>,
+    dump_tiles: &[(usize, usize, usize)],
 ) -> anyhow::Result<GpuRun> {
-    anyhow::bail!("GPU forward is not implemented yet")
+    let dtype = Dtype::parse(dtype)?;
+    problem.shape().check_qkv_lens(q.len(), k.len(), v.len())?;
+    let gpu = gpu()?;
+    let config: Option<KernelConfig> = config.map(KernelConfig::by_name).transpose()?;
+    let opts = ForwardOptions { config };
+    let cfg = config.unwrap_or_else(|| gpu.default_config(problem));
+    fn cvt<T: attn_kernels::StorageType>(x: &[f32]) -> Vec<T> {
+        x.iter().map(|&e| T::from_f32(e)).collect()
+    }
+    fn widen<T: attn_kernels::StorageType>(x: &[T]) -> Vec<f32> {
+        x.iter().map(|e| e.to_f32()).collect()
+    }
+    macro_rules! go {
+        ($t:ty) => {{
+            let (q, k, v) = (cvt::<$t>(q), cvt::<$t>(k), cvt::<$t>(v));
+            if dump_tiles.is_empty() {
+                let out = gpu.forward_host_with(problem, &q, &k, &v, &opts)?;
+                (widen(&out.o), out.lse, Vec::new(), out.launch.kernel)
+            } else {
+                debug_run::<$t>(&gpu, problem, &q, &k, &v, dump_tiles, &opts)?
+            }
+        }};
+    }
+    let (o, lse, tiles, kernel) = match dtype {
+        Dtype::F16 => go!(half::f16),
+        Dtype::Bf16 => go!(half::bf16),
+    };
+    Ok(GpuRun {
+        output: AttnOutput { o, lse },
+        block_m: cfg.block_m,
+        block_n: cfg.block_n,
+        tiles,
+        kernel,
+    })
+}
+
+type DebugParts = (Vec<f32>, Vec<f32>, Vec<Tile>, String);
+
+#[cfg(feature = "debug-kernels")]
+fn debug_run<T: attn_kernels::StorageType>(
+    gpu: &FlashAttention,
+    problem: &Problem,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    blocks: &[(usize, usize, usize)],
+    opts: &ForwardOptions,
+) -> anyhow::Result<DebugParts> {
+    let out = gpu.forward_debug(
+        problem,
+        q,
+        k,
+        v,
+        blocks,
+        attn_kernels::debug::DebugVariant::Correct,
+        opts,
+    )?;
+    Ok((
+        out.output.o.iter().map(|e| e.to_f32()).collect(),
+        out.output.lse,
+        out.tiles,
+        out.output.launch.kernel,
+    ))
+}
+
+#[cfg(not(feature = "debug-kernels"))]
+fn debug_run<T: attn_kernels::StorageType>(
+    _gpu: &FlashAttention,
+    _problem: &Problem,
+    _q: &[T],
+    _k: &[T],
+    _v: &[T],
+    _blocks: &[(usize, usize, usize)],
+    _opts: &ForwardOptions,
+) -> anyhow::Result<DebugParts> {
+    bail!("tile dumps need the debug kernels: build xtask with `--features debug-kernels` (the bundle has them)")
 }
