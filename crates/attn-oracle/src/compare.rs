@@ -328,7 +328,7 @@ impl fmt::Display for OracleReport {
         let stage = self.stage().map_or("-", Stage::name);
         writeln!(f, "  stage: {stage}; hint: {}", self.hint())?;
         if !self.worst.is_empty() && !self.is_clean() {
-            writeln!(f, "  worst:")?;
+            writeln!(f, "  worst finite elements:")?;
             for w in &self.worst {
                 writeln!(
                     f,

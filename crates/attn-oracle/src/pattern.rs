@@ -623,13 +623,16 @@ fn rows(c: &Context<'_>, ev: &mut Vec<String>) -> ErrorPattern {
     let bm = c.opts.block_m;
     if s_len % bm != 0 && s_len > bm {
         let tail = s_len / bm * bm;
-        if first_s >= tail {
+        // Most of the tail's rows must be wrong: one bad row that happens to lie in the
+        // tail is a row fault, not a tail fault.
+        if first_s >= tail && 2 * wrong_s.len() >= s_len - tail {
             ev.push(format!(
                 "every wrong row has s >= {tail}: the partial last row block ({} rows; Sq = {s_len} is not a multiple of BLOCK_M = {bm})",
                 s_len - tail
             ));
             ev.push(format!(
-                "rows s < {tail} are within the threshold; {rows_wrong} wrong rows in {heads_wrong} heads"
+                "{} of its rows wrong in {heads_wrong} heads ({rows_wrong} (b, h, s) rows); rows s < {tail} are within the threshold",
+                wrong_s.len()
             ));
             // With a causal mask the rows of the query tail can be exactly the rows that
             // reach the partial last key tile (Sq == Sk): say so rather than guess.

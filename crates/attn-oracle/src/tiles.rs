@@ -266,12 +266,11 @@ fn diff_tile(got: &Tile, want: &Tile, tol: &TileTolerance) -> TileDiff {
     let cols = want.cols.max(1);
     for (i, (&g, &w)) in got.s.iter().zip(&want.s).enumerate() {
         match pair_err(g, w) {
-            Some(e) if e.is_finite() => {
-                if e > d.s_max {
-                    d.s_max = e;
-                    d.s_worst = Some((i / cols, i % cols));
-                }
+            Some(e) if e.is_finite() && e > d.s_max => {
+                d.s_max = e;
+                d.s_worst = Some((i / cols, i % cols));
             }
+            Some(e) if e.is_finite() => {}
             Some(_) if g == f64::NEG_INFINITY || w == f64::NEG_INFINITY => d.s_mask_mismatch += 1,
             Some(_) => d.s_nonfinite += 1,
             None => {}
@@ -279,12 +278,11 @@ fn diff_tile(got: &Tile, want: &Tile, tol: &TileTolerance) -> TileDiff {
     }
     for (i, (&g, &w)) in got.p.iter().zip(&want.p).enumerate() {
         match pair_err(g, w) {
-            Some(e) if e.is_finite() => {
-                if e > d.p_max {
-                    d.p_max = e;
-                    d.p_worst = Some((i / cols, i % cols));
-                }
+            Some(e) if e.is_finite() && e > d.p_max => {
+                d.p_max = e;
+                d.p_worst = Some((i / cols, i % cols));
             }
+            Some(e) if e.is_finite() => {}
             Some(_) => d.softmax_nonfinite += 1,
             None => {}
         }
