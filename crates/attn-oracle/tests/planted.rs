@@ -435,10 +435,10 @@ fn lse_minus_infinity_rows_agree() {
             d: None
         })
     );
-    assert!(matches!(
-        report.pattern,
-        ErrorPattern::WholeRows { rows: 1, .. }
-    ));
+    assert!(
+        matches!(report.pattern, ErrorPattern::WholeRows { rows: 1, .. }),
+        "{report}"
+    );
 }
 
 #[test]
