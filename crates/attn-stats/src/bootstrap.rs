@@ -14,6 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::jackknife;
 use crate::normal;
 use crate::summary::{check_sample, mean_of, quantile_sorted, sum_sq_dev};
 use crate::StatsError;
@@ -165,9 +166,11 @@ where
 {
     config.validate()?;
     check_sample(data, 1, "a bootstrap")?;
+    let on_samples = |s: &[&[f64]]| s.first().map_or(f64::NAN, |x| statistic(x));
     bootstrap_samples(
         &[data],
-        |s: &[&[f64]]| s.first().map_or(f64::NAN, |x| statistic(x)),
+        on_samples,
+        |j| leave_one_out_generic(&[data], &on_samples, j),
         config,
     )
 }
@@ -185,7 +188,10 @@ where
 /// # Errors
 /// As [`bootstrap_ci`].
 pub fn mean_ci(data: &[f64], config: &BootstrapConfig) -> Result<ConfidenceInterval, StatsError> {
-    bootstrap_ci(data, mean_of, config)
+    config.validate()?;
+    check_sample(data, 1, "a bootstrap")?;
+    let on_samples = |s: &[&[f64]]| s.first().map_or(f64::NAN, |x| mean_of(x));
+    bootstrap_samples(&[data], on_samples, |_| jackknife::means(data), config)
 }
 
 /// Bootstrap CI of the median. The median's bootstrap distribution is lumpy (it takes only
@@ -194,13 +200,16 @@ pub fn mean_ci(data: &[f64], config: &BootstrapConfig) -> Result<ConfidenceInter
 /// # Errors
 /// As [`bootstrap_ci`].
 pub fn median_ci(data: &[f64], config: &BootstrapConfig) -> Result<ConfidenceInterval, StatsError> {
-    bootstrap_ci(data, median_in_place_copy, config)
-}
-
-fn median_in_place_copy(s: &[f64]) -> f64 {
-    let mut v = s.to_vec();
-    v.sort_unstable_by(f64::total_cmp);
-    quantile_sorted(&v, 0.5)
+    config.validate()?;
+    check_sample(data, 1, "a bootstrap")?;
+    let on_samples = |s: &[&[f64]]| {
+        s.first().map_or(f64::NAN, |x| {
+            let mut v = x.to_vec();
+            v.sort_unstable_by(f64::total_cmp);
+            quantile_sorted(&v, 0.5)
+        })
+    };
+    bootstrap_samples(&[data], on_samples, |_| jackknife::medians(data), config)
 }
 
 /// Bootstrap CI of a statistic of two independent samples, each resampled on its own
@@ -220,12 +229,14 @@ where
     config.validate()?;
     check_sample(a, 1, "a bootstrap").map_err(|e| e.in_sample("a"))?;
     check_sample(b, 1, "a bootstrap").map_err(|e| e.in_sample("b"))?;
+    let on_samples = |s: &[&[f64]]| match s {
+        [x, y] => statistic(x, y),
+        _ => f64::NAN,
+    };
     bootstrap_samples(
         &[a, b],
-        |s: &[&[f64]]| match s {
-            [x, y] => statistic(x, y),
-            _ => f64::NAN,
-        },
+        on_samples,
+        |j| leave_one_out_generic(&[a, b], &on_samples, j),
         config,
     )
 }
@@ -257,24 +268,41 @@ pub fn ratio_of_means_ci(
             "the ratio of means is undefined: the baseline mean is 0".into(),
         ));
     }
+    let (mean_b, mean_c) = (mean_of(baseline), mean_of(candidate));
     bootstrap_samples(
         &[baseline, candidate],
         |s: &[&[f64]]| match s {
             [b, c] => mean_of(c) / mean_of(b),
             _ => f64::NAN,
         },
+        |j| match j {
+            0 => jackknife::means(baseline)
+                .iter()
+                .map(|m| mean_c / m)
+                .collect(),
+            _ => jackknife::means(candidate)
+                .iter()
+                .map(|m| m / mean_b)
+                .collect(),
+        },
         config,
     )
 }
 
 /// The engine: replicates, then the percentile or BCa interval. Samples are validated.
-pub(crate) fn bootstrap_samples<S>(
+///
+/// `leave_one_out(j)` gives the statistic with each value of sample `j` deleted in turn (the
+/// jackknife values BCa needs); built-in statistics pass O(n) downdating formulas, closures
+/// get [`leave_one_out_generic`], which costs n evaluations.
+pub(crate) fn bootstrap_samples<S, J>(
     samples: &[&[f64]],
     statistic: S,
+    leave_one_out: J,
     config: &BootstrapConfig,
 ) -> Result<ConfidenceInterval, StatsError>
 where
     S: Fn(&[&[f64]]) -> f64 + Sync,
+    J: Fn(usize) -> Vec<f64>,
 {
     let estimate = statistic(samples);
     if !estimate.is_finite() {
@@ -301,8 +329,8 @@ where
     let (p_low, p_high, bias_correction, acceleration) = match config.method {
         BootstrapMethod::Percentile => (alpha, 1.0 - alpha, None, None),
         BootstrapMethod::Bca => {
-            let z0 = bias_correction(&replicates, estimate)?;
-            let a = jackknife_acceleration(samples, &statistic)?;
+            let z0 = bias_correction(&replicates, estimate, std_error)?;
+            let a = jackknife_acceleration(samples, leave_one_out)?;
             let adjust = |z_alpha: f64| -> Result<f64, StatsError> {
                 let shifted = z0 + z_alpha;
                 let denominator = 1.0 - a * shifted;
@@ -368,9 +396,19 @@ where
 
 /// z0 = Φ⁻¹(share of replicates below the estimate), counting ties as half (mid-rank, as
 /// scipy does), so a discrete statistic such as the median is not biased by ties.
-fn bias_correction(sorted_replicates: &[f64], estimate: f64) -> Result<f64, StatsError> {
-    let below = sorted_replicates.partition_point(|&v| v < estimate);
-    let at_or_below = sorted_replicates.partition_point(|&v| v <= estimate);
+///
+/// A tie is a replicate within 1e−12·(|θ̂| + SE) of θ̂, not only a bit-equal one: a resample
+/// that is a permutation of the data (3.8 % of them for n = 5) has the statistic's exact value
+/// mathematically, but summing in another order can move it by an ulp to either side, which
+/// would make z0 depend on rounding.
+fn bias_correction(
+    sorted_replicates: &[f64],
+    estimate: f64,
+    std_error: f64,
+) -> Result<f64, StatsError> {
+    let tie = 1e-12 * (estimate.abs() + std_error);
+    let below = sorted_replicates.partition_point(|&v| v < estimate - tie);
+    let at_or_below = sorted_replicates.partition_point(|&v| v <= estimate + tie);
     let share = (below + at_or_below) as f64 / (2 * sorted_replicates.len()) as f64;
     if share <= 0.0 || share >= 1.0 {
         return Err(StatsError::BcaUndefined(format!(
@@ -387,43 +425,28 @@ fn bias_correction(sorted_replicates: &[f64], estimate: f64) -> Result<f64, Stat
 /// per-sample sums of Uᵢ = (nⱼ − 1)(θ̄ − θ₍ᵢ₎), scaled by nⱼ⁻³ and nⱼ⁻², are added (the
 /// multi-sample form `scipy.stats.bootstrap` uses). A statistic that no single deletion
 /// changes (e.g. constant data) has no skewness to correct: a = 0.
-fn jackknife_acceleration<S>(samples: &[&[f64]], statistic: &S) -> Result<f64, StatsError>
+fn jackknife_acceleration<J>(samples: &[&[f64]], leave_one_out: J) -> Result<f64, StatsError>
 where
-    S: Fn(&[&[f64]]) -> f64 + Sync,
+    J: Fn(usize) -> Vec<f64>,
 {
     let (mut third, mut second) = (0.0, 0.0);
     for (j, sample) in samples.iter().enumerate() {
         let n = sample.len();
         if n < 2 {
-            // Deleting the only value leaves nothing to evaluate; no information on skewness.
+            // Deleting the only value leaves nothing to evaluate: no information on skewness.
             continue;
         }
-        let leave_one_out: Vec<f64> = (0..n)
-            .into_par_iter()
-            .map_init(
-                || Vec::with_capacity(n - 1),
-                |buffer, i| {
-                    buffer.clear();
-                    buffer.extend(sample.iter().take(i));
-                    buffer.extend(sample.iter().skip(i + 1));
-                    let mut views: Vec<&[f64]> = samples.to_vec();
-                    if let Some(view) = views.get_mut(j) {
-                        *view = buffer.as_slice();
-                    }
-                    statistic(&views)
-                },
-            )
-            .collect();
-        if let Some(&value) = leave_one_out.iter().find(|v| !v.is_finite()) {
+        let values = leave_one_out(j);
+        if let Some(&value) = values.iter().find(|v| !v.is_finite()) {
             return Err(StatsError::NonFiniteStatistic {
                 on: "a jackknife (leave-one-out) sample",
                 value,
             });
         }
-        let theta_dot = mean_of(&leave_one_out);
+        let theta_dot = mean_of(&values);
         let scale = (n - 1) as f64;
         let nf = n as f64;
-        let (cubes, squares) = leave_one_out.iter().fold((0.0, 0.0), |(c, s), &t| {
+        let (cubes, squares) = values.iter().fold((0.0, 0.0), |(c, s), &t| {
             let u = scale * (theta_dot - t);
             (c + u * u * u, s + u * u)
         });
@@ -434,4 +457,32 @@ where
         return Ok(0.0);
     }
     Ok(third / (6.0 * second.powf(1.5)))
+}
+
+/// Leave-one-out values of any statistic for sample `j`: n evaluations on copies with one
+/// value deleted, in parallel.
+pub(crate) fn leave_one_out_generic<S>(samples: &[&[f64]], statistic: &S, j: usize) -> Vec<f64>
+where
+    S: Fn(&[&[f64]]) -> f64 + Sync,
+{
+    let Some(sample) = samples.get(j) else {
+        return Vec::new();
+    };
+    let n = sample.len();
+    (0..n)
+        .into_par_iter()
+        .map_init(
+            || Vec::with_capacity(n.saturating_sub(1)),
+            |buffer: &mut Vec<f64>, i| {
+                buffer.clear();
+                buffer.extend(sample.iter().take(i));
+                buffer.extend(sample.iter().skip(i + 1));
+                let mut views: Vec<&[f64]> = samples.to_vec();
+                if let Some(view) = views.get_mut(j) {
+                    *view = buffer.as_slice();
+                }
+                statistic(&views)
+            },
+        )
+        .collect()
 }

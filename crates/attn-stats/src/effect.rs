@@ -12,6 +12,7 @@
 use serde::Serialize;
 
 use crate::bootstrap::{bootstrap_samples, BootstrapConfig, ConfidenceInterval};
+use crate::jackknife;
 use crate::normal;
 use crate::summary::{check_sample, mean_of, sum_sq_dev};
 use crate::StatsError;
@@ -62,7 +63,7 @@ impl EffectSize {
         const WHAT: &str = "an effect size (its standard deviation uses n - 1)";
         check_sample(baseline, 2, WHAT).map_err(|e| e.in_sample("baseline"))?;
         check_sample(candidate, 2, WHAT).map_err(|e| e.in_sample("candidate"))?;
-        Ok(effect_of_samples(baseline, candidate)?)
+        effect_of_samples(baseline, candidate)
     }
 
     /// Effect size from summary statistics (mean, standard deviation with n − 1, size), as
@@ -91,7 +92,7 @@ impl EffectSize {
                 }
                 .in_sample(name));
             }
-            if !mean.is_finite() || !(std.is_finite() && std >= 0.0) {
+            if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
                 return Err(StatsError::InvalidOption(format!(
                     "{name}: mean must be finite and standard deviation finite and >= 0, got \
                      mean {mean}, std {std}"
@@ -158,6 +159,27 @@ fn effect_of_samples(baseline: &[f64], candidate: &[f64]) -> Result<EffectSize, 
     EffectSize::from_parts(mean_c - mean_b, pooled_var, n_b, n_c)
 }
 
+/// Hedges' g from (mean, sum of squared deviations, n) of each side; NaN when the pooled
+/// variance is 0 or there are fewer than 3 values in all (the bootstrap reports NaN as a
+/// typed error).
+fn hedges_g_of_moments(b: (f64, f64, usize), c: (f64, f64, usize)) -> f64 {
+    let ((mean_b, ss_b, n_b), (mean_c, ss_c, n_c)) = (b, c);
+    if n_b + n_c < 3 {
+        return f64::NAN;
+    }
+    let pooled_var = (ss_b + ss_c) / (n_b + n_c - 2) as f64;
+    if pooled_var > 0.0 {
+        hedges_correction(n_b, n_c) * (mean_c - mean_b) / pooled_var.sqrt()
+    } else {
+        f64::NAN
+    }
+}
+
+fn moments(x: &[f64]) -> (f64, f64, usize) {
+    let m = mean_of(x);
+    (m, sum_sq_dev(x, m), x.len())
+}
+
 /// Cohen's d of `candidate` against `baseline`; see [`EffectSize::from_samples`].
 ///
 /// # Errors
@@ -188,13 +210,26 @@ pub fn hedges_g_ci(
 ) -> Result<ConfidenceInterval, StatsError> {
     config.validate()?;
     EffectSize::from_samples(baseline, candidate)?;
+    let (whole_b, whole_c) = (moments(baseline), moments(candidate));
     bootstrap_samples(
         &[baseline, candidate],
         |s: &[&[f64]]| match s {
-            [b, c] if b.len() >= 2 && c.len() >= 2 => {
-                effect_of_samples(b, c).map_or(f64::NAN, |e| e.hedges_g)
-            }
+            [b, c] => hedges_g_of_moments(moments(b), moments(c)),
             _ => f64::NAN,
+        },
+        |j| {
+            let (sample, n) = if j == 0 {
+                (baseline, baseline.len() - 1)
+            } else {
+                (candidate, candidate.len() - 1)
+            };
+            jackknife::means_and_ss(sample)
+                .into_iter()
+                .map(|(m, ss)| match j {
+                    0 => hedges_g_of_moments((m, ss, n), whole_c),
+                    _ => hedges_g_of_moments(whole_b, (m, ss, n)),
+                })
+                .collect()
         },
         config,
     )

@@ -25,6 +25,7 @@ mod compare;
 mod csv;
 mod effect;
 mod error;
+mod jackknife;
 mod normal;
 mod summary;
 

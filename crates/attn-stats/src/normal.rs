@@ -90,11 +90,10 @@ mod tests {
             let p = 10f64.powi(-k);
             let x = inverse_cdf(p);
             assert!(x.is_finite());
-            assert!(
-                (cdf(x) / p - 1.0).abs() < 1e-12,
-                "p=1e-{k}: Φ(x)={}",
-                cdf(x)
-            );
+            // d(ln Φ)/dx ≈ |x| in the tail, so an x good to a few ulp (relative 1e-15) gives
+            // Φ(x) good to ~1e-15·x² relative.
+            let tol = 1e-14 * (1.0 + x * x);
+            assert!((cdf(x) / p - 1.0).abs() < tol, "p=1e-{k}: Φ(x)={}", cdf(x));
         }
         assert_eq!(inverse_cdf(0.0), f64::NEG_INFINITY);
         assert_eq!(inverse_cdf(1.0), f64::INFINITY);
