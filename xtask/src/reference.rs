@@ -1,9 +1,349 @@
-//! `cargo xtask reference` (not implemented yet).
+//! `cargo xtask reference`: the f64 CPU reference on `.npy` inputs (DESIGN.md §9).
+//!
+//! Q is `[B, Hq, Sq, D]`, K and V are `[B, Hkv, Sk, D]` (f16, f32 or f64 `.npy`, C order);
+//! O is written as `[B, Hq, Sq, D]` and, with `--lse`, LSE as `[B, Hq, Sq]` (natural log,
+//! −∞ for fully masked rows), both in `--out-dtype` (f32 by default).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use attn_ref::{reference, AttnShape, Causal, Problem};
+
+use crate::npy;
+
+/// Element type of the written O and LSE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutDtype {
+    /// 32-bit float (`<f4`).
+    F32,
+    /// 64-bit float (`<f8`), the reference's own precision.
+    F64,
+}
 
 /// Arguments of `cargo xtask reference`.
-#[derive(clap::Args)]
-pub struct Args {}
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Queries, `[B, Hq, Sq, D]` .npy (f16, f32 or f64).
+    #[arg(long)]
+    pub q: PathBuf,
+    /// Keys, `[B, Hkv, Sk, D]` .npy.
+    #[arg(long)]
+    pub k: PathBuf,
+    /// Values, `[B, Hkv, Sk, D]` .npy, shaped like K.
+    #[arg(long)]
+    pub v: PathBuf,
+    /// Causal mask: none, top-left (PyTorch is_causal) or bottom-right (FlashAttention ≥ 2.1).
+    #[arg(long, default_value = "none")]
+    pub causal: String,
+    /// Softmax scale; default 1/√D.
+    #[arg(long)]
+    pub scale: Option<f64>,
+    /// Element type of the outputs.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub out_dtype: OutDtype,
+    /// Where to write O, `[B, Hq, Sq, D]`.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Where to write LSE, `[B, Hq, Sq]` (optional).
+    #[arg(long)]
+    pub lse: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`cargo xtask reference` is not implemented yet")
+/// Reads one input tensor: a 4-D float array.
+fn read_input(path: &std::path::Path, name: &str) -> anyhow::Result<([usize; 4], Vec<f64>)> {
+    let arr = npy::read(path).with_context(|| format!("reading {name}"))?;
+    if !matches!(arr.dtype.as_str(), "<f2" | "<f4" | "<f8") {
+        bail!(
+            "{name} ({}): dtype `{}` is not a float type; expected f16, f32 or f64",
+            path.display(),
+            arr.dtype
+        );
+    }
+    let shape = arr.shape4(&format!("{name} ({})", path.display()))?;
+    Ok((shape, arr.data))
+}
+
+/// The attention shape implied by Q `[B,Hq,Sq,D]` and K, V `[B,Hkv,Sk,D]`, with every
+/// cross-check a user can get wrong named in the error.
+fn problem_shape(q: [usize; 4], k: [usize; 4], v: [usize; 4]) -> anyhow::Result<AttnShape> {
+    if k != v {
+        bail!("K has shape {k:?} but V has shape {v:?}; they must be equal ([B, Hkv, Sk, D])");
+    }
+    let ([bq, hq, sq, dq], [bk, hkv, sk, dk]) = (q, k);
+    if bq != bk {
+        bail!("batch mismatch: Q has B = {bq}, K/V have B = {bk}");
+    }
+    if dq != dk {
+        bail!("head-dim mismatch: Q has D = {dq}, K/V have D = {dk}");
+    }
+    AttnShape::new(bq, hq, hkv, sq, sk, dq).context("invalid attention shape")
+}
+
+/// Runs the reference and writes O (and LSE).
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let causal = Causal::parse(&args.causal)?;
+    let (q_shape, q) = read_input(&args.q, "Q")?;
+    let (k_shape, k) = read_input(&args.k, "K")?;
+    let (v_shape, v) = read_input(&args.v, "V")?;
+    let shape = problem_shape(q_shape, k_shape, v_shape)?;
+    let mut problem = Problem::new(shape, causal);
+    if let Some(scale) = args.scale {
+        problem = problem.with_scale(scale)?;
+    }
+    let out = reference::forward(&problem, &q, &k, &v)?;
+
+    let o_dims = [
+        shape.batch(),
+        shape.q_heads(),
+        shape.q_len(),
+        shape.head_dim(),
+    ];
+    let lse_dims = &o_dims[..3];
+    match args.out_dtype {
+        OutDtype::F64 => {
+            npy::write(&args.out, &o_dims, &out.o)?;
+            if let Some(path) = &args.lse {
+                npy::write(path, lse_dims, &out.lse)?;
+            }
+        }
+        OutDtype::F32 => {
+            let o: Vec<f32> = out.o.iter().map(|&x| x as f32).collect();
+            npy::write(&args.out, &o_dims, &o)?;
+            if let Some(path) = &args.lse {
+                let lse: Vec<f32> = out.lse.iter().map(|&x| x as f32).collect();
+                npy::write(path, lse_dims, &lse)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{rngs::StdRng, SeedableRng};
+    use rand_distr::{Distribution, StandardNormal};
+    use std::path::Path;
+
+    /// A fresh directory under the system temp dir for one test.
+    fn temp_dir(test: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("xtask-reference-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn normal(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..n).map(|_| StandardNormal.sample(&mut rng)).collect()
+    }
+
+    /// Writes random f32 Q, K, V with the given shapes; returns their paths and values.
+    fn write_qkv(dir: &Path, q: [usize; 4], kv: [usize; 4]) -> [(PathBuf, Vec<f32>); 3] {
+        let mut seed = 0;
+        [("q", q), ("k", kv), ("v", kv)].map(|(name, shape)| {
+            seed += 1;
+            let path = dir.join(format!("{name}.npy"));
+            let data = normal(shape.iter().product(), seed);
+            npy::write(&path, &shape, &data).unwrap();
+            (path, data)
+        })
+    }
+
+    fn args(dir: &Path, causal: &str) -> Args {
+        Args {
+            q: dir.join("q.npy"),
+            k: dir.join("k.npy"),
+            v: dir.join("v.npy"),
+            causal: causal.to_string(),
+            scale: None,
+            out_dtype: OutDtype::F32,
+            out: dir.join("o.npy"),
+            lse: Some(dir.join("lse.npy")),
+        }
+    }
+
+    #[test]
+    fn writes_the_reference_output() {
+        let dir = temp_dir("ok");
+        let [(_, q), (_, k), (_, v)] = write_qkv(&dir, [2, 4, 5, 8], [2, 2, 7, 8]);
+        let shape = AttnShape::new(2, 4, 2, 5, 7, 8).unwrap();
+        for (causal, out_dtype, scale) in [
+            ("none", OutDtype::F32, None),
+            ("bottom-right", OutDtype::F64, Some(0.3)),
+            ("top-left", OutDtype::F32, Some(1.5)),
+        ] {
+            let mut a = args(&dir, causal);
+            a.out_dtype = out_dtype;
+            a.scale = scale;
+            run(a).unwrap();
+            let mut problem = Problem::new(shape, Causal::parse(causal).unwrap());
+            if let Some(s) = scale {
+                problem = problem.with_scale(s).unwrap();
+            }
+            let want = reference::forward(&problem, &q, &k, &v).unwrap();
+            let o = npy::read(&dir.join("o.npy")).unwrap();
+            let lse = npy::read(&dir.join("lse.npy")).unwrap();
+            assert_eq!(o.shape, vec![2, 4, 5, 8]);
+            assert_eq!(lse.shape, vec![2, 4, 5]);
+            let expected_dtype = if out_dtype == OutDtype::F64 {
+                "<f8"
+            } else {
+                "<f4"
+            };
+            assert_eq!(o.dtype, expected_dtype);
+            let narrow = |x: f64| {
+                if out_dtype == OutDtype::F64 {
+                    x
+                } else {
+                    f64::from(x as f32)
+                }
+            };
+            assert!(
+                o.data.iter().zip(&want.o).all(|(a, b)| *a == narrow(*b)),
+                "{causal}"
+            );
+            assert!(
+                lse.data
+                    .iter()
+                    .zip(&want.lse)
+                    .all(|(a, b)| *a == narrow(*b)),
+                "{causal}"
+            );
+        }
+    }
+
+    #[test]
+    fn f16_inputs_and_masked_rows() {
+        let dir = temp_dir("f16");
+        let shape = [1, 1, 4, 2];
+        let data: Vec<half::f16> = normal(8, 9)
+            .iter()
+            .map(|&x| half::f16::from_f32(x))
+            .collect();
+        for name in ["q", "k"] {
+            npy::write(&dir.join(format!("{name}.npy")), &shape, &data).unwrap();
+        }
+        let kv_shape = [1, 1, 2, 2];
+        npy::write(&dir.join("k.npy"), &kv_shape, &data[..4]).unwrap();
+        npy::write(&dir.join("v.npy"), &kv_shape, &data[4..]).unwrap();
+        run(args(&dir, "bottom-right")).unwrap();
+        // Sq = 4 > Sk = 2 bottom-right: rows 0 and 1 see no key → O = 0, LSE = −∞.
+        let o = npy::read(&dir.join("o.npy")).unwrap();
+        let lse = npy::read(&dir.join("lse.npy")).unwrap();
+        assert_eq!(&o.data[..4], &[0.0; 4]);
+        assert_eq!(&lse.data[..2], &[f64::NEG_INFINITY; 2]);
+        assert!(lse.data[2..].iter().all(|x| x.is_finite()));
+    }
+
+    fn run_err(a: Args) -> String {
+        format!("{:#}", run(a).expect_err("must fail"))
+    }
+
+    #[test]
+    fn truncated_or_corrupt_input_is_an_error() {
+        let dir = temp_dir("corrupt");
+        write_qkv(&dir, [1, 2, 3, 4], [1, 2, 3, 4]);
+        let bytes = std::fs::read(dir.join("k.npy")).unwrap();
+        std::fs::write(dir.join("k.npy"), &bytes[..bytes.len() - 5]).unwrap();
+        let msg = run_err(args(&dir, "none"));
+        assert!(
+            msg.contains("reading K") && msg.contains("truncated"),
+            "{msg}"
+        );
+        std::fs::write(dir.join("k.npy"), b"\x93NUMPY garbage").unwrap();
+        let msg = run_err(args(&dir, "none"));
+        assert!(
+            msg.contains("reading K") && msg.contains("not a valid .npy"),
+            "{msg}"
+        );
+        std::fs::remove_file(dir.join("v.npy")).unwrap();
+        std::fs::write(dir.join("k.npy"), &bytes).unwrap();
+        let msg = run_err(args(&dir, "none"));
+        assert!(msg.contains("reading V"), "{msg}");
+        assert!(!dir.join("o.npy").exists(), "no output on error");
+    }
+
+    #[test]
+    fn wrong_dtypes_are_errors() {
+        let dir = temp_dir("dtype");
+        write_qkv(&dir, [1, 2, 3, 4], [1, 2, 3, 4]);
+        let ints: Vec<i64> = (0..24).collect();
+        npy::write(&dir.join("q.npy"), &[1, 2, 3, 4], &ints).unwrap();
+        let msg = run_err(args(&dir, "none"));
+        assert!(msg.contains("reading Q") && msg.contains("<i8"), "{msg}");
+        let bytes: Vec<u8> = (0..24).collect();
+        npy::write(&dir.join("q.npy"), &[1, 2, 3, 4], &bytes).unwrap();
+        let msg = run_err(args(&dir, "none"));
+        assert!(
+            msg.contains("Q") && msg.contains("not a float type"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn shape_mismatches_are_errors() {
+        let cases: [([usize; 4], [usize; 4], Option<[usize; 4]>, &str); 6] = [
+            (
+                [1, 2, 3, 4],
+                [1, 2, 3, 8],
+                None,
+                "head-dim mismatch: Q has D = 4",
+            ),
+            ([2, 2, 3, 4], [1, 2, 3, 4], None, "batch mismatch"),
+            ([1, 3, 3, 4], [1, 2, 3, 4], None, "multiple of kv_heads"),
+            (
+                [1, 2, 3, 4],
+                [1, 2, 3, 4],
+                Some([1, 2, 5, 4]),
+                "must be equal",
+            ),
+            (
+                [1, 2, 0, 4],
+                [1, 2, 3, 4],
+                None,
+                "`q_len` must be at least 1",
+            ),
+            (
+                [1, 2, 3, 4],
+                [1, 2, 3, 4],
+                Some([2, 12, 1, 1]),
+                "must be equal",
+            ),
+        ];
+        for (n, (q, kv, v, want)) in cases.into_iter().enumerate() {
+            let dir = temp_dir(&format!("shape{n}"));
+            write_qkv(&dir, q, kv);
+            if let Some(v_shape) = v {
+                let data = normal(v_shape.iter().product(), 3);
+                npy::write(&dir.join("v.npy"), &v_shape, &data).unwrap();
+            }
+            let msg = run_err(args(&dir, "none"));
+            assert!(msg.contains(want), "case {n}: {msg}");
+        }
+        let dir = temp_dir("rank");
+        write_qkv(&dir, [1, 2, 3, 4], [1, 2, 3, 4]);
+        npy::write(&dir.join("q.npy"), &[6, 4], &normal(24, 4)).unwrap();
+        let msg = run_err(args(&dir, "none"));
+        assert!(msg.contains("expected a 4-D [B,H,S,D] array"), "{msg}");
+    }
+
+    #[test]
+    fn bad_options_are_errors() {
+        let dir = temp_dir("options");
+        write_qkv(&dir, [1, 2, 3, 4], [1, 2, 3, 4]);
+        let msg = run_err(args(&dir, "causal"));
+        assert!(msg.contains("unknown causal mode `causal`"), "{msg}");
+        let mut a = args(&dir, "none");
+        a.scale = Some(0.0);
+        let msg = run_err(a);
+        assert!(
+            msg.contains("softmax scale must be finite and > 0"),
+            "{msg}"
+        );
+        let mut a = args(&dir, "none");
+        a.out = dir.join("missing-dir").join("o.npy");
+        let msg = run_err(a);
+        assert!(msg.contains("creating"), "{msg}");
+    }
 }
