@@ -45,7 +45,7 @@ pub enum QuantizeError {
     UnknownFormat(String),
     /// The input holds a NaN or an infinity; FP8 scales computed from it would lie.
     #[error(
-        "input element {index} at (b, h, s, d) = {position:?} is {value}; \
+        "input element {index} at [b, h, s, d] = {position:?} is {value}; \
          FP8 quantization needs finite inputs"
     )]
     NonFiniteInput {
@@ -58,7 +58,7 @@ pub enum QuantizeError {
     },
     /// A code that decodes to NaN (or, for E5M2, to ±∞): no satfinite quantizer produces it.
     #[error(
-        "code {index} at (b, h, s, d) = {position:?} is 0x{code:02x}, which {format} decodes \
+        "code {index} at [b, h, s, d] = {position:?} is 0x{code:02x}, which {format} decodes \
          to {decoded}; valid codes decode to finite values"
     )]
     NonFiniteCode {
@@ -75,7 +75,7 @@ pub enum QuantizeError {
     },
     /// `decode(code) · scale` overflows f32 (a caller-supplied scale too large for the codes).
     #[error(
-        "code {index} at (b, h, s, d) = {position:?} (0x{code:02x}) times its scale {scale:e} \
+        "code {index} at [b, h, s, d] = {position:?} (0x{code:02x}) times its scale {scale:e} \
          overflows f32"
     )]
     DequantizeOverflow {

@@ -101,8 +101,8 @@ impl Fp8Format {
     }
 
     /// Encodes `v` (already divided by its scale) with round-to-nearest-even and
-    /// saturation to ±[`max`](Self::max); NaN maps to a NaN code. Bit-exact with CUDA's
-    /// `__NV_SATFINITE` conversion (via `float8`).
+    /// saturation to ±[`max`](Self::max); NaN maps to a NaN code. This is `float8`'s
+    /// conversion, bit-exact with CUDA's `__NV_SATFINITE` conversion of an f64.
     #[inline]
     pub fn encode(self, v: f64) -> u8 {
         match self {
@@ -111,10 +111,34 @@ impl Fp8Format {
         }
     }
 
+    /// Encodes an f32 like [`encode`](Self::encode) (round to nearest even, ±∞ and values
+    /// beyond ±max saturate to ±max; NaN gives the NaN code `0x7f` with its sign), but
+    /// branch-free so that the quantizer's loop vectorizes. The tests check it bit for bit
+    /// against `float8`'s `from_f32` at every rounding boundary of both formats and on
+    /// random bit patterns (and an ignored test sweeps all 2³² inputs).
+    #[inline]
+    pub fn encode_f32(self, v: f32) -> u8 {
+        match self {
+            Fp8Format::E4M3 => encode_f32_with::<3, 7>(v, E4M3_MAX),
+            Fp8Format::E5M2 => encode_f32_with::<2, 15>(v, E5M2_MAX),
+        }
+    }
+
     /// Decodes a code to f32 (exact: every FP8 value is an f32).
     #[inline]
     pub fn decode(self, code: u8) -> f32 {
         self.decode_table()[usize::from(code)]
+    }
+
+    /// Decodes like [`decode`](Self::decode) but branch-free, for vectorized loops. Only
+    /// meaningful for codes where [`is_finite_code`](Self::is_finite_code) holds (NaN and
+    /// infinity codes give finite garbage); the tests check all 256 codes against the table.
+    #[inline]
+    pub fn decode_finite(self, code: u8) -> f32 {
+        match self {
+            Fp8Format::E4M3 => decode_with::<3, 7>(code),
+            Fp8Format::E5M2 => decode_with::<2, 15>(code),
+        }
     }
 
     /// All 256 decoded values, indexed by code (the lookup table a kernel can upload).
@@ -159,6 +183,68 @@ impl Fp8Format {
         let exponent = (biased - 1023).max(self.min_normal_exponent());
         0.5 * 2f64.powi(exponent - mbits)
     }
+}
+
+/// Branch-free f32 → FP8 with `MBITS` mantissa bits and exponent bias `BIAS`.
+///
+/// Normal range: round the f32 significand to `MBITS` bits in the integer domain (add just
+/// under half an FP8 ulp, plus one if the kept lsb is odd: round to nearest even), then
+/// rebias the exponent field. Subnormal range: adding `2^(23 + emin − MBITS)` makes the f32
+/// adder itself round to a multiple of the FP8 subnormal spacing, and the difference of the
+/// bit patterns is the code. (The same two tricks as PyTorch's `c10/util/Float8_e4m3fn.h`.)
+#[inline(always)]
+fn encode_f32_with<const MBITS: u32, const BIAS: u32>(v: f32, max: f32) -> u8 {
+    let code = encode_non_nan_with::<MBITS, BIAS>(v, max);
+    if v.is_nan() {
+        0x7f | (code & 0x80)
+    } else {
+        code
+    }
+}
+
+/// [`encode_f32_with`] without the NaN patch (a NaN gives an unspecified code): the
+/// quantizer's inner loop, whose inputs are checked finite beforehand.
+#[inline(always)]
+pub(crate) fn encode_non_nan_with<const MBITS: u32, const BIAS: u32>(v: f32, max: f32) -> u8 {
+    let sign = (v.to_bits() >> 24) & 0x80;
+    // Saturation: |v| beyond max (∞ included) becomes max.
+    let a = v.abs().min(max);
+    let bits = a.to_bits();
+    let shift = 23 - MBITS;
+    let lsb = (bits >> shift) & 1;
+    let rounded = bits.wrapping_add((1 << (shift - 1)) - 1 + lsb);
+    let normal = (rounded >> shift).wrapping_sub((127 - BIAS) << MBITS);
+    let emin = 1 - BIAS as i32; // exponent of the smallest normal
+    let min_normal = f32::from_bits(((emin + 127) as u32) << 23);
+    let magic = f32::from_bits(((23 + emin - MBITS as i32 + 127) as u32) << 23);
+    let subnormal = (a + magic).to_bits().wrapping_sub(magic.to_bits());
+    let magnitude = if a < min_normal { subnormal } else { normal };
+    (magnitude | sign) as u8
+}
+
+/// E4M3/E5M2 instances of [`encode_non_nan_with`] for the quantizer.
+#[inline(always)]
+pub(crate) fn encode_non_nan(format: Fp8Format, v: f32) -> u8 {
+    match format {
+        Fp8Format::E4M3 => encode_non_nan_with::<3, 7>(v, E4M3_MAX),
+        Fp8Format::E5M2 => encode_non_nan_with::<2, 15>(v, E5M2_MAX),
+    }
+}
+
+/// Branch-free FP8 → f32 for finite codes: rebias the exponent of normal codes; subnormal
+/// codes are their mantissa times the smallest subnormal.
+#[inline(always)]
+fn decode_with<const MBITS: u32, const BIAS: u32>(code: u8) -> f32 {
+    let code = u32::from(code);
+    let sign = (code & 0x80) << 24;
+    let exponent = (code & 0x7f) >> MBITS;
+    let mantissa = code & ((1 << MBITS) - 1);
+    let normal = f32::from_bits(((exponent + 127 - BIAS) << 23) | (mantissa << (23 - MBITS)));
+    // 2^(1 − BIAS − MBITS), the smallest subnormal.
+    let tiny = f32::from_bits((128 - BIAS - MBITS) << 23);
+    let subnormal = mantissa as f32 * tiny;
+    let magnitude = if exponent == 0 { subnormal } else { normal };
+    f32::from_bits(magnitude.to_bits() | sign)
 }
 
 impl fmt::Display for Fp8Format {
@@ -206,6 +292,100 @@ mod tests {
                 Fp8Format::E5M2 => 248,
             };
             assert_eq!(finite, expected, "{format}");
+        }
+    }
+
+    fn assert_encode_f32_matches_float8(v: f32) {
+        for format in Fp8Format::ALL {
+            let reference = match format {
+                Fp8Format::E4M3 => F8E4M3::from_f32(v).to_bits(),
+                Fp8Format::E5M2 => F8E5M2::from_f32(v).to_bits(),
+            };
+            let ours = format.encode_f32(v);
+            if v.is_nan() {
+                assert!(format.is_nan_code(ours) && format.is_nan_code(reference));
+            } else {
+                assert_eq!(
+                    ours,
+                    reference,
+                    "{format}: {v:e} (bits 0x{:08x}) -> 0x{ours:02x}, float8 0x{reference:02x}",
+                    v.to_bits()
+                );
+            }
+        }
+    }
+
+    /// The fast encoder is a monotone step function of |v|, so it equals float8 everywhere
+    /// once it equals float8 on both sides of every step. Check ±2048 f32 ulps around every
+    /// FP8 value and every midpoint between neighbours (both signs), plus the specials.
+    #[test]
+    fn encode_f32_matches_float8_at_every_rounding_boundary() {
+        let mut points = vec![0.0f32, f32::MIN_POSITIVE, f32::MAX, f32::INFINITY, f32::NAN];
+        for format in Fp8Format::ALL {
+            let mut values: Vec<f32> = (0..0x80u8)
+                .map(|c| format.decode(c))
+                .filter(|v| v.is_finite())
+                .collect();
+            values.sort_by(f32::total_cmp);
+            points.extend(
+                values
+                    .windows(2)
+                    .map(|w| ((f64::from(w[0]) + f64::from(w[1])) / 2.0) as f32),
+            );
+            points.extend(values);
+            points.push(format.max() * 1.0625); // RNE tie above max, then beyond
+            points.push(format.max() * 2.0);
+        }
+        for p in points {
+            let base = p.to_bits() as i64;
+            for delta in -2048i64..=2048 {
+                let bits = base + delta;
+                if (0..=i64::from(u32::MAX)).contains(&bits) {
+                    let v = f32::from_bits(bits as u32);
+                    assert_encode_f32_matches_float8(v);
+                    assert_encode_f32_matches_float8(-v);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn encode_f32_matches_float8_on_random_bit_patterns() {
+        use rand::{rngs::StdRng, Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(0x5eed);
+        for _ in 0..1_000_000 {
+            assert_encode_f32_matches_float8(f32::from_bits(rng.random()));
+        }
+        // Uniform in the FP8 ranges, where quantized values live.
+        for _ in 0..1_000_000 {
+            assert_encode_f32_matches_float8(rng.random_range(-60000.0f32..60000.0));
+            assert_encode_f32_matches_float8(rng.random_range(-1.0f32..1.0) * 2f32.powi(-12));
+        }
+    }
+
+    /// All 2³² f32 bit patterns. Minutes in the dev profile; run with
+    /// `cargo test -p attn-quant --release -- --ignored`.
+    #[test]
+    #[ignore = "exhaustive over 2^32 inputs: run in release with --ignored"]
+    fn encode_f32_matches_float8_exhaustively() {
+        use rayon::prelude::*;
+        (0..=u32::MAX >> 16).into_par_iter().for_each(|hi| {
+            for lo in 0..=0xffffu32 {
+                assert_encode_f32_matches_float8(f32::from_bits(hi << 16 | lo));
+            }
+        });
+    }
+
+    #[test]
+    fn decode_finite_matches_the_table_on_every_finite_code() {
+        for format in Fp8Format::ALL {
+            for code in (0..=255u8).filter(|&c| format.is_finite_code(c)) {
+                assert_eq!(
+                    format.decode_finite(code).to_bits(),
+                    format.decode(code).to_bits(),
+                    "{format} 0x{code:02x}"
+                );
+            }
         }
     }
 

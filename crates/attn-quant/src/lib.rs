@@ -53,8 +53,8 @@ pub use error::QuantizeError;
 pub use format::Fp8Format;
 pub use granularity::Granularity;
 pub use quantize::{
-    compute_scales, dequantize, dequantize_parts, quantize, quantize_with, quantize_with_scales,
-    scale_from_amax, Fp8Tensor, QuantInput, QuantOptions,
+    compute_scales, dequantize, dequantize_into, dequantize_parts, quantize, quantize_into,
+    quantize_with, quantize_with_scales, scale_from_amax, Fp8Tensor, QuantInput, QuantOptions,
 };
 pub use report::{error_report, QuantErrorReport, QuantErrorStats};
 

@@ -5,6 +5,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::{
+    format::encode_non_nan,
     granularity::{position, Groups},
     Fp8Format, Granularity, QuantizeError,
 };
@@ -18,11 +19,14 @@ mod private {
     pub trait Sealed: Copy + Send + Sync + 'static {
         /// The largest magnitude in `xs`, or `None` if any element is NaN or ±∞.
         fn abs_max(xs: &[Self]) -> Option<f64>;
+        /// The value as f32 (exact for f16/bf16/f32, rounded to nearest for f64).
+        fn to_f32(self) -> f32;
     }
 }
 
 /// An element type that can be quantized: `f32`, `half::f16`, `half::bf16` (and `f64`,
-/// whose values must stay within f32's range for the scales to exist).
+/// whose values are rounded to f32 before the division by their scale, and must stay within
+/// f32's range for the scales to exist).
 pub trait QuantInput: private::Sealed {
     /// Exact widening to f64.
     fn to_f64(self) -> f64;
@@ -33,7 +37,7 @@ pub trait QuantInput: private::Sealed {
 // over `bits & !sign` therefore gives both the amax and the finiteness check, and it
 // vectorizes (no NaN-aware float max in the loop).
 macro_rules! quant_input {
-    ($t:ty, $bits:ty, $abs_mask:expr, $inf_bits:expr, $to_bits:expr, $from_bits:expr) => {
+    ($t:ty, $bits:ty, $abs_mask:expr, $inf_bits:expr, $to_bits:expr, $from_bits:expr, $to_f32:expr) => {
         impl private::Sealed for $t {
             fn abs_max(xs: &[Self]) -> Option<f64> {
                 let to_bits: fn(Self) -> $bits = $to_bits;
@@ -43,6 +47,11 @@ macro_rules! quant_input {
                     .map(|&v| to_bits(v) & $abs_mask)
                     .fold(0, <$bits>::max);
                 (max_bits < $inf_bits).then(|| QuantInput::to_f64(from_bits(max_bits)))
+            }
+            #[inline]
+            fn to_f32(self) -> f32 {
+                let to_f32: fn(Self) -> f32 = $to_f32;
+                to_f32(self)
             }
         }
         impl QuantInput for $t {
@@ -60,7 +69,8 @@ quant_input!(
     0x7fff_ffff,
     0x7f80_0000,
     f32::to_bits,
-    f32::from_bits
+    f32::from_bits,
+    |v| v
 );
 quant_input!(
     f64,
@@ -68,7 +78,8 @@ quant_input!(
     0x7fff_ffff_ffff_ffff,
     0x7ff0_0000_0000_0000,
     f64::to_bits,
-    f64::from_bits
+    f64::from_bits,
+    |v| v as f32
 );
 quant_input!(
     half::f16,
@@ -76,7 +87,8 @@ quant_input!(
     0x7fff,
     0x7c00,
     half::f16::to_bits,
-    half::f16::from_bits
+    half::f16::from_bits,
+    half::f16::to_f32
 );
 quant_input!(
     half::bf16,
@@ -84,7 +96,8 @@ quant_input!(
     0x7fff,
     0x7f80,
     half::bf16::to_bits,
-    half::bf16::from_bits
+    half::bf16::from_bits,
+    half::bf16::to_f32
 );
 
 /// Options of [`quantize_with`].
@@ -202,16 +215,37 @@ pub fn quantize_with<T: QuantInput>(
     granularity: Granularity,
     options: &QuantOptions,
 ) -> Result<Fp8Tensor, QuantizeError> {
-    let scales = compute_scales(x, shape, format, granularity, options)?;
-    let groups = Groups::new(shape, granularity)?;
-    let codes = encode_all(x, &groups, &scales, format);
-    Ok(Fp8Tensor {
-        codes,
-        scales,
+    let mut out = Fp8Tensor {
+        codes: Vec::new(),
+        scales: Vec::new(),
         shape,
         format,
         granularity,
-    })
+    };
+    quantize_into(x, shape, format, granularity, options, &mut out)?;
+    Ok(out)
+}
+
+/// [`quantize_with`] into an existing [`Fp8Tensor`], reusing its buffers' memory (their
+/// lengths are adjusted). Worth it in loops over large tensors: freshly allocated memory
+/// costs a page fault per 4 KiB on first touch. On error `out` is left unchanged.
+pub fn quantize_into<T: QuantInput>(
+    x: &[T],
+    shape: [usize; 4],
+    format: Fp8Format,
+    granularity: Granularity,
+    options: &QuantOptions,
+    out: &mut Fp8Tensor,
+) -> Result<(), QuantizeError> {
+    let scales = compute_scales(x, shape, format, granularity, options)?;
+    let groups = Groups::new(shape, granularity)?;
+    out.codes.resize(x.len(), 0);
+    encode_all(x, &groups, &scales, format, &mut out.codes);
+    out.scales = scales;
+    out.shape = shape;
+    out.format = format;
+    out.granularity = granularity;
+    Ok(())
 }
 
 /// The amax pass alone: the scales [`quantize_with`] would use, in scales order. Useful to
@@ -281,7 +315,8 @@ pub fn quantize_with_scales<T: QuantInput>(
             value: x[i].to_f64(),
         });
     }
-    let codes = encode_all(x, &groups, scales, format);
+    let mut codes = vec![0u8; x.len()];
+    encode_all(x, &groups, scales, format, &mut codes);
     Ok(Fp8Tensor {
         codes,
         scales: scales.to_vec(),
@@ -307,48 +342,67 @@ pub fn dequantize_parts(
     format: Fp8Format,
     granularity: Granularity,
 ) -> Result<Vec<f32>, QuantizeError> {
+    let mut out = vec![0.0f32; codes.len()];
+    dequantize_into(codes, scales, shape, format, granularity, &mut out)?;
+    Ok(out)
+}
+
+/// [`dequantize_parts`] into a caller's buffer (which must hold `B·H·S·D` values), to reuse
+/// memory across calls. On error `out` holds unspecified values.
+pub fn dequantize_into(
+    codes: &[u8],
+    scales: &[f32],
+    shape: [usize; 4],
+    format: Fp8Format,
+    granularity: Granularity,
+    out: &mut [f32],
+) -> Result<(), QuantizeError> {
     let groups = Groups::new(shape, granularity)?;
-    check_len("codes", codes.len(), groups.elements(), || {
-        format!("shape {shape:?}")
-    })?;
+    let needs = || format!("shape {shape:?}");
+    check_len("codes", codes.len(), groups.elements(), needs)?;
+    check_len("output", out.len(), groups.elements(), needs)?;
     check_scales(&groups, scales)?;
-    let table = format.decode_table();
     let row_len = groups.row_len;
     let rows_per_chunk = (CHUNK / row_len).max(1);
-    let mut out = vec![0.0f32; codes.len()];
-    let all_finite = out
+    let all_valid = out
         .par_chunks_mut(rows_per_chunk * row_len)
         .zip(codes.par_chunks(rows_per_chunk * row_len))
         .enumerate()
         .map(|(chunk, (out, codes))| {
-            let mut finite = true;
-            for (r, (out, codes)) in out
-                .chunks_mut(row_len)
-                .zip(codes.chunks(row_len))
-                .enumerate()
-            {
-                let scale = scales[groups.group_of_row(chunk * rows_per_chunk + r)];
-                for (o, &c) in out.iter_mut().zip(codes) {
-                    *o = table[usize::from(c)] * scale;
-                    finite &= o.is_finite();
-                }
+            let first_row = chunk * rows_per_chunk;
+            // One match per chunk: a concrete, vectorizable decoder in the loop.
+            match format {
+                Fp8Format::E4M3 => decode_rows(out, codes, &groups, scales, first_row, |c| {
+                    (
+                        Fp8Format::E4M3.decode_finite(c),
+                        Fp8Format::E4M3.is_finite_code(c),
+                    )
+                }),
+                Fp8Format::E5M2 => decode_rows(out, codes, &groups, scales, first_row, |c| {
+                    (
+                        Fp8Format::E5M2.decode_finite(c),
+                        Fp8Format::E5M2.is_finite_code(c),
+                    )
+                }),
             }
-            finite
         })
         .reduce(|| true, |a, b| a && b);
-    if all_finite {
-        return Ok(out);
+    if all_valid {
+        return Ok(());
     }
     // Slow path, only on bad data: name the first offending element.
-    let index = out.iter().position(|v| !v.is_finite()).unwrap_or(0);
+    let index = codes
+        .iter()
+        .zip(out.iter())
+        .position(|(&c, v)| !format.is_finite_code(c) || !v.is_finite())
+        .unwrap_or(0);
     let code = codes[index];
     if format.is_finite_code(code) {
-        let group = groups.group_of_row(index / row_len);
         return Err(QuantizeError::DequantizeOverflow {
             index,
             position: position(shape, index),
             code,
-            scale: scales[group],
+            scale: scales[groups.group_of_row(index / row_len)],
         });
     }
     Err(QuantizeError::NonFiniteCode {
@@ -360,63 +414,81 @@ pub fn dequantize_parts(
     })
 }
 
-/// The convert pass: `codes[i] = encode(x[i] / scale)`, in parallel over chunks of rows.
+/// `out = decode(code) · scale` over whole rows; false if any code is NaN/∞ or any product
+/// overflows.
+#[inline(always)]
+fn decode_rows(
+    out: &mut [f32],
+    codes: &[u8],
+    groups: &Groups,
+    scales: &[f32],
+    first_row: usize,
+    decode: impl Fn(u8) -> (f32, bool),
+) -> bool {
+    let row_len = groups.row_len;
+    let mut valid = true;
+    for (r, (out, codes)) in out
+        .chunks_mut(row_len)
+        .zip(codes.chunks(row_len))
+        .enumerate()
+    {
+        let scale = scales[groups.group_of_row(first_row + r)];
+        for (o, &c) in out.iter_mut().zip(codes) {
+            let (value, finite_code) = decode(c);
+            *o = value * scale;
+            valid &= finite_code & o.is_finite();
+        }
+    }
+    valid
+}
+
+/// The convert pass: `codes[i] = encode_f32(x[i] / scale)` (an f32 division, correctly
+/// rounded, as a GPU kernel's `__fdiv_rn` + `__nv_cvt_float_to_fp8` would compute it), in
+/// parallel over chunks of rows.
 fn encode_all<T: QuantInput>(
     x: &[T],
     groups: &Groups,
     scales: &[f32],
     format: Fp8Format,
-) -> Vec<u8> {
+    codes: &mut [u8],
+) {
     let row_len = groups.row_len;
     let rows_per_chunk = (CHUNK / row_len).max(1);
-    let max = f64::from(format.max());
-    let mut codes = vec![0u8; x.len()];
     codes
         .par_chunks_mut(rows_per_chunk * row_len)
         .zip(x.par_chunks(rows_per_chunk * row_len))
         .enumerate()
         .for_each(|(chunk, (codes, x))| {
-            let rows = RowScales {
-                groups,
-                scales,
-                first_row: chunk * rows_per_chunk,
-            };
-            // One match per chunk so that the inner loop calls one concrete conversion.
+            let first_row = chunk * rows_per_chunk;
+            // One match per chunk so that the inner loop is one concrete, vectorizable
+            // conversion.
             match format {
-                Fp8Format::E4M3 => encode_chunk(codes, x, &rows, max, |v| {
-                    float8::F8E4M3::from_f64(v).to_bits()
+                Fp8Format::E4M3 => encode_rows(codes, x, groups, scales, first_row, |q| {
+                    encode_non_nan(Fp8Format::E4M3, q)
                 }),
-                Fp8Format::E5M2 => encode_chunk(codes, x, &rows, max, |v| {
-                    float8::F8E5M2::from_f64(v).to_bits()
+                Fp8Format::E5M2 => encode_rows(codes, x, groups, scales, first_row, |q| {
+                    encode_non_nan(Fp8Format::E5M2, q)
                 }),
             }
         });
-    codes
 }
 
-/// The scales of the rows of one chunk.
-struct RowScales<'a> {
-    groups: &'a Groups,
-    scales: &'a [f32],
-    first_row: usize,
-}
-
-fn encode_chunk<T: QuantInput>(
+#[inline(always)]
+fn encode_rows<T: QuantInput>(
     codes: &mut [u8],
     x: &[T],
-    rows: &RowScales<'_>,
-    max: f64,
-    encode: impl Fn(f64) -> u8,
+    groups: &Groups,
+    scales: &[f32],
+    first_row: usize,
+    encode: impl Fn(f32) -> u8,
 ) {
-    let row_len = rows.groups.row_len;
+    let row_len = groups.row_len;
     for (r, (codes, x)) in codes.chunks_mut(row_len).zip(x.chunks(row_len)).enumerate() {
-        let scale = f64::from(rows.scales[rows.groups.group_of_row(rows.first_row + r)]);
+        let scale = scales[groups.group_of_row(first_row + r)];
         for (c, &v) in codes.iter_mut().zip(x) {
-            // The quotient of two f32s is exact enough in f64 that float8's single
-            // round-to-nearest-even gives the correctly rounded FP8 value of x / scale. The
-            // clamp repeats float8's saturation explicitly so that the contract does not
-            // hang on a dependency's behaviour.
-            *c = encode((v.to_f64() / scale).clamp(-max, max));
+            // x and the scale are finite, so the quotient is never NaN; values beyond
+            // ±max·scale (only with caller-supplied scales) saturate explicitly to ±max.
+            *c = encode(v.to_f32() / scale);
         }
     }
 }
