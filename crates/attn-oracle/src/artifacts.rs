@@ -51,12 +51,13 @@ impl fmt::Display for Findings {
             write!(f, "{t}")?;
         }
         if let Some(stage) = self.stage() {
-            writeln!(
-                f,
-                "first diverging stage: {} — {}",
-                stage.name(),
-                stage.hint()
-            )?;
+            // Without dumps the stage is inferred from O's pattern: say so.
+            let how = if self.tiles.is_some() {
+                "first diverging stage"
+            } else {
+                "suspected stage (from the O pattern; dump tiles to confirm)"
+            };
+            writeln!(f, "{how}: {} — {}", stage.name(), stage.hint())?;
         }
         if let Some(v) = &self.verdict {
             write!(f, "{v}")?;
