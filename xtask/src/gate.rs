@@ -42,19 +42,21 @@ pub struct Args {
     /// (review and commit them; the run itself still reports the missing/old baseline).
     #[arg(long)]
     write_baseline: bool,
+    /// Skip the CPU-tests stage (for CI, which runs `cargo test --workspace` itself); the
+    /// report marks it skipped.
+    #[arg(long)]
+    no_cpu_tests: bool,
     /// Output directory (default target/gate, or DIR/target/gate with --from-bundle).
     #[arg(long)]
     out_dir: Option<PathBuf>,
 }
 
-/// SDPA backends' sample files (`…-flash.csv` etc.); every other sample file is ours.
-const SDPA_BACKENDS: [&str; 4] = ["flash", "efficient", "cudnn", "math"];
-
-/// Whether a sample file name (`<shape>-<backend>.csv`) belongs to our kernel.
+/// Whether a sample file name (`<row>-<backend>.csv`) belongs to our kernel: bench writes
+/// `<row>-ours.csv` for it and `<row>-sdpa_<backend>.csv` for PyTorch's backends.
 pub fn is_ours(file_name: &str) -> bool {
     let stem = file_name.strip_suffix(".csv").unwrap_or(file_name);
     let backend = stem.rsplit('-').next().unwrap_or(stem);
-    !SDPA_BACKENDS.contains(&backend)
+    !backend.starts_with("sdpa_")
 }
 
 /// Why there is no usable GPU, from the two probes (`/dev/nvidia0`, `nvidia-smi -L`);
@@ -110,6 +112,7 @@ struct Layout {
     source: Source,
     out_dir: PathBuf,
     kernels_dir: PathBuf,
+    ptxas_work_dir: PathBuf,
     budget: PathBuf,
     snapshots: PathBuf,
     baseline: PathBuf,
@@ -125,6 +128,7 @@ impl Layout {
                     .clone()
                     .unwrap_or_else(|| dir.join("target/gate")),
                 kernels_dir: dir.join("kernels"),
+                ptxas_work_dir: dir.join("target/ptxas"),
                 budget: dir.join("ptxas-budget.json"),
                 snapshots: dir.join("ptxas-snapshots"),
                 baseline: args
@@ -141,6 +145,8 @@ impl Layout {
                         .clone()
                         .unwrap_or_else(|| root.join("target/gate")),
                     kernels_dir: root.join("crates/attn-kernels/kernels"),
+                    // Shares `cargo xtask ptxas`'s cache.
+                    ptxas_work_dir: root.join("target/ptxas"),
                     budget: ptxas::default_budget(&root),
                     snapshots: ptxas::snapshot::workspace_dir(&root),
                     baseline: args
@@ -259,7 +265,7 @@ fn stage_ptxas(layout: &Layout) -> Outcome {
         let archs = ptxas::archs_from(None)?;
         let paths = ptxas::Paths {
             kernels_dir: layout.kernels_dir.clone(),
-            work_dir: layout.out_dir.join("ptxas"),
+            work_dir: layout.ptxas_work_dir.clone(),
         };
         let collected = ptxas::collect(&nvcc_path, &paths, &archs, ptxas::Mode::Release, true)?;
         let table_path = layout.out_dir.join("ptxas.txt");
@@ -505,19 +511,28 @@ fn stage_performance(
             .with_context(|| format!("parsing {}", json_path.display()))?;
         let samples = bench_dir.join("samples");
         let (baseline, problems) = compare_with_baseline(&layout.baseline, &samples)?;
-        let regressions_vs_sdpa = bench
-            .rows
-            .iter()
-            .filter(|r| r.decision == "regress")
-            .count();
+        let decided = |d: &str| {
+            bench
+                .rows
+                .iter()
+                .filter(|r| r.decision.as_deref() == Some(d))
+                .count()
+        };
+        let mut problems = problems;
+        for r in bench.rows.iter().filter(|r| r.champion.is_none()) {
+            problems.push(format!(
+                "{}: no SDPA backend ran, so there is no champion to compare with (see bench.log)",
+                r.shape
+            ));
+        }
         let mut o = Outcome::new(
             problems.is_empty() && !bench.rows.is_empty(),
             format!(
                 "{} rows; vs SDPA champion: {} promote, {} inconclusive, {} slower (informative); vs baseline: {} compared, {} problem(s)",
                 bench.rows.len(),
-                bench.rows.iter().filter(|r| r.decision == "promote").count(),
-                bench.rows.iter().filter(|r| r.decision == "inconclusive").count(),
-                regressions_vs_sdpa,
+                decided("promote"),
+                decided("inconclusive"),
+                decided("regress"),
                 baseline.len(),
                 problems.len()
             ),
@@ -599,22 +614,32 @@ fn latency_panels(samples: &Path) -> Vec<svg::LatencyPanel> {
     panels
 }
 
-/// Roofline points of the bench rows (fp16/bf16: 2-byte elements).
+/// Parses a bench row name `B,H,S,D[-causal]-dtype` (`S` may be `SqxSk`) into
+/// `[B, H, Sq, Sk, D]`.
+pub fn parse_row_shape(name: &str) -> Option<[usize; 5]> {
+    let dims = name.split('-').next()?;
+    let parts: Vec<&str> = dims.split(',').collect();
+    let [b, h, s, d] = parts.as_slice() else {
+        return None;
+    };
+    let (sq, sk) = match s.split_once('x') {
+        Some((q, k)) => (q.parse().ok()?, k.parse().ok()?),
+        None => (s.parse().ok()?, s.parse().ok()?),
+    };
+    Some([b.parse().ok()?, h.parse().ok()?, sq, sk, d.parse().ok()?])
+}
+
+/// Roofline points of the bench rows (fp16/bf16: 2-byte elements; MHA assumed for K/V
+/// traffic, as in every shape set).
 fn roofline_points(bench: &BenchFile) -> Vec<svg::RooflinePoint> {
     bench
         .rows
         .iter()
         .filter_map(|r| {
-            let dims = crate::profile::parse_shape(&r.shape).ok()?;
-            let [b, h, s, d] = dims.map(|x| x as f64);
+            let [b, h, sq, sk, d] = parse_row_shape(&r.shape)?.map(|x| x as f64);
             Some(svg::RooflinePoint {
-                label: format!(
-                    "{}{} {}",
-                    r.shape,
-                    if r.causal { " causal" } else { "" },
-                    r.dtype
-                ),
-                intensity: svg::intensity(b, h, s, d, r.causal, 2.0),
+                label: r.shape.clone(),
+                intensity: svg::intensity(b, h, sq, sk, d, r.causal, 2.0),
                 tflops: r.tflops,
             })
         })
@@ -714,8 +739,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 Stage::Build => stage_build(&layout, &root, &mut test_binary),
                 Stage::Ptxas => stage_ptxas(&layout),
                 Stage::CpuTests if bundle => Outcome {
-                    status: Status::NotRun("a bundle has no cargo; run it in CI".into()),
-                    summary: "not run".into(),
+                    status: Status::Skipped("a bundle has no cargo: CI runs the CPU tests".into()),
+                    summary: "skipped (bundle)".into(),
+                    details: vec![],
+                    logs: vec![],
+                },
+                Stage::CpuTests if args.no_cpu_tests => Outcome {
+                    status: Status::Skipped("--no-cpu-tests (the caller runs them)".into()),
+                    summary: "skipped (--no-cpu-tests)".into(),
                     details: vec![],
                     logs: vec![],
                 },
@@ -743,18 +774,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         };
         let seconds = clock.elapsed().as_secs_f64();
-        bar.println(format!(
-            "{:<32} {:<8} {:>7.1}s  {}",
-            stage.title(),
-            match &outcome.status {
-                Status::Passed => "passed",
-                Status::Failed => "FAILED",
-                Status::Skipped(_) => "skipped",
-                Status::NotRun(_) => "not run",
-            },
-            seconds,
-            outcome.summary
-        ));
+        // suspend() prints even when the bar is hidden (no terminal, as in CI).
+        bar.suspend(|| {
+            println!(
+                "{:<32} {:<8} {:>7.1}s  {}",
+                stage.title(),
+                match &outcome.status {
+                    Status::Passed => "passed",
+                    Status::Failed => "FAILED",
+                    Status::Skipped(_) => "skipped",
+                    Status::NotRun(_) => "not run",
+                },
+                seconds,
+                outcome.summary
+            )
+        });
         stages.push(StageResult {
             stage,
             status: outcome.status,
@@ -839,11 +873,11 @@ mod tests {
 
     #[test]
     fn sample_files_are_ours_unless_an_sdpa_backend() {
-        assert!(is_ours("1x8x512x64-causal-f16-ours.csv"));
-        assert!(is_ours("1,8,512,64-attn_fwd_f16_d64.csv"));
-        assert!(!is_ours("1x8x512x64-causal-f16-cudnn.csv"));
-        assert!(!is_ours("2,8,2048,128-flash.csv"));
-        assert!(!is_ours("x-efficient.csv"));
+        assert!(is_ours("1,8,512,64-causal-f16-ours.csv"));
+        assert!(is_ours("1,8,512,64-f16-attn_fwd_f16_d64.csv"));
+        assert!(!is_ours("1,8,512,64-causal-f16-sdpa_cudnn.csv"));
+        assert!(!is_ours("2,8,2048,128-bf16-sdpa_flash.csv"));
+        assert!(!is_ours("sdpa_efficient.csv"));
     }
 
     #[test]
@@ -892,10 +926,10 @@ mod tests {
                 .map(|i| format!("{}\n", mean + 0.05 * f64::from((i * 7) % 11)))
                 .collect()
         };
-        std::fs::write(base.join("2,8,2048,64-ours.csv"), sample(40.0)).expect("write");
-        std::fs::write(run.join("2,8,2048,64-ours.csv"), sample(44.0)).expect("write");
-        std::fs::write(base.join("2,8,2048,64-cudnn.csv"), sample(40.0)).expect("write");
-        std::fs::write(run.join("2,8,2048,64-cudnn.csv"), sample(46.0)).expect("write");
+        std::fs::write(base.join("2,8,2048,64-f16-ours.csv"), sample(40.0)).expect("write");
+        std::fs::write(run.join("2,8,2048,64-f16-ours.csv"), sample(44.0)).expect("write");
+        std::fs::write(base.join("2,8,2048,64-f16-sdpa_cudnn.csv"), sample(40.0)).expect("write");
+        std::fs::write(run.join("2,8,2048,64-f16-sdpa_cudnn.csv"), sample(46.0)).expect("write");
         let (rows, problems) = compare_with_baseline(&base, &run).expect("compare");
         assert_eq!(rows.len(), 2);
         let ours = rows.iter().find(|r| r.ours).expect("ours");
@@ -903,9 +937,9 @@ mod tests {
         assert!(ours.ratio > 1.09 && ours.ratio < 1.11, "{}", ours.ratio);
         // Only our kernel's regression gates; SDPA's is machine drift.
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].contains("2,8,2048,64-ours.csv: regression"));
+        assert!(problems[0].contains("2,8,2048,64-f16-ours.csv: regression"));
 
-        std::fs::remove_file(run.join("2,8,2048,64-ours.csv")).expect("rm");
+        std::fs::remove_file(run.join("2,8,2048,64-f16-ours.csv")).expect("rm");
         let (_, problems) = compare_with_baseline(&base, &run).expect("compare");
         assert!(
             problems.iter().any(|p| p.contains("reading")),
@@ -916,16 +950,29 @@ mod tests {
 
     #[test]
     fn roofline_points_come_from_bench_rows() {
-        let text = r#"{"device":"H100","date":"2026-11-21","commit":"abc","rows":[
-            {"shape":"2,8,2048,64","causal":false,"dtype":"f16","kernel":"k","method":"events",
+        let text = r#"{"device":"H100","date":"2026-11-21","commit":"abc","torch":"2.11","rows":[
+            {"shape":"2,8,2048,64-f16","causal":false,"dtype":"f16","kernel":"k","method":"events",
              "ours":{"n":200,"mean":45.0,"median":44.9,"std":0.3,"ci_low":44.9,"ci_high":45.1},
              "tflops":381.0,
-             "champion":{"backend":"cudnn","n":200,"mean":45.5,"median":45.5,"std":0.2,"ci_low":45.4,"ci_high":45.6},
-             "ratio":0.99,"ratio_ci_low":0.98,"ratio_ci_high":1.0,"hedges_g":null,"decision":"inconclusive"}]}"#;
+             "champion":{"backend":"sdpa_cudnn","n":200,"mean":45.5,"median":45.5,"std":0.2,"ci_low":45.4,"ci_high":45.6,"min":45.0,"max":46.0,"mad":0.1,"outliers_dropped":0},
+             "ratio":0.99,"ratio_ci_low":0.98,"ratio_ci_high":1.0,"hedges_g":null,"decision":"inconclusive",
+             "ratio_to_flash":0.7,"sdpa":[]},
+            {"shape":"1,32,1x8192,128-causal-f16","causal":true,"dtype":"f16","kernel":"k","method":"graph",
+             "ours":{"n":200,"mean":60.0,"median":60.0,"std":0.3,"ci_low":59.9,"ci_high":60.1},
+             "tflops":4.5,"champion":null,"ratio":null,"ratio_ci_low":null,"ratio_ci_high":null,
+             "hedges_g":null,"decision":null}]}"#;
         let bench: BenchFile = serde_json::from_str(text).expect("bench.json contract");
         let points = roofline_points(&bench);
-        assert_eq!(points.len(), 1);
+        assert_eq!(points.len(), 2);
         assert!((points[0].intensity - 1024.0).abs() < 1e-9);
-        assert_eq!(points[0].label, "2,8,2048,64 f16");
+        assert_eq!(points[0].label, "2,8,2048,64-f16");
+        assert_eq!(
+            parse_row_shape("1,32,1x8192,128-causal-f16"),
+            Some([1, 32, 1, 8192, 128])
+        );
+        assert_eq!(parse_row_shape("1,32,1y8192,128-f16"), None);
+        assert_eq!(parse_row_shape("1,32,128-f16"), None);
+        // Decode: 1 query row against 8192 keys is memory bound (about 1 FLOP per byte).
+        assert!(points[1].intensity < 2.0, "{}", points[1].intensity);
     }
 }

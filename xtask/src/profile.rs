@@ -7,6 +7,7 @@
 //! sees under the GPU's own boost behaviour, not ncu's locked base clock.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context};
@@ -281,7 +282,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let ncu = crate::sanitize::find_cuda_tool("ncu", "NCU", &["bin", "nsight-compute"])?;
     let exe = std::env::current_exe().context("locating the xtask binary")?;
-    let out_dir = crate::ptxas::workspace_root().join("target/profile");
+    // In a bundle (run.sh sets ATTN_BUNDLE_DIR) the outputs go next to it.
+    let base = std::env::var_os("ATTN_BUNDLE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(crate::ptxas::workspace_root);
+    let out_dir = base.join("target/profile");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let stem = format!(
         "{}-{}-{}{}",

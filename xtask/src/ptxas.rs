@@ -154,7 +154,8 @@ pub fn archs_from(arg: Option<&str>) -> anyhow::Result<Vec<String>> {
     Ok(archs)
 }
 
-/// Finds nvcc or says how to get it.
+/// Finds nvcc or says how to get it (without installing anything: for the gate on a GPU
+/// host, which has its own toolkit and no network).
 pub fn require_nvcc(root: &Path) -> anyhow::Result<PathBuf> {
     nvcc::find_nvcc(root).ok_or_else(|| {
         anyhow::anyhow!(
@@ -455,7 +456,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Mode::Release
     };
     let archs = archs_from(args.arch.as_deref())?;
-    let nvcc_path = require_nvcc(&root)?;
+    let nvcc_path = crate::cuda::ensure_nvcc(&root)?;
     let paths = Paths::workspace(&root);
     let collected = collect(&nvcc_path, &paths, &archs, mode, !args.no_cache)?;
 

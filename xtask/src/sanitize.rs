@@ -242,8 +242,8 @@ pub fn test_executable(cargo_json: &str, name: &str) -> Option<PathBuf> {
         .find_map(|v| v["executable"].as_str().map(PathBuf::from))
 }
 
-/// The GPU test binary: built by cargo (`attn-kernels`, test target `gpu`, release), or the
-/// bundle's `tests/attn_kernels_gpu`.
+/// The GPU test binary: built by cargo (`attn-kernels`, test target `gpu`, release, with the
+/// `debug-kernels` feature like the bundle's), or the bundle's `tests/attn_kernels_gpu`.
 pub fn gpu_test_binary(source: &Source) -> anyhow::Result<PathBuf> {
     match source {
         Source::Bundle(dir) => {
@@ -270,7 +270,8 @@ pub fn gpu_test_binary(source: &Source) -> anyhow::Result<PathBuf> {
                     "gpu",
                     "--no-run",
                 ])
-                .arg("--message-format=json")
+                // The same feature set as the bundle's test binary (debug-dump tests included).
+                .args(["--features", "debug-kernels", "--message-format=json"])
                 .stderr(Stdio::inherit())
                 .output()
                 .context("running cargo to build the GPU test binary")?;
@@ -491,6 +492,59 @@ mod tests {
             failures(&parse_log(&failed), Some(101), "s")[0],
             "2 test(s) failed"
         );
+    }
+
+    /// The subprocess plumbing, with a stand-in for compute-sanitizer: argument order, one log
+    /// per tool with stdout and stderr, and the verdict per tool.
+    #[cfg(unix)]
+    #[test]
+    fn run_tools_passes_the_right_arguments_and_judges_each_log() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("xtask-sanitize-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let fake = dir.join("fake-sanitizer");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\necho \"args: $*\"\necho 'running 2 tests' >&2\n\
+             echo 'test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 9 filtered out; finished in 0.1s'\n\
+             if [ \"$2\" = racecheck ]; then echo '========= ERROR SUMMARY: 3 errors'; exit 1; fi\n\
+             echo '========= ERROR SUMMARY: 0 errors'\n",
+        )
+        .expect("write script");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let bin = dir.join("gpu-tests");
+        let results = run_tools(
+            &fake,
+            &bin,
+            &[Tool::Memcheck, Tool::Racecheck],
+            "sanitize_",
+            &dir.join("logs"),
+        )
+        .expect("run");
+        assert_eq!(results.len(), 2);
+        let memcheck_log = std::fs::read_to_string(&results[0].log).expect("log");
+        assert!(
+            memcheck_log.contains(&format!(
+                "args: --tool memcheck --error-exitcode 1 --leak-check full {} \
+                 --include-ignored --test-threads=1 sanitize_",
+                bin.display()
+            )),
+            "{memcheck_log}"
+        );
+        assert!(
+            memcheck_log.contains("running 2 tests"),
+            "stderr is kept too"
+        );
+        assert!(results[0].failures.is_empty(), "{:?}", results[0].failures);
+        assert_eq!(results[1].log, dir.join("logs/racecheck.log"));
+        assert_eq!(
+            results[1].failures,
+            vec![
+                "3 sanitizer error(s)".to_string(),
+                "exit status 1".to_string()
+            ]
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

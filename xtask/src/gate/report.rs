@@ -115,10 +115,11 @@ pub struct Champion {
     pub summary: SampleSummary,
 }
 
-/// One row of `bench.json`.
+/// One row of `bench.json` (written by `cargo xtask bench`; fields it adds beyond these are
+/// ignored).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchRow {
-    /// `B,H,S,D`.
+    /// Row name: `B,H,S,D[-causal]-dtype` (`S` may be `SqxSk`).
     pub shape: String,
     /// Causal or not.
     pub causal: bool,
@@ -132,18 +133,24 @@ pub struct BenchRow {
     pub ours: SampleSummary,
     /// Our throughput.
     pub tflops: f64,
-    /// The SDPA champion.
-    pub champion: Champion,
+    /// The SDPA champion; `None` when no SDPA backend ran.
+    #[serde(default)]
+    pub champion: Option<Champion>,
     /// mean(ours) / mean(champion).
-    pub ratio: f64,
+    #[serde(default)]
+    pub ratio: Option<f64>,
     /// CI of the ratio.
-    pub ratio_ci_low: f64,
+    #[serde(default)]
+    pub ratio_ci_low: Option<f64>,
     /// CI of the ratio.
-    pub ratio_ci_high: f64,
+    #[serde(default)]
+    pub ratio_ci_high: Option<f64>,
     /// Hedges' g (None when undefined).
+    #[serde(default)]
     pub hedges_g: Option<f64>,
-    /// `promote`, `regress` or `inconclusive`.
-    pub decision: String,
+    /// `promote`, `regress` or `inconclusive` vs the champion.
+    #[serde(default)]
+    pub decision: Option<String>,
 }
 
 /// `bench.json`.
@@ -296,8 +303,15 @@ pub fn render_markdown(report: &GateReport) -> String {
              |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for r in &p.bench.rows {
+            let num = |v: Option<f64>, digits: usize| {
+                v.map_or("n/a".to_string(), |v| format!("{v:.digits$}"))
+            };
+            let (champion, champion_median) = match &r.champion {
+                Some(c) => (c.backend.clone(), format!("{:.2}", c.summary.median)),
+                None => ("none ran".to_string(), "n/a".to_string()),
+            };
             md.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {:.2} | {:.2} [{:.2}, {:.2}] | {:.1} | {} | {:.2} | {:.3} [{:.3}, {:.3}] | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {:.2} | {:.2} [{:.2}, {:.2}] | {:.1} | {} | {} | {} [{}, {}] | {} | {} |\n",
                 r.shape,
                 if r.causal { "yes" } else { "no" },
                 r.dtype,
@@ -308,13 +322,13 @@ pub fn render_markdown(report: &GateReport) -> String {
                 r.ours.ci_low,
                 r.ours.ci_high,
                 r.tflops,
-                r.champion.backend,
-                r.champion.summary.median,
-                r.ratio,
-                r.ratio_ci_low,
-                r.ratio_ci_high,
+                champion,
+                champion_median,
+                num(r.ratio, 3),
+                num(r.ratio_ci_low, 3),
+                num(r.ratio_ci_high, 3),
                 fmt_opt(r.hedges_g),
-                r.decision
+                r.decision.as_deref().unwrap_or("n/a")
             ));
         }
         md.push_str(&format!(
@@ -409,22 +423,22 @@ mod tests {
                     date: "2026-11-21".into(),
                     commit: "abc123".into(),
                     rows: vec![BenchRow {
-                        shape: "2,8,2048,64".into(),
+                        shape: "2,8,2048,64-causal-f16".into(),
                         causal: true,
                         dtype: "f16".into(),
                         kernel: "attn_fwd_f16_d64".into(),
                         method: "events".into(),
                         ours: summary(41.5),
                         tflops: 52.9,
-                        champion: Champion {
-                            backend: "cudnn".into(),
+                        champion: Some(Champion {
+                            backend: "sdpa_cudnn".into(),
                             summary: summary(40.5),
-                        },
-                        ratio: 1.0247,
-                        ratio_ci_low: 1.01,
-                        ratio_ci_high: 1.04,
+                        }),
+                        ratio: Some(1.0247),
+                        ratio_ci_low: Some(1.01),
+                        ratio_ci_high: Some(1.04),
                         hedges_g: None,
-                        decision: "inconclusive".into(),
+                        decision: Some("inconclusive".into()),
                     }],
                 },
                 baseline_dir: "docs/baseline".into(),
@@ -438,9 +452,29 @@ mod tests {
         assert!(md.contains("| 2 | sanitizers | FAILED |"));
         assert!(md.contains("## Not run\n\n- stability: build failed"));
         assert!(md.contains("- line one\n  line two"));
-        assert!(md.contains("| 2,8,2048,64 | yes | f16 | attn_fwd_f16_d64 | events | 41.50 |"));
-        assert!(md.contains("| cudnn | 40.50 | 1.025 [1.010, 1.040] | n/a | inconclusive |"));
+        assert!(md.contains(
+            "| 2,8,2048,64-causal-f16 | yes | f16 | attn_fwd_f16_d64 | events | 41.50 |"
+        ));
+        assert!(md.contains("| sdpa_cudnn | 40.50 | 1.025 [1.010, 1.040] | n/a | inconclusive |"));
         assert!(md.contains("No comparison"));
+
+        // A row without any SDPA result renders as such instead of inventing numbers.
+        let mut lonely = report.clone();
+        if let Some(p) = lonely.performance.as_mut() {
+            let row = &mut p.bench.rows[0];
+            (
+                row.champion,
+                row.ratio,
+                row.ratio_ci_low,
+                row.ratio_ci_high,
+                row.decision,
+            ) = (None, None, None, None, None);
+        }
+        let md = render_markdown(&lonely);
+        assert!(
+            md.contains("| none ran | n/a | n/a [n/a, n/a] | n/a | n/a |"),
+            "{md}"
+        );
 
         let json = serde_json::to_string(&report).expect("serialize");
         let back: GateReport = serde_json::from_str(&json).expect("round trip");

@@ -174,11 +174,12 @@ pub struct RooflinePoint {
     pub tflops: f64,
 }
 
-/// Attention FLOPs (4·B·H·Sq·Sk·D, halved for causal) and compulsory bytes (read Q, K, V and
-/// write O once, `elem` bytes each) of a `[B,H,S,D]` problem with Sq = Sk.
-pub fn intensity(b: f64, h: f64, s: f64, d: f64, causal: bool, elem: f64) -> f64 {
-    let flops = 4.0 * b * h * s * s * d * if causal { 0.5 } else { 1.0 };
-    let bytes = 4.0 * b * h * s * d * elem;
+/// FLOP per byte: attention FLOPs (4·B·H·Sq·Sk·D, halved for causal, as DESIGN.md §7
+/// counts them) over the compulsory traffic (read Q and K, V once, write O once, `elem` bytes
+/// each; MHA).
+pub fn intensity(b: f64, h: f64, sq: f64, sk: f64, d: f64, causal: bool, elem: f64) -> f64 {
+    let flops = 4.0 * b * h * sq * sk * d * if causal { 0.5 } else { 1.0 };
+    let bytes = 2.0 * b * h * (sq + sk) * d * elem;
     flops / bytes
 }
 
@@ -295,12 +296,12 @@ mod tests {
     #[test]
     fn roofline_math() {
         // S = 2048, D = 64, fp16: 4·S²·D / (4·S·D·2) = S/2 = 1024 FLOP/byte, compute bound.
-        let ai = intensity(2.0, 8.0, 2048.0, 64.0, false, 2.0);
+        let ai = intensity(2.0, 8.0, 2048.0, 2048.0, 64.0, false, 2.0);
         assert!((ai - 1024.0).abs() < 1e-9);
         assert_eq!(ceiling(ai), PEAK_TFLOPS);
         assert!((ceiling(10.0) - 30.0).abs() < 1e-12);
         // Causal halves the FLOPs, not the compulsory traffic: 512/2/2 = 128.
-        assert!((intensity(1.0, 1.0, 512.0, 64.0, true, 2.0) - 128.0).abs() < 1e-9);
+        assert!((intensity(1.0, 1.0, 512.0, 512.0, 64.0, true, 2.0) - 128.0).abs() < 1e-9);
     }
 
     #[test]
