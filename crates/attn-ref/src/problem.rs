@@ -295,8 +295,8 @@ pub struct TileId {
 /// are row-major `rows × cols`. All values are in the natural-log domain:
 /// - `s[r][c]` = scale · q·k, or −∞ where masked;
 /// - `m[r]` = running row max after this tile (−∞ while every key so far is masked);
-/// - `p[r][c]` = exp(s − m[r]) (0 where masked), the unnormalized probabilities;
-/// - `l[r]` = running row sum of exp(s − m[r]) over all tiles so far.
+/// - `p[r][c]` = `exp(s − m[r])` (0 where masked), the unnormalized probabilities;
+/// - `l[r]` = running row sum of `exp(s − m[r])` over all tiles so far.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tile {
     /// Which tile.

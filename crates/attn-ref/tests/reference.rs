@@ -513,8 +513,7 @@ fn tiles_expose_the_online_softmax_state() {
     let last_of_tile = |h: usize, qt: usize| {
         tiles
             .iter()
-            .filter(|t| t.id.h == h && t.id.q_tile == qt)
-            .last()
+            .rfind(|t| t.id.h == h && t.id.q_tile == qt)
             .unwrap()
     };
     for t in &tiles {

@@ -224,7 +224,13 @@ pub fn forward<T: Element>(p: &Problem, q: &[T], k: &[T], v: &[T]) -> Result<Ref
     let (sq, d) = (shape.q_len(), shape.head_dim());
     let mut o = vec![0.0; shape.o_elems()];
     let mut lse = vec![0.0; shape.lse_elems()];
-    let inputs = Inputs { p, q, k, v };
+    let inputs = Inputs {
+        p,
+        q,
+        k,
+        v,
+        portable: false,
+    };
     o.par_chunks_mut(sq * d)
         .zip(lse.par_chunks_mut(sq))
         .enumerate()
@@ -261,7 +267,13 @@ pub fn forward_rows<T: Element>(
     let heads = shape.batch() * shape.q_heads();
     let mut o = vec![0.0; heads * n * d];
     let mut lse = vec![0.0; heads * n];
-    let inputs = Inputs { p, q, k, v };
+    let inputs = Inputs {
+        p,
+        q,
+        k,
+        v,
+        portable: false,
+    };
     o.par_chunks_mut(n * d)
         .zip(lse.par_chunks_mut(n))
         .enumerate()
@@ -410,6 +422,8 @@ struct Inputs<'a, T> {
     q: &'a [T],
     k: &'a [T],
     v: &'a [T],
+    /// Take the portable path even where AVX2+FMA is available (for testing it).
+    portable: bool,
 }
 
 /// Per-thread scratch buffers, reused across tasks.
@@ -476,7 +490,10 @@ impl<T: Element> Inputs<'_, T> {
         lse_out: &mut [f64],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if !self.portable
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+        {
             // SAFETY: the CPU supports the features `block_avx2_fma` is compiled for.
             unsafe { self.block_avx2_fma(ws, b, h, o_out, lse_out) };
             return;
@@ -573,13 +590,14 @@ impl<T: Element> Inputs<'_, T> {
         // Softmax per row, in place: S becomes exp(s − m) on visible keys, 0 elsewhere.
         ws.l.clear();
         ws.l.resize(rows_pad, 0.0);
-        for r in 0..rows_pad {
-            let n = ws.visible[r];
-            let s_row = &mut ws.s[r * s_stride..][..s_stride];
+        // Padding rows (r ≥ rows) have n = 0 and no LSE slot.
+        let s_rows = ws.s.chunks_exact_mut(s_stride);
+        for (r, ((s_row, &n), l_slot)) in s_rows.zip(&ws.visible).zip(&mut ws.l).enumerate() {
+            let lse_slot = lse_out.get_mut(r);
             if n == 0 {
                 s_row.fill(0.0);
-                if r < rows {
-                    lse_out[r] = f64::NEG_INFINITY;
+                if let Some(slot) = lse_slot {
+                    *slot = f64::NEG_INFINITY;
                 }
                 continue;
             }
@@ -590,9 +608,9 @@ impl<T: Element> Inputs<'_, T> {
                 l += *s;
             }
             s_row[n..].fill(0.0);
-            ws.l[r] = l;
-            if r < rows {
-                lse_out[r] = m + l.ln();
+            *l_slot = l;
+            if let Some(slot) = lse_slot {
+                *slot = m + l.ln();
             }
         }
 
@@ -671,6 +689,76 @@ impl<T: Element> Inputs<'_, T> {
             let l = ws.l[r];
             for (od, a) in out.iter_mut().zip(&ws.acc[r * d_pad..][..d]) {
                 *od = a / l;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Causal;
+
+    /// The portable (multiply, then add) path, which CPUs with AVX2+FMA never take.
+    fn forward_portable(p: &Problem, q: &[f64], k: &[f64], v: &[f64]) -> RefOutput {
+        let shape = *p.shape();
+        let d = shape.head_dim();
+        let mut o = vec![0.0; shape.o_elems()];
+        let mut lse = vec![0.0; shape.lse_elems()];
+        let inputs = Inputs {
+            p,
+            q,
+            k,
+            v,
+            portable: true,
+        };
+        let mut ws = Workspace::default();
+        for b in 0..shape.batch() {
+            for h in 0..shape.q_heads() {
+                for i0 in (0..shape.q_len()).step_by(BLOCK_M) {
+                    let rows = BLOCK_M.min(shape.q_len() - i0);
+                    ws.rows.clear();
+                    ws.rows.extend(i0..i0 + rows);
+                    let o_blk = &mut o[shape.q_offset(b, h, i0)..][..rows * d];
+                    let lse_blk = &mut lse[shape.lse_offset(b, h, i0)..][..rows];
+                    inputs.block(&mut ws, b, h, o_blk, lse_blk);
+                }
+            }
+        }
+        RefOutput { o, lse }
+    }
+
+    #[test]
+    fn portable_path_matches_the_naive_loop() {
+        // Sq = 150 spans two query blocks; Sk = 77 a partial key block; D = 13 a partial panel.
+        let shape = AttnShape::new(1, 2, 1, 150, 77, 13).expect("valid shape");
+        let gen = |n: usize, f: f64| {
+            (0..n)
+                .map(|i| (i as f64 * f).sin() * 2.0)
+                .collect::<Vec<_>>()
+        };
+        let (q, k, v) = (
+            gen(shape.q_elems(), 0.37),
+            gen(shape.kv_elems(), 0.71),
+            gen(shape.kv_elems(), 0.13),
+        );
+        for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+            let p = Problem::new(shape, causal);
+            let portable = forward_portable(&p, &q, &k, &v);
+            let naive = forward_naive(&p, &q, &k, &v).expect("lengths match");
+            let fast = forward(&p, &q, &k, &v).expect("lengths match");
+            for (name, out) in [("portable", &portable), ("dispatched", &fast)] {
+                for (a, b) in out
+                    .o
+                    .iter()
+                    .zip(&naive.o)
+                    .chain(out.lse.iter().zip(&naive.lse))
+                {
+                    assert!(
+                        a == b || (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                        "{name} {causal}: {a} vs {b}"
+                    );
+                }
             }
         }
     }
