@@ -289,6 +289,15 @@ pub fn compare(
     })
 }
 
+/// `x` with 6 significant digits (reasons are read by people; the JSON keeps full precision).
+fn sig(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return x.to_string();
+    }
+    let decimals = (5 - x.abs().log10().floor() as i64).clamp(0, 17) as usize;
+    format!("{x:.decimals$}")
+}
+
 fn gate_reasons(
     b: &SampleReport,
     c: &SampleReport,
@@ -297,31 +306,26 @@ fn gate_reasons(
     effect: Option<EffectSize>,
     options: &CompareOptions,
 ) -> Vec<String> {
+    let (mean_b, mean_c) = (sig(b.mean), sig(c.mean));
     let mut reasons = vec![if gates.faster {
-        format!(
-            "faster: candidate mean {} < baseline mean {} (ratio {ratio:.4})",
-            c.mean, b.mean
-        )
+        format!("faster: candidate mean {mean_c} < baseline mean {mean_b} (ratio {ratio:.4})")
     } else if gates.slower {
-        format!(
-            "slower: candidate mean {} > baseline mean {} (ratio {ratio:.4})",
-            c.mean, b.mean
-        )
+        format!("slower: candidate mean {mean_c} > baseline mean {mean_b} (ratio {ratio:.4})")
     } else {
-        format!("equal means: {}", c.mean)
+        format!("equal means: {mean_c}")
     }];
-    let pct = options.bootstrap.confidence * 100.0;
     reasons.push(format!(
-        "{pct}% CIs of the means {}: candidate [{}, {}], baseline [{}, {}]",
+        "{}% CIs of the means {}: candidate [{}, {}], baseline [{}, {}]",
+        options.bootstrap.confidence * 100.0,
         if gates.cis_disjoint {
             "disjoint"
         } else {
             "overlap"
         },
-        c.ci_low,
-        c.ci_high,
-        b.ci_low,
-        b.ci_high
+        sig(c.ci_low),
+        sig(c.ci_high),
+        sig(b.ci_low),
+        sig(b.ci_high)
     ));
     if let Some(e) = effect {
         let cmp = if e.hedges_g.abs() >= options.min_effect {
@@ -330,15 +334,14 @@ fn gate_reasons(
             "<"
         };
         reasons.push(format!(
-            "|g| = {:.3} {cmp} {}",
-            e.hedges_g.abs(),
+            "|g| = {} {cmp} {}",
+            sig(e.hedges_g.abs()),
             options.min_effect
         ));
     }
     if let (Some(t), Some(met)) = (options.target_mean, gates.meets_target) {
         reasons.push(format!(
-            "target: candidate mean {} {} {t}",
-            c.mean,
+            "target: candidate mean {mean_c} {} {t}",
             if met { "<=" } else { ">" }
         ));
     }

@@ -63,14 +63,15 @@ pub enum StatsError {
     /// An option is out of range (a negative trimming threshold, a non-finite target...).
     #[error("invalid option: {0}")]
     InvalidOption(String),
-    /// An error in one of two named samples (`baseline` or `candidate`).
-    #[error("{sample} sample: {source}")]
+    /// An error in one of two named samples (`baseline` or `candidate`). The message
+    /// includes the inner error's, so it is not also exposed as `source()` (which would
+    /// print it twice in an error chain).
+    #[error("{sample} sample: {error}")]
     InSample {
         /// Which sample.
         sample: &'static str,
         /// What is wrong with it.
-        #[source]
-        source: Box<StatsError>,
+        error: Box<StatsError>,
     },
     /// A CSV holds no samples.
     #[error("the CSV holds no samples (expected one number per line, or a header with a `latency_*` column)")]
@@ -114,7 +115,7 @@ impl StatsError {
     pub fn in_sample(self, sample: &'static str) -> Self {
         StatsError::InSample {
             sample,
-            source: Box::new(self),
+            error: Box::new(self),
         }
     }
 }

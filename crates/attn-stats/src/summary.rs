@@ -31,8 +31,15 @@ pub(crate) fn check_sample(
 }
 
 /// Mean without checks; the caller guarantees a non-empty slice.
+///
+/// Sum-then-divide, refined by one pass of the residual mean Σ(x − m)/n, which cancels most
+/// of the summation's rounding error; in particular a constant sample's mean is exactly
+/// that constant (0.3 × 20 sums to 5.999…, and 5.999…/20 ≠ 0.3), so its squared deviations
+/// are exactly 0 and an undefined effect size is detected instead of dividing by 1e−17.
 pub(crate) fn mean_of(data: &[f64]) -> f64 {
-    data.iter().sum::<f64>() / data.len() as f64
+    let n = data.len() as f64;
+    let rough = data.iter().sum::<f64>() / n;
+    rough + data.iter().map(|x| x - rough).sum::<f64>() / n
 }
 
 /// Sum of squared deviations from `mean` (two-pass, so no catastrophic cancellation).

@@ -27,7 +27,7 @@ fn quick() -> BootstrapConfig {
 
 fn in_sample(err: StatsError) -> (&'static str, StatsError) {
     match err {
-        StatsError::InSample { sample, source } => (sample, *source),
+        StatsError::InSample { sample, error } => (sample, *error),
         other => panic!("expected an error naming the sample, got {other:?}"),
     }
 }
@@ -115,6 +115,25 @@ fn all_equal_samples_make_g_undefined_not_a_division_by_zero() {
     assert!(json["hedges_g"].is_null());
     // One constant sample is fine: the other's variance defines the scale.
     assert!(hedges_g(&a, &normal_sample(30, 3)).is_ok());
+}
+
+#[test]
+fn constant_samples_are_exactly_constant_whatever_the_rounding() {
+    // Naive sum-then-divide gives mean(0.3 × 20) = 0.29999999999999993 and a pooled
+    // standard deviation of ~1e-17, i.e. g ≈ 1e15 instead of "undefined".
+    for c in [0.1, 0.3, 0.7, 1.1, 0.262, 12.1, 1e-7, 3.3e5] {
+        for n in 2..=64 {
+            let x = vec![c; n];
+            let s = Summary::new(&x).expect("summary");
+            assert_eq!((s.mean, s.std, s.mad), (c, 0.0, 0.0), "c={c} n={n}");
+            let y = vec![c * 1.5; n + 1];
+            assert_eq!(
+                hedges_g(&x, &y),
+                Err(StatsError::ZeroVariance),
+                "c={c} n={n}"
+            );
+        }
+    }
 }
 
 #[test]
