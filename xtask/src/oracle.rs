@@ -232,11 +232,12 @@ fn alternatives(p: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> anyhow::Result<
 /// Problem mode without the CLI: generates inputs, runs `backend`, the reference and the
 /// emulation, compares, writes the artifacts. Returns the findings and whether the rule holds.
 pub fn run_problem(spec: &ProblemSpec, backend: impl Backend) -> anyhow::Result<(Findings, bool)> {
-    let (storage, emu_storage) = match spec.dtype.as_str() {
-        "f16" => (Storage::F16, emulate::Storage::F16),
-        "bf16" => (Storage::Bf16, emulate::Storage::Bf16),
+    let emu_storage = match spec.dtype.as_str() {
+        "f16" => emulate::Storage::F16,
+        "bf16" => emulate::Storage::Bf16,
         other => bail!("unknown --dtype `{other}`: expected f16 or bf16"),
     };
+    let storage = Storage::from(emu_storage);
     let shape = spec.shape;
     let p = Problem::new(shape, spec.causal);
     let mut rng = StdRng::seed_from_u64(spec.seed);
@@ -466,6 +467,20 @@ mod tests {
             seed: 7,
             out_dir: dir.to_path_buf(),
         }
+    }
+
+    #[test]
+    fn the_emulation_passes_in_bf16() {
+        let dir = temp_dir("bf16");
+        let mut s = spec(&dir, Causal::BottomRight, Vec::new());
+        s.dtype = "bf16".into();
+        s.shape = AttnShape::new(2, 2, 1, 70, 130, 64).unwrap();
+        let (findings, pass) = run_problem(&s, cpu_backend(None)).unwrap();
+        assert!(pass, "{findings}");
+        let verdict = findings.verdict.as_ref().unwrap();
+        // bf16 rounding is 8× coarser than f16's: the bound follows the emulation.
+        assert!(verdict.emu_max_abs > 4e-3 / 8.0, "{verdict}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

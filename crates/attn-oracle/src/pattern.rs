@@ -732,8 +732,12 @@ fn rows(c: &Context<'_>, ev: &mut Vec<String>) -> ErrorPattern {
         "{rows_wrong} of {total_rows} rows and {heads_wrong} of {n_heads} heads hold wrong elements ({} elements)",
         c.report.wrong
     ));
-    if c.opts.causal == Causal::None && 2 * rows_wrong > total_rows {
-        ev.push("without a causal mask every row sees every key tile: a fault in one key tile also looks like this".to_string());
+    if 2 * rows_wrong > total_rows {
+        ev.push(if c.opts.causal == Causal::None {
+            "without a causal mask every row sees every key tile: a fault in one key tile also looks like this".to_string()
+        } else {
+            "every row sees key tile 0: a fault in that tile also looks like this".to_string()
+        });
     }
     let blocks: Vec<String> = c
         .report

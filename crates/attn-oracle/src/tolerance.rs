@@ -41,6 +41,15 @@ impl Storage {
     }
 }
 
+impl From<attn_ref::reference::emulate::Storage> for Storage {
+    fn from(s: attn_ref::reference::emulate::Storage) -> Self {
+        match s {
+            attn_ref::reference::emulate::Storage::F16 => Storage::F16,
+            attn_ref::reference::emulate::Storage::Bf16 => Storage::Bf16,
+        }
+    }
+}
+
 /// Sanity caps of DESIGN.md §3 (kernel vs the f64 reference).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Caps {
