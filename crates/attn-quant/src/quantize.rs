@@ -169,7 +169,7 @@ pub fn scale_from_amax(amax: f64, format: Fp8Format, margin: u32) -> Option<f32>
     // 2^margin as an exact power of two (inf beyond f64's range, caught below).
     let target = amax * 2f64.powi(margin.min(4096) as i32);
     let wanted = target / max;
-    if !(wanted <= f64::from(f32::MAX)) {
+    if wanted > f64::from(f32::MAX) {
         return None;
     }
     let mut scale = (wanted as f32).max(f32::MIN_POSITIVE);
