@@ -550,8 +550,11 @@ impl<T: Element> Inputs<'_, T> {
         }
 
         // S = scale · Q Kᵀ over the keys some row of the block can see.
-        ws.s.clear();
-        ws.s.resize(rows_pad * s_stride, 0.0);
+        // S is not cleared: every entry the softmax reads is written below (a row's visible
+        // keys lie in key blocks its group does not skip) and the rest are zero-filled there.
+        if ws.s.len() < rows_pad * s_stride {
+            ws.s.resize(rows_pad * s_stride, 0.0);
+        }
         for j0 in (0..n_max).step_by(BLOCK_N) {
             let cols = BLOCK_N.min(n_max - j0);
             let cols_pad = round_up(cols, NR);
@@ -560,8 +563,8 @@ impl<T: Element> Inputs<'_, T> {
             for jj in 0..cols {
                 let kj = &self.k[shape.kv_offset(b, kvh, j0 + jj)..][..d];
                 let panel = &mut ws.k_pack[(jj / NR) * d * NR..][..d * NR];
-                for (dd, x) in kj.iter().enumerate() {
-                    panel[dd * NR + jj % NR] = x.to_f64();
+                for (slot, x) in panel.chunks_exact_mut(NR).zip(kj) {
+                    slot[jj % NR] = x.to_f64();
                 }
             }
             for g in 0..rows_pad / MR {
@@ -623,10 +626,13 @@ impl<T: Element> Inputs<'_, T> {
             let cols = BLOCK_N.min(n_max - j0);
             ws.v_pack.clear();
             ws.v_pack.resize(cols * d_pad, 0.0);
+            // Panel p holds columns p·NR.. as [key][n]; a V row scatters into every panel.
             for jj in 0..cols {
                 let vj = &self.v[shape.kv_offset(b, kvh, j0 + jj)..][..d];
-                for (dd, x) in vj.iter().enumerate() {
-                    ws.v_pack[(dd / NR) * cols * NR + jj * NR + dd % NR] = x.to_f64();
+                for (panel, src) in ws.v_pack.chunks_exact_mut(cols * NR).zip(vj.chunks(NR)) {
+                    for (dst, x) in panel[jj * NR..][..NR].iter_mut().zip(src) {
+                        *dst = x.to_f64();
+                    }
                 }
             }
             for g in 0..rows_pad / MR {
@@ -667,12 +673,14 @@ impl<T: Element> Inputs<'_, T> {
                 for (r, &n) in vis.iter().enumerate() {
                     let end = n.saturating_sub(j0).min(cols);
                     let row = g * MR + r;
+                    let acc_row = &mut ws.acc[row * d_pad..][..d_pad];
                     for jj in kc..end {
                         let pv = ws.s[row * s_stride + j0 + jj];
-                        let acc_row = &mut ws.acc[row * d_pad..][..d_pad];
-                        for (dd, a) in acc_row.iter_mut().enumerate() {
-                            let x = ws.v_pack[(dd / NR) * cols * NR + jj * NR + dd % NR];
-                            *a = mul_add::<FMA>(pv, x, *a);
+                        let panels = ws.v_pack.chunks_exact(cols * NR);
+                        for (acc_part, panel) in acc_row.chunks_exact_mut(NR).zip(panels) {
+                            for (a, &x) in acc_part.iter_mut().zip(&panel[jj * NR..][..NR]) {
+                                *a = mul_add::<FMA>(pv, x, *a);
+                            }
                         }
                     }
                 }
