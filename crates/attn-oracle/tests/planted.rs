@@ -360,6 +360,23 @@ fn an_unwritten_region_is_told_apart_from_computed_nan() {
     );
     assert_eq!(report.stage(), Some(Stage::O));
 
+    // Half of each row unwritten (a store predicate on d) is still unwritten.
+    let mut half_rows = as_f32(&want);
+    for s in 10..20 {
+        let o = shape.q_offset(0, 1, s) + 32;
+        half_rows[o..o + 32].fill(f32::NAN);
+    }
+    let report = compare(&half_rows, &want, &shape, &CompareOptions::default()).unwrap();
+    assert_eq!(
+        report.pattern,
+        ErrorPattern::Unwritten {
+            count: 10 * 32,
+            rows: 10,
+            first: loc(0, 1, 10, 32)
+        },
+        "{report}"
+    );
+
     // NaN propagated from non-finite inputs is not "unwritten".
     let opts = CompareOptions {
         inputs_finite: false,
