@@ -7,7 +7,10 @@
 //! `max|out − ref| ≤ 2·max|emu − ref| + 1e-5` plus the caps; elements above that bound are
 //! the "wrong" ones the error pattern is read from. With `--tiles`, the debug kernels' S/P/m/l
 //! dumps of those query blocks are compared with attn-ref's tiled reference (same tile sizes)
-//! and the first diverging stage is named. Exit 0 only when the rule holds.
+//! and the first diverging stage is named. When the output is off (and finite), the reference
+//! is rerun under suspected wrong semantics (softmax scale 1, scale², scale·log2 e, the other
+//! causal alignments) so the report can name the one the kernel matches; each costs one more
+//! reference run. Exit 0 only when the rule holds.
 //!
 //! File mode (`--got G.npy --want W.npy`): a 4-D `[B,H,S,D]` O or a 3-D `[B,H,S]` LSE;
 //! exit 0 only when `max|got − want| ≤ --max-abs` and no NaN/Inf differs.
