@@ -1,9 +1,154 @@
-//! `cargo xtask sweep` (not implemented yet).
+//! `cargo xtask sweep`: every compiled config × shape class, a correctness gate first, then
+//! timing (the bench protocol); the top 3 per (dtype, head dim, shape class) with their CIs
+//! become `crates/attn-kernels/elite.tsv`, which the default chooser reads (the seeds'
+//! "EvoEngineer" elite selection, without the evolution).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use attn_kernels::{configs_for, elite, Dtype, ForwardOptions, KernelConfig};
+use attn_ref::{
+    reference::{self, emulate},
+    AttnShape, Causal, Problem,
+};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand_distr::StandardNormal;
+
+use crate::bench::{time_ours, BenchShape};
 
 /// Arguments of `cargo xtask sweep`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// f16 or bf16 (the elite table is keyed by dtype).
+    #[arg(long, default_value = "f16")]
+    dtype: String,
+    /// Timed samples per (config, shape).
+    #[arg(long, default_value_t = 200)]
+    samples: usize,
+    /// Warm-up launches per (config, shape).
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+    /// Where to write the elite table (default: print only). The committed table is
+    /// crates/attn-kernels/elite.tsv.
+    #[arg(long)]
+    write_elite: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`cargo xtask sweep` is not implemented yet")
+/// Representative shapes, one per (head dim, shape class).
+fn class_shapes() -> Vec<BenchShape> {
+    let mut v = Vec::new();
+    for d in [64, 128] {
+        for causal in [false, true] {
+            v.push(BenchShape::mha(1, 8, 512, d, causal));
+            v.push(BenchShape::mha(2, 8, 2048, d, causal));
+            v.push(BenchShape::mha(4, 16, 4096, d, causal));
+        }
+    }
+    v.push(BenchShape::mha(1, 16, 16384, 128, false));
+    v
+}
+
+/// The correctness gate: the config on a tail shape, both causal alignments, against the f64
+/// reference with DESIGN.md §3's rule.
+fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    for causal in [Causal::None, Causal::BottomRight] {
+        let p = Problem::new(AttnShape::new(1, 3, 3, 333, 301, d)?, causal);
+        let s = p.shape();
+        let mut randn = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| match dtype {
+                    Dtype::F16 => half::f16::from_f32(rng.sample(StandardNormal)).to_f32(),
+                    Dtype::Bf16 => half::bf16::from_f32(rng.sample(StandardNormal)).to_f32(),
+                })
+                .collect()
+        };
+        let (q, k, v) = (randn(s.q_elems()), randn(s.kv_elems()), randn(s.kv_elems()));
+        let backend = attn_kernels::GpuBackend::new(
+            crate::forward::gpu()?,
+            dtype,
+            ForwardOptions { config: Some(cfg) },
+        );
+        let got = attn_ref::Attention::forward(&backend, &p, &q, &k, &v)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let want = reference::forward(&p, &q, &k, &v)?;
+        let storage = match dtype {
+            Dtype::F16 => emulate::Storage::F16,
+            Dtype::Bf16 => emulate::Storage::Bf16,
+        };
+        let emu = emulate::forward_emulated(&p, &q, &k, &v, storage)?;
+        let max_err = got
+            .o
+            .iter()
+            .zip(&want.o)
+            .map(|(&g, &w)| if g.is_finite() { (g as f64 - w).abs() } else { f64::INFINITY })
+            .fold(0.0, f64::max);
+        let emu_err = emu.o.iter().zip(&want.o).map(|(e, w)| (e - w).abs()).fold(0.0, f64::max);
+        if max_err > 2.0 * emu_err + 1e-5 {
+            bail!(
+                "config {} D={d} {causal}: max error {max_err:.3e} > 2·emu {emu_err:.3e} + 1e-5",
+                cfg.name()
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let dtype = Dtype::parse(&args.dtype)?;
+    let gpu = crate::forward::gpu()?;
+    // SAFETY: one stream only (see bench).
+    unsafe { gpu.context().disable_event_tracking() };
+    let (ma, mi) = gpu.compute_capability();
+    let arch = format!("sm_{ma}{mi}");
+    let mut rows = Vec::new();
+    let mut passed: Vec<(usize, KernelConfig)> = Vec::new();
+    for d in [64, 128] {
+        for &cfg in configs_for(d) {
+            if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
+                continue;
+            }
+            match gate(dtype, d, cfg) {
+                Ok(()) => passed.push((d, cfg)),
+                Err(e) => eprintln!("gate failed, not timed: {e:#}"),
+            }
+        }
+    }
+    for shape in class_shapes() {
+        let p = shape.problem()?;
+        let s = p.shape();
+        let class = elite::shape_class(s.q_len(), s.batch() * s.q_heads(), p.causal());
+        let mut timed = Vec::new();
+        for &(d, cfg) in passed.iter().filter(|(d, _)| *d == shape.d) {
+            let t = time_ours(&gpu, &shape, dtype, Some(cfg), args.warmup, args.samples, false)
+                .with_context(|| format!("timing {} on {}", cfg.name(), shape.name()))?;
+            let sum = attn_stats::Summary::new(&t.samples_us).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let ci = attn_stats::mean_ci(&t.samples_us, &attn_stats::BootstrapConfig::default())
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            eprintln!("{} {} {}: median {:.2} µs", shape.name(), d, cfg.name(), sum.median);
+            timed.push((cfg, sum.median, ci.low.min(sum.median), ci.high.max(sum.median)));
+        }
+        timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+        for (rank, (cfg, med, lo, hi)) in timed.iter().take(3).enumerate() {
+            rows.push(format!(
+                "{arch}\t{dtype}\t{}\t{class}\t{}\t{}\t{med:.3}\t{lo:.3}\t{hi:.3}",
+                shape.d,
+                rank + 1,
+                cfg.name()
+            ));
+        }
+    }
+    let table = format!(
+        "# arch\tdtype\thead_dim\tclass\trank\tconfig\tmedian_us\tci_low_us\tci_high_us\n# Written by `cargo xtask sweep --write-elite` ({}, {}); CI = bootstrap CI of the mean, widened to include the median.\n{}\n",
+        crate::bench::today(),
+        crate::bench::git_commit(),
+        rows.join("\n")
+    );
+    elite::parse(&table).map_err(|e| anyhow::anyhow!("internal: the table written is malformed: {e}"))?;
+    println!("{table}");
+    if let Some(path) = args.write_elite {
+        std::fs::write(&path, &table).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }

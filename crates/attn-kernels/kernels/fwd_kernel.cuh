@@ -13,26 +13,34 @@
 
 namespace attn {
 
-template <typename T, int D, int BM, int BN, int STAGES>
+template <typename T, int D, int BM, int BN, int STAGES, int WARPS>
 struct FwdConfig {
-    static constexpr int kWarps = BM / 16;
+    static constexpr int kWarps = WARPS;
     static constexpr int kThreads = kWarps * 32;
-    static constexpr int kNT = BN / 8;   // n-tiles of S per warp
-    static constexpr int kNO = D / 8;    // n-tiles of O per warp
+    static constexpr int kMT = BM / (16 * WARPS); // m16 tiles per warp: 1 or 2 (FA2 uses 2)
+    static constexpr int kRowsPerWarp = 16 * kMT;
+    static constexpr int kNT = BN / 8;   // n-tiles of S per m-tile
+    static constexpr int kNO = D / 8;    // n-tiles of O per m-tile
     static constexpr int kKQ = D / 16;   // k-steps of Q·Kᵀ
     static constexpr int kKP = BN / 16;  // k-steps of P·V
+    // With one m-tile per warp Q stays in registers; with two, each K/V fragment loaded from
+    // shared memory feeds two MMAs (half the ldmatrix traffic per flop) and Q is re-read
+    // from shared memory instead, which keeps the register count under 255.
+    static constexpr bool kQInRegs = kMT == 1;
     static constexpr int kSmemElems = BM * D + 2 * STAGES * BN * D;
     static constexpr int kSmemBytes = kSmemElems * 2;
-    static_assert(BM % 16 == 0 && BN % 16 == 0 && D % 64 == 0, "tile sizes");
+    static_assert(BM % (16 * WARPS) == 0 && (kMT == 1 || kMT == 2), "BM = 16 or 32 rows per warp");
+    static_assert(BN % 16 == 0 && D % 64 == 0, "tile sizes");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
 };
 
-template <typename T, int D, int BM, int BN, int STAGES, bool CAUSAL, bool BREAK_RESCALE>
+template <typename T, int D, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool BREAK_RESCALE>
 __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                            const T* __restrict__ v, T* __restrict__ o,
                                            float* __restrict__ lse, float* __restrict__ dump,
                                            const int* __restrict__ dump_tiles, const FwdParams& p) {
-    using Cfg = FwdConfig<T, D, BM, BN, STAGES>;
+    using Cfg = FwdConfig<T, D, BM, BN, STAGES, WARPS>;
+    constexpr int MT = Cfg::kMT;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T* sQ = reinterpret_cast<T*>(smem_raw);
     T* sK = sQ + BM * D;
@@ -47,7 +55,7 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     const int g = lane >> 2;
     const int t = lane & 3;
     const int m0 = q_tile * BM;
-    const int warp_row0 = warp * 16;
+    const int warp_row0 = warp * Cfg::kRowsPerWarp;
     const int kvh = h / p.group;
 
     const T* q_head = q + static_cast<int64_t>(b * p.q_heads + h) * p.q_len * D;
@@ -61,9 +69,13 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 #endif
 
     const int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
-    // Keys visible to this thread's two rows (rows past q_len are computed and discarded).
-    const int lim_lo = visible_keys<CAUSAL>(m0 + warp_row0 + g, p);
-    const int lim_hi = visible_keys<CAUSAL>(m0 + warp_row0 + g + 8, p);
+    // Keys visible to this thread's rows (rows past q_len are computed and discarded).
+    int lim_lo[MT], lim_hi[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        lim_lo[mt] = visible_keys<CAUSAL>(m0 + warp_row0 + mt * 16 + g, p);
+        lim_hi[mt] = visible_keys<CAUSAL>(m0 + warp_row0 + mt * 16 + g + 8, p);
+    }
     // Keys visible to every row of the block: tiles entirely below need no mask.
     const int lim_block = visible_keys<CAUSAL>(m0, p);
 
@@ -79,12 +91,21 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
         cp_async_commit();
     }
 
-    uint32_t qf[Cfg::kKQ][4];
-    float acc_o[Cfg::kNO][4];
+    // Q fragments (A operand, row-major 16x16 per k-step) of m-tile mt, k-step kk.
+    auto load_q = [&](uint32_t (&frag)[4], int mt, int kk) {
+        const int row = warp_row0 + mt * 16 + (lane & 15);
+        const int chunk = 2 * kk + (lane >> 4);
+        ldmatrix_x4(frag, smem_addr(sQ + swz<D>(row, chunk)));
+    };
+    uint32_t qf[Cfg::kQInRegs ? Cfg::kKQ : 1][4];
+    float acc_o[MT][Cfg::kNO][4];
 #pragma unroll
-    for (int n = 0; n < Cfg::kNO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
-    OnlineSoftmax<Cfg::kNT, Cfg::kNO> softmax;
-    softmax.init();
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < Cfg::kNO; ++n) acc_o[mt][n][0] = acc_o[mt][n][1] = acc_o[mt][n][2] = acc_o[mt][n][3] = 0.f;
+    OnlineSoftmax<Cfg::kNT, Cfg::kNO> softmax[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) softmax[mt].init();
 
     for (int j = 0; j < n_tiles; ++j) {
         const int jn = j + STAGES - 1;
@@ -97,25 +118,34 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
         cp_async_wait<STAGES - 1>();
         __syncthreads();
 
-        if (j == 0) {
-            // Q fragments (A operand, row-major 16x16 per k-step) for this warp's rows.
+        if constexpr (Cfg::kQInRegs) {
+            if (j == 0) {
 #pragma unroll
-            for (int kk = 0; kk < Cfg::kKQ; ++kk) {
-                const int row = warp_row0 + (lane & 15);
-                const int chunk = 2 * kk + (lane >> 4);
-                ldmatrix_x4(qf[kk], smem_addr(sQ + swz<D>(row, chunk)));
+                for (int kk = 0; kk < Cfg::kKQ; ++kk) load_q(qf[kk], 0, kk);
             }
         }
 
         const T* tK = sK + (j % STAGES) * BN * D;
         const T* tV = sV + (j % STAGES) * BN * D;
 
-        // S = Q·Kᵀ (raw dot products, f32).
-        float acc_s[Cfg::kNT][4];
+        // S = Q·Kᵀ (raw dot products, f32); each K fragment feeds all MT m-tiles.
+        float acc_s[MT][Cfg::kNT][4];
 #pragma unroll
-        for (int n = 0; n < Cfg::kNT; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int n = 0; n < Cfg::kNT; ++n) acc_s[mt][n][0] = acc_s[mt][n][1] = acc_s[mt][n][2] = acc_s[mt][n][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < Cfg::kKQ; ++kk) {
+            uint32_t qa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) qa[mt][i] = qf[kk][i];
+                } else {
+                    load_q(qa[mt], mt, kk);
+                }
+            }
 #pragma unroll
             for (int n = 0; n < Cfg::kNT; n += 2) {
                 // Matrices: (n, chunk 2kk), (n, 2kk+1), (n+1, 2kk), (n+1, 2kk+1).
@@ -124,37 +154,45 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
                 const int chunk = 2 * kk + (mi & 1);
                 uint32_t bk[4];
                 ldmatrix_x4(bk, smem_addr(tK + swz<D>(key, chunk)));
-                Mma<T>::run(acc_s[n], qf[kk], bk[0], bk[1]);
-                Mma<T>::run(acc_s[n + 1], qf[kk], bk[2], bk[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    Mma<T>::run(acc_s[mt][n], qa[mt], bk[0], bk[1]);
+                    Mma<T>::run(acc_s[mt][n + 1], qa[mt], bk[2], bk[3]);
+                }
             }
         }
 
         const int key0 = j * BN;
-        if (key0 + BN > lim_block) apply_mask<Cfg::kNT>(acc_s, key0, lim_lo, lim_hi, t);
-
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            if (key0 + BN > lim_block) apply_mask<Cfg::kNT>(acc_s[mt], key0, lim_lo[mt], lim_hi[mt], t);
 #ifdef ATTN_DEBUG
-        float* dbase = nullptr;
-        if (slot >= 0) {
-            dbase = dump_tile_base<BM, BN, Cfg::kNT>(dump, slot, j, p);
-            dump_scores<BM, BN, Cfg::kNT>(dbase, acc_s, warp_row0, lane, p.scale);
+            float* dbase = nullptr;
+            if (slot >= 0) {
+                dbase = dump_tile_base<BM, BN, Cfg::kNT>(dump, slot, j, p);
+                dump_scores<BM, BN, Cfg::kNT>(dbase, acc_s[mt], warp_row0 + mt * 16, lane, p.scale);
+            }
+#endif
+            softmax[mt].template update<BREAK_RESCALE>(acc_s[mt], acc_o[mt], p.scale_log2);
+#ifdef ATTN_DEBUG
+            if (slot >= 0)
+                dump_probs<BM, BN, Cfg::kNT>(dbase, acc_s[mt], softmax[mt].m, softmax[mt].l, warp_row0 + mt * 16, lane);
+#endif
         }
-#endif
-
-        softmax.template update<BREAK_RESCALE>(acc_s, acc_o, p.scale_log2);
-
-#ifdef ATTN_DEBUG
-        if (slot >= 0) dump_probs<BM, BN, Cfg::kNT>(dbase, acc_s, softmax.m, softmax.l, warp_row0, lane);
-#endif
 
         // O += P·V, with P taken from the S accumulators: n-tiles 2kk and 2kk+1 of the
-        // m16n8 accumulator layout are exactly the m16k16 A-operand layout.
+        // m16n8 accumulator layout are exactly the m16k16 A-operand layout. Each V fragment
+        // feeds all MT m-tiles.
 #pragma unroll
         for (int kk = 0; kk < Cfg::kKP; ++kk) {
-            uint32_t pa[4];
-            pa[0] = StorageTraits<T>::pack(acc_s[2 * kk][0], acc_s[2 * kk][1]);
-            pa[1] = StorageTraits<T>::pack(acc_s[2 * kk][2], acc_s[2 * kk][3]);
-            pa[2] = StorageTraits<T>::pack(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
-            pa[3] = StorageTraits<T>::pack(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                pa[mt][0] = StorageTraits<T>::pack(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+                pa[mt][1] = StorageTraits<T>::pack(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+                pa[mt][2] = StorageTraits<T>::pack(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+                pa[mt][3] = StorageTraits<T>::pack(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int n = 0; n < Cfg::kNO; n += 2) {
                 // Matrices: (keys 16kk+0..7, chunk n), (16kk+8..15, n), (+0..7, n+1), (+8..15, n+1).
@@ -163,8 +201,11 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
                 const int chunk = n + (mi >> 1);
                 uint32_t bv[4];
                 ldmatrix_x4_trans(bv, smem_addr(tV + swz<D>(key, chunk)));
-                Mma<T>::run(acc_o[n], pa, bv[0], bv[1]);
-                Mma<T>::run(acc_o[n + 1], pa, bv[2], bv[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    Mma<T>::run(acc_o[mt][n], pa[mt], bv[0], bv[1]);
+                    Mma<T>::run(acc_o[mt][n + 1], pa[mt], bv[2], bv[3]);
+                }
             }
         }
         __syncthreads(); // the next iteration's prefetch overwrites this tile's buffer
@@ -172,31 +213,42 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     cp_async_wait<0>();
     __syncthreads();
 
-    write_output<T, D, Cfg::kNO>(acc_o, softmax.m, softmax.l, sQ, o_head, lse_head, warp_row0, m0,
-                                 p.q_len, lane);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+        write_output<T, D, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, sQ, o_head, lse_head,
+                                     warp_row0 + mt * 16, m0, p.q_len, lane);
 }
 
 } // namespace attn
 
 // One extern "C" entry point per (dtype, D, config, causal); the Rust launcher builds the
 // same name (src/config.rs: `kernel_name`).
-#define ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, MODE, CAUSAL, BREAK)                                \
-    extern "C" __global__ void __launch_bounds__(BM / 16 * 32)                                     \
-        attn_fwd_##TNAME##_d##D##_bm##BM##_bn##BN##_s##ST##_##MODE(                                \
+#define ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, MODE, CAUSAL, BREAK)                             \
+    extern "C" __global__ void __launch_bounds__(W * 32)                                           \
+        attn_fwd_##TNAME##_d##D##_bm##BM##_bn##BN##_w##W##_s##ST##_##MODE(                         \
             const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,             \
             T* __restrict__ o, float* __restrict__ lse, float* __restrict__ dump,                  \
             const int* __restrict__ dump_tiles, const attn::FwdParams p) {                         \
-        attn::fwd_kernel<T, D, BM, BN, ST, CAUSAL, BREAK>(q, k, v, o, lse, dump, dump_tiles, p);   \
+        attn::fwd_kernel<T, D, BM, BN, ST, W, CAUSAL, BREAK>(q, k, v, o, lse, dump, dump_tiles, p);   \
     }
 
 #ifdef ATTN_DEBUG
-#define ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST) \
-    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, broken_rescale, false, true)
+#define ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST, W) \
+    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, broken_rescale, false, true)
 #else
-#define ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST)
+#define ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST, W)
 #endif
 
-#define ATTN_FWD_CONFIG(TNAME, T, D, BM, BN, ST)                  \
-    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, full, false, false)   \
-    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, causal, true, false)  \
-    ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST)
+#define ATTN_FWD_CONFIG_ENTRIES(TNAME, T, D, BM, BN, ST, W)          \
+    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, full, false, false)   \
+    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, causal, true, false)  \
+    ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST, W)
+
+// DBG = 1: also in the debug build; DBG = 0: release only.
+#define ATTN_FWD_CONFIG_DBG1(TNAME, T, D, BM, BN, ST, W) ATTN_FWD_CONFIG_ENTRIES(TNAME, T, D, BM, BN, ST, W)
+#ifdef ATTN_DEBUG
+#define ATTN_FWD_CONFIG_DBG0(TNAME, T, D, BM, BN, ST, W)
+#else
+#define ATTN_FWD_CONFIG_DBG0(TNAME, T, D, BM, BN, ST, W) ATTN_FWD_CONFIG_ENTRIES(TNAME, T, D, BM, BN, ST, W)
+#endif
+#define ATTN_FWD_CONFIG(TNAME, T, D, BM, BN, ST, W, DBG) ATTN_FWD_CONFIG_DBG##DBG(TNAME, T, D, BM, BN, ST, W)

@@ -54,13 +54,44 @@ pub struct KernelConfig {
     pub stages: usize,
 }
 
-/// The named configs, in the order of kernels/configs.cuh.
-pub const CONFIGS: [KernelConfig; 4] = [
-    KernelConfig { block_m: 32, block_n: 64, warps: 2, stages: 2 },
-    KernelConfig { block_m: 64, block_n: 64, warps: 4, stages: 2 },
-    KernelConfig { block_m: 128, block_n: 64, warps: 8, stages: 2 },
-    KernelConfig { block_m: 64, block_n: 64, warps: 4, stages: 3 },
+const fn cfg(block_m: usize, block_n: usize, warps: usize, stages: usize) -> KernelConfig {
+    KernelConfig { block_m, block_n, warps, stages }
+}
+
+/// The named configs for head dim 64, in the order of kernels/configs.cuh.
+pub const CONFIGS_D64: [KernelConfig; 8] = [
+    cfg(32, 64, 2, 2),
+    cfg(64, 64, 4, 2),
+    cfg(128, 64, 8, 2),
+    cfg(64, 64, 4, 3),
+    cfg(128, 64, 4, 2),
+    cfg(128, 32, 4, 2),
+    cfg(64, 64, 2, 2),
+    cfg(128, 128, 8, 2),
 ];
+
+/// The named configs for head dim 128, in the order of kernels/configs.cuh.
+pub const CONFIGS_D128: [KernelConfig; 6] = [
+    cfg(32, 64, 2, 2),
+    cfg(64, 64, 4, 2),
+    cfg(128, 64, 8, 2),
+    cfg(64, 64, 4, 3),
+    cfg(128, 32, 4, 2),
+    cfg(128, 128, 8, 2),
+];
+
+/// The configs the debug build (feature `debug-kernels`) also compiles: one with 16 and one
+/// with 32 query rows per warp (debug cubins are ~15x larger than release ones).
+pub const DEBUG_CONFIGS: [KernelConfig; 2] = [cfg(64, 64, 4, 2), cfg(128, 32, 4, 2)];
+
+/// The configs compiled for `head_dim` (empty for unsupported head dims).
+pub fn configs_for(head_dim: usize) -> &'static [KernelConfig] {
+    match head_dim {
+        64 => &CONFIGS_D64,
+        128 => &CONFIGS_D128,
+        _ => &[],
+    }
+}
 
 impl KernelConfig {
     /// The config's name: `{block_m}_{block_n}_{warps}_s{stages}` (e.g. `64_64_4_s2`).
@@ -68,17 +99,40 @@ impl KernelConfig {
         format!("{}_{}_{}_s{}", self.block_m, self.block_n, self.warps, self.stages)
     }
 
-    /// Looks a config up by [`KernelConfig::name`] (the `_s2` suffix may be omitted:
-    /// `64_64_4` is `64_64_4_s2`).
+    /// Looks a config up by [`KernelConfig::name`] among every head dim's configs (the
+    /// `_s2` suffix may be omitted: `64_64_4` is `64_64_4_s2`). Whether it exists for a
+    /// given head dim is checked at launch ([`KernelConfig::check_head_dim`]).
     pub fn by_name(name: &str) -> Result<Self, KernelError> {
-        CONFIGS
+        CONFIGS_D64
             .iter()
+            .chain(CONFIGS_D128.iter())
             .find(|c| c.name() == name || format!("{name}_s2") == c.name())
             .copied()
             .ok_or_else(|| KernelError::UnknownConfig {
                 name: name.to_string(),
-                known: CONFIGS.iter().map(|c| c.name()).collect::<Vec<_>>().join(", "),
+                known: all_names(),
             })
+    }
+
+    /// Errors unless this config is compiled for `head_dim`.
+    pub fn check_head_dim(&self, head_dim: usize) -> Result<(), KernelError> {
+        if configs_for(head_dim).contains(self) {
+            Ok(())
+        } else {
+            Err(KernelError::UnknownConfig {
+                name: format!("{} (head_dim {head_dim})", self.name()),
+                known: configs_for(head_dim)
+                    .iter()
+                    .map(|c| c.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        }
+    }
+
+    /// Query rows each warp owns (16 or 32).
+    pub fn rows_per_warp(&self) -> usize {
+        self.block_m / self.warps
     }
 
     /// Dynamic shared memory of one CTA: Q tile plus `stages` K and V tiles, 2-byte elements.
@@ -90,6 +144,18 @@ impl KernelConfig {
     pub fn threads(&self) -> usize {
         self.warps * 32
     }
+}
+
+fn all_names() -> String {
+    let mut names: Vec<String> = CONFIGS_D64
+        .iter()
+        .chain(CONFIGS_D128.iter())
+        .map(|c| c.name())
+        .collect();
+    names.dedup();
+    names.sort();
+    names.dedup();
+    names.join(", ")
 }
 
 /// Which entry point of a config: no mask, causal mask (both alignments), or the debug-only
@@ -122,10 +188,11 @@ pub fn unit_name(dtype: Dtype, head_dim: usize) -> String {
 /// The extern "C" name of one kernel (the `ATTN_FWD_ENTRY` macro in kernels/fwd_kernel.cuh).
 pub fn kernel_name(dtype: Dtype, head_dim: usize, cfg: &KernelConfig, mode: KernelMode) -> String {
     format!(
-        "attn_fwd_{}_d{head_dim}_bm{}_bn{}_s{}_{}",
+        "attn_fwd_{}_d{head_dim}_bm{}_bn{}_w{}_s{}_{}",
         dtype.as_str(),
         cfg.block_m,
         cfg.block_n,
+        cfg.warps,
         cfg.stages,
         mode.suffix()
     )
@@ -144,14 +211,14 @@ pub fn choose_config(
 ) -> KernelConfig {
     let fits = |c: &KernelConfig| c.smem_bytes(head_dim) <= max_smem && c.stages == 2;
     let ctas = |c: &KernelConfig| q_len.div_ceil(c.block_m) * batch * q_heads;
-    let mut by_size: Vec<KernelConfig> = CONFIGS.iter().copied().filter(fits).collect();
+    let mut by_size: Vec<KernelConfig> = configs_for(head_dim).iter().copied().filter(fits).collect();
     by_size.sort_by_key(|c| std::cmp::Reverse(c.block_m));
     by_size
         .iter()
         .find(|c| ctas(c) >= 2 * sm_count)
         .or_else(|| by_size.last())
         .copied()
-        .unwrap_or(CONFIGS[0])
+        .unwrap_or(cfg(32, 64, 2, 2))
 }
 
 #[cfg(test)]
@@ -161,42 +228,49 @@ mod tests {
     #[test]
     fn configs_match_the_cuda_instantiation_list() {
         let src = include_str!("../kernels/configs.cuh");
-        let listed: Vec<(usize, usize, usize)> = src
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("ATTN_FWD_CONFIG(TNAME, T, D, "))
-            .map(|rest| {
-                let nums: Vec<usize> = rest
-                    .trim_end_matches('\\')
-                    .trim()
-                    .trim_end_matches(')')
-                    .split(',')
-                    .map(|x| x.trim().parse().expect("numeric config field"))
-                    .collect();
-                (nums[0], nums[1], nums[2])
-            })
-            .collect();
-        let ours: Vec<(usize, usize, usize)> =
-            CONFIGS.iter().map(|c| (c.block_m, c.block_n, c.stages)).collect();
-        assert_eq!(listed, ours, "src/config.rs CONFIGS and kernels/configs.cuh disagree");
-        for c in CONFIGS {
-            assert_eq!(c.warps * 16, c.block_m, "{}: warps must be block_m / 16", c.name());
+        let listed = |d: usize| -> Vec<KernelConfig> {
+            let prefix = format!("ATTN_FWD_CONFIG(TNAME, T, {d}, ");
+            src.lines()
+                .filter_map(|l| l.trim().strip_prefix(prefix.as_str()))
+                .map(|rest| {
+                    let n: Vec<usize> = rest
+                        .trim_end_matches('\\')
+                        .trim()
+                        .trim_end_matches(')')
+                        .split(',')
+                        .map(|x| x.trim().parse().expect("numeric config field"))
+                        .collect();
+                    let c = cfg(n[0], n[1], n[3], n[2]);
+                    assert_eq!(n[4] == 1, DEBUG_CONFIGS.contains(&c), "{}: debug flag", c.name());
+                    c
+                })
+                .collect()
+        };
+        assert_eq!(listed(64), CONFIGS_D64.to_vec(), "D=64 lists disagree");
+        assert_eq!(listed(128), CONFIGS_D128.to_vec(), "D=128 lists disagree");
+        for c in CONFIGS_D64.iter().chain(&CONFIGS_D128) {
+            assert!(matches!(c.rows_per_warp(), 16 | 32), "{}: 16 or 32 rows per warp", c.name());
         }
     }
 
     #[test]
     fn names_round_trip_and_unknown_names_fail() {
-        for c in CONFIGS {
-            assert_eq!(KernelConfig::by_name(&c.name()).unwrap(), c);
+        for c in CONFIGS_D64.iter().chain(&CONFIGS_D128) {
+            assert_eq!(KernelConfig::by_name(&c.name()).unwrap(), *c);
         }
-        assert_eq!(KernelConfig::by_name("64_64_4").unwrap(), CONFIGS[1]);
+        assert_eq!(KernelConfig::by_name("64_64_4").unwrap(), CONFIGS_D64[1]);
         let err = KernelConfig::by_name("32_64_4").unwrap_err().to_string();
         assert!(err.contains("64_64_4_s2"), "{err}");
+        // 128_64_4 exists for D=64 only (it would spill at D=128).
+        let c = KernelConfig::by_name("128_64_4_s2").unwrap();
+        assert!(c.check_head_dim(64).is_ok());
+        assert!(c.check_head_dim(128).is_err());
     }
 
     #[test]
     fn kernel_names_follow_the_macro() {
-        let n = kernel_name(Dtype::Bf16, 128, &CONFIGS[2], KernelMode::Causal);
-        assert_eq!(n, "attn_fwd_bf16_d128_bm128_bn64_s2_causal");
+        let n = kernel_name(Dtype::Bf16, 128, &CONFIGS_D128[2], KernelMode::Causal);
+        assert_eq!(n, "attn_fwd_bf16_d128_bm128_bn64_w8_s2_causal");
         assert_eq!(unit_name(Dtype::F16, 64), "fwd_f16_d64");
     }
 

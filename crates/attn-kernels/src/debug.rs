@@ -42,7 +42,22 @@ impl FlashAttention {
     ) -> Result<DebugOutput<T>, KernelError> {
         let shape = problem.shape();
         shape.check_qkv_lens(q.len(), k.len(), v.len())?;
-        let cfg = opts.config.unwrap_or_else(|| self.default_config(problem));
+        let cfg = match opts.config {
+            Some(c) => c,
+            None => Some(self.default_config(problem))
+                .filter(|c| crate::config::DEBUG_CONFIGS.contains(c))
+                .unwrap_or(crate::config::DEBUG_CONFIGS[0]),
+        };
+        if !crate::config::DEBUG_CONFIGS.contains(&cfg) {
+            return Err(KernelError::UnknownConfig {
+                name: format!("{} (debug build)", cfg.name()),
+                known: crate::config::DEBUG_CONFIGS
+                    .iter()
+                    .map(|c| c.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
         let (bm, bn) = (cfg.block_m, cfg.block_n);
         let q_tiles = shape.q_len().div_ceil(bm);
         for &(b, h, qt) in blocks {

@@ -136,13 +136,14 @@ pub fn driver_available() -> bool {
 }
 
 impl FlashAttention {
-    /// Opens device `ordinal` and its default stream.
+    /// Opens device `ordinal` with a new stream of its own (not the legacy default stream,
+    /// which cannot be captured into a CUDA graph and serializes with all other work).
     pub fn new(ordinal: usize) -> Result<Self, KernelError> {
         if !driver_available() {
             return Err(KernelError::DriverMissing);
         }
         let ctx = CudaContext::new(ordinal).map_err(driver("creating the CUDA context"))?;
-        let stream = ctx.default_stream();
+        let stream = ctx.new_stream().map_err(driver("creating a stream"))?;
         Self::with_stream(stream)
     }
 
@@ -455,6 +456,7 @@ pub(crate) fn plan_launch(
     overflow("kv_len + q_len", s.kv_len().checked_add(s.q_len()), i32_max)?;
     overflow("q_heads (grid.y)", Some(s.q_heads()), 65_535)?;
     overflow("batch (grid.z)", Some(s.batch()), 65_535)?;
+    config.check_head_dim(d)?;
     let q_tiles = s.q_len().div_ceil(config.block_m);
     let diag_offset = match problem.causal() {
         Causal::None | Causal::TopLeft => 0i64,
@@ -491,7 +493,7 @@ mod tests {
 
     #[test]
     fn plan_geometry_and_scalars() {
-        let cfg = crate::CONFIGS[1];
+        let cfg = crate::CONFIGS_D64[1];
         let p = problem(100, 300, 64, Causal::BottomRight);
         let plan = plan_launch(&p, cfg).unwrap();
         assert_eq!(plan.grid, (2, 8, 2));
@@ -509,7 +511,7 @@ mod tests {
     #[test]
     fn unsupported_head_dims_are_typed_errors() {
         for d in [1, 32, 96, 256] {
-            let err = plan_launch(&problem(8, 8, d, Causal::None), crate::CONFIGS[0]).unwrap_err();
+            let err = plan_launch(&problem(8, 8, d, Causal::None), crate::CONFIGS_D64[0]).unwrap_err();
             assert!(matches!(err, KernelError::UnsupportedHeadDim(x) if x == d));
         }
     }
@@ -517,10 +519,10 @@ mod tests {
     #[test]
     fn index_overflow_is_rejected_before_launch() {
         let p = Problem::new(AttnShape::new(1, 1, 1, 20_000_000, 8, 128).unwrap(), Causal::None);
-        let err = plan_launch(&p, crate::CONFIGS[0]).unwrap_err();
+        let err = plan_launch(&p, crate::CONFIGS_D64[0]).unwrap_err();
         assert!(matches!(err, KernelError::IndexOverflow(_)), "{err}");
         let p = Problem::new(AttnShape::new(1, 70_000, 1, 8, 8, 64).unwrap(), Causal::None);
-        assert!(matches!(plan_launch(&p, crate::CONFIGS[0]), Err(KernelError::IndexOverflow(_))));
+        assert!(matches!(plan_launch(&p, crate::CONFIGS_D64[0]), Err(KernelError::IndexOverflow(_))));
     }
 
     #[test]

@@ -38,7 +38,9 @@ use std::sync::Arc;
 
 use attn_ref::{AttnError, AttnOutput, Attention, BackendError, Problem};
 
-pub use config::{Dtype, KernelConfig, KernelMode, CONFIGS, SUPPORTED_HEAD_DIMS};
+pub use config::{
+    configs_for, Dtype, KernelConfig, KernelMode, CONFIGS_D128, CONFIGS_D64, SUPPORTED_HEAD_DIMS,
+};
 pub use launch::{
     driver_available, FlashAttention, ForwardOptions, FunctionResources, LaunchInfo, StorageType,
 };

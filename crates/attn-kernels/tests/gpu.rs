@@ -9,7 +9,7 @@
 use std::sync::{Arc, OnceLock};
 
 use attn_kernels::{
-    Dtype, FlashAttention, ForwardOptions, KernelConfig, KernelError, StorageType, CONFIGS,
+    configs_for, Dtype, FlashAttention, ForwardOptions, KernelConfig, KernelError, StorageType,
 };
 use attn_ref::{
     reference::{
@@ -238,8 +238,8 @@ fn correctness_fully_masked_rows() {
 fn correctness_every_config() {
     let gpu = gpu();
     let mut cases = Vec::new();
-    for cfg in CONFIGS {
-        for d in [64, 128] {
+    for d in [64, 128] {
+        for &cfg in configs_for(d) {
             if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
                 continue;
             }
@@ -358,8 +358,8 @@ fn stability_four_concurrent_streams() {
 fn sanitize_small_shapes_every_config() {
     let gpu = gpu();
     let mut cases = Vec::new();
-    for cfg in CONFIGS {
-        for d in [64, 128] {
+    for d in [64, 128] {
+        for &cfg in configs_for(d) {
             if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
                 continue;
             }
@@ -385,7 +385,7 @@ fn resources_match_the_ptxas_report() {
         for d in [64, 128] {
             let unit = attn_kernels::config::unit_name(dt, d);
             let cubin = attn_kernels::cubin::select(&unit, false, ma, mi).expect("a cubin for this GPU");
-            for cfg in CONFIGS {
+            for &cfg in configs_for(d) {
                 if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
                     continue;
                 }

@@ -2,4 +2,4 @@
 #include "../fwd_kernel.cuh"
 #include "../configs.cuh"
 
-ATTN_FWD_ALL_CONFIGS(bf16, __nv_bfloat16, 64)
+ATTN_FWD_CONFIGS_D64(bf16, __nv_bfloat16)

@@ -2,4 +2,4 @@
 #include "../fwd_kernel.cuh"
 #include "../configs.cuh"
 
-ATTN_FWD_ALL_CONFIGS(f16, __half, 128)
+ATTN_FWD_CONFIGS_D128(f16, __half)
