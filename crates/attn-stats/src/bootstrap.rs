@@ -9,13 +9,14 @@
 use std::fmt;
 use std::str::FromStr;
 
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::jackknife;
 use crate::normal;
+use crate::resample::{Centered, Generic, Mean, Resampler, TwoSampleMoments};
 use crate::summary::{check_sample, mean_of, quantile_sorted, sum_sq_dev};
 use crate::StatsError;
 
@@ -167,10 +168,12 @@ where
     config.validate()?;
     check_sample(data, 1, "a bootstrap")?;
     let on_samples = |s: &[&[f64]]| s.first().map_or(f64::NAN, |x| statistic(x));
+    let samples = [data];
     bootstrap_samples(
-        &[data],
-        on_samples,
-        |j| leave_one_out_generic(&[data], &on_samples, j),
+        on_samples(&samples),
+        &[data.len()],
+        &Generic::new(&samples, &on_samples)?,
+        |j| leave_one_out_generic(&samples, &on_samples, j),
         config,
     )
 }
@@ -190,8 +193,13 @@ where
 pub fn mean_ci(data: &[f64], config: &BootstrapConfig) -> Result<ConfidenceInterval, StatsError> {
     config.validate()?;
     check_sample(data, 1, "a bootstrap")?;
-    let on_samples = |s: &[&[f64]]| s.first().map_or(f64::NAN, |x| mean_of(x));
-    bootstrap_samples(&[data], on_samples, |_| jackknife::means(data), config)
+    bootstrap_samples(
+        mean_of(data),
+        &[data.len()],
+        &Mean(Centered::new(data)?),
+        |_| jackknife::means(data),
+        config,
+    )
 }
 
 /// Bootstrap CI of the median. The median's bootstrap distribution is lumpy (it takes only
@@ -209,7 +217,14 @@ pub fn median_ci(data: &[f64], config: &BootstrapConfig) -> Result<ConfidenceInt
             quantile_sorted(&v, 0.5)
         })
     };
-    bootstrap_samples(&[data], on_samples, |_| jackknife::medians(data), config)
+    let samples = [data];
+    bootstrap_samples(
+        on_samples(&samples),
+        &[data.len()],
+        &Generic::new(&samples, on_samples)?,
+        |_| jackknife::medians(data),
+        config,
+    )
 }
 
 /// Bootstrap CI of a statistic of two independent samples, each resampled on its own
@@ -233,10 +248,12 @@ where
         [x, y] => statistic(x, y),
         _ => f64::NAN,
     };
+    let samples = [a, b];
     bootstrap_samples(
-        &[a, b],
-        on_samples,
-        |j| leave_one_out_generic(&[a, b], &on_samples, j),
+        on_samples(&samples),
+        &[a.len(), b.len()],
+        &Generic::new(&samples, &on_samples)?,
+        |j| leave_one_out_generic(&samples, &on_samples, j),
         config,
     )
 }
@@ -269,12 +286,15 @@ pub fn ratio_of_means_ci(
         ));
     }
     let (mean_b, mean_c) = (mean_of(baseline), mean_of(candidate));
+    let resampler = TwoSampleMoments {
+        baseline: Centered::new(baseline)?,
+        candidate: Centered::new(candidate)?,
+        combine: |b: (f64, f64, usize), c: (f64, f64, usize)| c.0 / b.0,
+    };
     bootstrap_samples(
-        &[baseline, candidate],
-        |s: &[&[f64]]| match s {
-            [b, c] => mean_of(c) / mean_of(b),
-            _ => f64::NAN,
-        },
+        mean_c / mean_b,
+        &[baseline.len(), candidate.len()],
+        &resampler,
         |j| match j {
             0 => jackknife::means(baseline)
                 .iter()
@@ -289,29 +309,30 @@ pub fn ratio_of_means_ci(
     )
 }
 
-/// The engine: replicates, then the percentile or BCa interval. Samples are validated.
+/// The engine: replicates, then the percentile or BCa interval. Samples are validated;
+/// `estimate` is the statistic on them and `sizes` their lengths.
 ///
 /// `leave_one_out(j)` gives the statistic with each value of sample `j` deleted in turn (the
 /// jackknife values BCa needs); built-in statistics pass O(n) downdating formulas, closures
 /// get [`leave_one_out_generic`], which costs n evaluations.
-pub(crate) fn bootstrap_samples<S, J>(
-    samples: &[&[f64]],
-    statistic: S,
+pub(crate) fn bootstrap_samples<R, J>(
+    estimate: f64,
+    sizes: &[usize],
+    resampler: &R,
     leave_one_out: J,
     config: &BootstrapConfig,
 ) -> Result<ConfidenceInterval, StatsError>
 where
-    S: Fn(&[&[f64]]) -> f64 + Sync,
+    R: Resampler,
     J: Fn(usize) -> Vec<f64>,
 {
-    let estimate = statistic(samples);
     if !estimate.is_finite() {
         return Err(StatsError::NonFiniteStatistic {
             on: "the data",
             value: estimate,
         });
     }
-    let mut replicates = replicates(samples, &statistic, config.resamples, config.seed);
+    let mut replicates = replicates(resampler, config.resamples, config.seed);
     if let Some(&value) = replicates.iter().find(|v| !v.is_finite()) {
         return Err(StatsError::NonFiniteStatistic {
             on: "a resample",
@@ -330,7 +351,7 @@ where
         BootstrapMethod::Percentile => (alpha, 1.0 - alpha, None, None),
         BootstrapMethod::Bca => {
             let z0 = bias_correction(&replicates, estimate, std_error)?;
-            let a = jackknife_acceleration(samples, leave_one_out)?;
+            let a = jackknife_acceleration(sizes, leave_one_out)?;
             let adjust = |z_alpha: f64| -> Result<f64, StatsError> {
                 let shifted = z0 + z_alpha;
                 let denominator = 1.0 - a * shifted;
@@ -364,31 +385,16 @@ where
 }
 
 /// `resamples` values of the statistic on resamples with replacement of every sample.
-fn replicates<S>(samples: &[&[f64]], statistic: &S, resamples: usize, seed: u64) -> Vec<f64>
-where
-    S: Fn(&[&[f64]]) -> f64 + Sync,
-{
+fn replicates<R: Resampler>(resampler: &R, resamples: usize, seed: u64) -> Vec<f64> {
     let mut out = vec![0.0; resamples];
     out.par_chunks_mut(RESAMPLES_PER_CHUNK)
         .enumerate()
         .for_each(|(chunk, slots)| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             rng.set_stream(chunk as u64);
-            let mut buffers: Vec<Vec<f64>> = samples.iter().map(|s| vec![0.0; s.len()]).collect();
+            let mut scratch = resampler.scratch();
             for slot in slots {
-                for (buffer, sample) in buffers.iter_mut().zip(samples) {
-                    let n = sample.len();
-                    for x in buffer.iter_mut() {
-                        // `random_range` is unbiased (Lemire's method with rejection); the
-                        // index is < n, so `get` never falls back.
-                        *x = sample
-                            .get(rng.random_range(0..n))
-                            .copied()
-                            .unwrap_or(f64::NAN);
-                    }
-                }
-                let views: Vec<&[f64]> = buffers.iter().map(Vec::as_slice).collect();
-                *slot = statistic(&views);
+                *slot = resampler.replicate(&mut rng, &mut scratch);
             }
         });
     out
@@ -425,13 +431,12 @@ fn bias_correction(
 /// per-sample sums of Uᵢ = (nⱼ − 1)(θ̄ − θ₍ᵢ₎), scaled by nⱼ⁻³ and nⱼ⁻², are added (the
 /// multi-sample form `scipy.stats.bootstrap` uses). A statistic that no single deletion
 /// changes (e.g. constant data) has no skewness to correct: a = 0.
-fn jackknife_acceleration<J>(samples: &[&[f64]], leave_one_out: J) -> Result<f64, StatsError>
+fn jackknife_acceleration<J>(sizes: &[usize], leave_one_out: J) -> Result<f64, StatsError>
 where
     J: Fn(usize) -> Vec<f64>,
 {
     let (mut third, mut second) = (0.0, 0.0);
-    for (j, sample) in samples.iter().enumerate() {
-        let n = sample.len();
+    for (j, &n) in sizes.iter().enumerate() {
         if n < 2 {
             // Deleting the only value leaves nothing to evaluate: no information on skewness.
             continue;

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::bootstrap::{bootstrap_samples, BootstrapConfig, ConfidenceInterval};
 use crate::jackknife;
 use crate::normal;
+use crate::resample::{Centered, TwoSampleMoments};
 use crate::summary::{check_sample, mean_of, sum_sq_dev};
 use crate::StatsError;
 
@@ -211,12 +212,15 @@ pub fn hedges_g_ci(
     config.validate()?;
     EffectSize::from_samples(baseline, candidate)?;
     let (whole_b, whole_c) = (moments(baseline), moments(candidate));
+    let resampler = TwoSampleMoments {
+        baseline: Centered::new(baseline)?,
+        candidate: Centered::new(candidate)?,
+        combine: hedges_g_of_moments,
+    };
     bootstrap_samples(
-        &[baseline, candidate],
-        |s: &[&[f64]]| match s {
-            [b, c] => hedges_g_of_moments(moments(b), moments(c)),
-            _ => f64::NAN,
-        },
+        hedges_g_of_moments(whole_b, whole_c),
+        &[baseline.len(), candidate.len()],
+        &resampler,
         |j| {
             let (sample, n) = if j == 0 {
                 (baseline, baseline.len() - 1)

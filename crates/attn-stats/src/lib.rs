@@ -27,6 +27,7 @@ mod effect;
 mod error;
 mod jackknife;
 mod normal;
+mod resample;
 mod summary;
 
 pub use bootstrap::{

@@ -145,6 +145,44 @@ fn same_seed_same_interval_on_any_thread_count() {
 }
 
 #[test]
+fn fast_paths_agree_with_the_generic_closure_path() {
+    // The built-in statistics use allocation-free resampling and O(n) jackknife formulas;
+    // the closure path materializes each resample and deletes values one by one. Both draw
+    // the same indices from the same seed, so the intervals must agree to rounding.
+    let mean = |s: &[f64]| s.iter().sum::<f64>() / s.len() as f64;
+    let b = normal(80, 10.0, 1.0, 30);
+    let c = normal(120, 9.0, 1.5, 31);
+    for method in [BootstrapMethod::Percentile, BootstrapMethod::Bca] {
+        let cfg = config(method, 2_000, 3);
+        let close = |x: &attn_stats::ConfidenceInterval, y: &attn_stats::ConfidenceInterval| {
+            let tol = 1e-9 * (1.0 + y.estimate.abs());
+            (x.low - y.low).abs() < tol
+                && (x.high - y.high).abs() < tol
+                && (x.estimate - y.estimate).abs() < tol
+        };
+        let fast = mean_ci(&b, &cfg).unwrap();
+        let slow = bootstrap_ci(&b, mean, &cfg).unwrap();
+        assert!(close(&fast, &slow), "mean {method}: {fast:?} vs {slow:?}");
+        let fast = ratio_of_means_ci(&b, &c, &cfg).unwrap();
+        let slow =
+            attn_stats::bootstrap_ci_two_sample(&b, &c, |b, c| mean(c) / mean(b), &cfg).unwrap();
+        assert!(close(&fast, &slow), "ratio {method}: {fast:?} vs {slow:?}");
+        let fast = attn_stats::hedges_g_ci(&b, &c, &cfg).unwrap();
+        let slow = attn_stats::bootstrap_ci_two_sample(
+            &b,
+            &c,
+            |b, c| hedges_g(b, c).unwrap_or(f64::NAN),
+            &cfg,
+        )
+        .unwrap();
+        assert!(close(&fast, &slow), "g {method}: {fast:?} vs {slow:?}");
+        let fast = median_ci(&b, &cfg).unwrap();
+        let slow = bootstrap_ci(&b, |s| attn_stats::median(s).unwrap_or(f64::NAN), &cfg).unwrap();
+        assert!(close(&fast, &slow), "median {method}: {fast:?} vs {slow:?}");
+    }
+}
+
+#[test]
 fn more_resamples_shrink_the_monte_carlo_noise() {
     // Endpoint spread over seeds falls like 1/√B: from 250 to 16 000 resamples (×64) it
     // should shrink ≈ 8× ; demand at least 4× so the test is robust.
