@@ -1,6 +1,7 @@
-//! BCa CI of the mean, n = 1 000, 10 000 resamples: what the release gate runs once per shape.
+//! BCa CI of the mean, n = 1 000, 10 000 resamples: what the release gate runs once per shape;
+//! and the whole `compare` (two mean CIs, the ratio CI and the CI of g) at the same size.
 
-use attn_stats::{mean_ci, BootstrapConfig, BootstrapMethod};
+use attn_stats::{compare, mean_ci, BootstrapConfig, BootstrapMethod, CompareOptions};
 use criterion::{criterion_group, criterion_main, Criterion};
 use rand::SeedableRng;
 use rand_distr::{Distribution, LogNormal};
@@ -22,6 +23,17 @@ fn bench_bca_mean(c: &mut Criterion) {
             b.iter(|| mean_ci(std::hint::black_box(&data), &config))
         });
     }
+    let candidate: Vec<f64> = data.iter().map(|x| 0.97 * x).collect();
+    group.sample_size(10);
+    group.bench_function("compare_bca_n1000_vs_n1000_b10000", |b| {
+        b.iter(|| {
+            compare(
+                std::hint::black_box(&data),
+                &candidate,
+                &CompareOptions::default(),
+            )
+        })
+    });
     group.finish();
 }
 
