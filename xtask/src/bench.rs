@@ -83,7 +83,11 @@ impl BenchShape {
             sq: s,
             sk: s,
             d,
-            causal: if causal { Causal::TopLeft } else { Causal::None },
+            causal: if causal {
+                Causal::TopLeft
+            } else {
+                Causal::None
+            },
         }
     }
 
@@ -94,7 +98,11 @@ impl BenchShape {
         } else {
             format!("{}x{}", self.sq, self.sk)
         };
-        let c = if self.causal == Causal::None { "" } else { "-causal" };
+        let c = if self.causal == Causal::None {
+            ""
+        } else {
+            "-causal"
+        };
         format!("{},{},{},{}{c}", self.b, self.hq, s, self.d)
     }
 
@@ -109,10 +117,20 @@ impl BenchShape {
 /// The shape sets of DESIGN.md §7.
 pub fn shape_set(name: &str) -> anyhow::Result<Vec<BenchShape>> {
     let seed = || {
-        [(1, 8, 512, 64), (2, 8, 512, 64), (2, 8, 2048, 64), (2, 8, 2048, 128)]
-            .into_iter()
-            .flat_map(|(b, h, s, d)| [BenchShape::mha(b, h, s, d, false), BenchShape::mha(b, h, s, d, true)])
-            .collect::<Vec<_>>()
+        [
+            (1, 8, 512, 64),
+            (2, 8, 512, 64),
+            (2, 8, 2048, 64),
+            (2, 8, 2048, 128),
+        ]
+        .into_iter()
+        .flat_map(|(b, h, s, d)| {
+            [
+                BenchShape::mha(b, h, s, d, false),
+                BenchShape::mha(b, h, s, d, true),
+            ]
+        })
+        .collect::<Vec<_>>()
     };
     let large = || {
         vec![
@@ -220,7 +238,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "both" => vec![Dtype::F16, Dtype::Bf16],
         d => vec![Dtype::parse(d)?],
     };
-    let config = args.config.as_deref().map(KernelConfig::by_name).transpose()?;
+    let config = args
+        .config
+        .as_deref()
+        .map(KernelConfig::by_name)
+        .transpose()?;
     let gpu = crate::forward::gpu()?;
     // SAFETY: the benchmark issues all its work on one stream, so cudarc's cross-stream
     // event tracking is not needed; without it, no event records enter the timed region or
@@ -257,8 +279,18 @@ fn bench(
         for shape in shapes {
             let t = time_ours(gpu, shape, dt, config, args.warmup, args.samples, false)?;
             let name = format!("{}-{}", shape.name(), dt);
-            write_csv(&args.out_dir.join("samples").join(format!("{name}-ours.csv")), &t.samples_us)?;
-            eprintln!("{name}: ours median {:.2} µs ({})", median(&t.samples_us), t.method);
+            write_csv(
+                &args
+                    .out_dir
+                    .join("samples")
+                    .join(format!("{name}-ours.csv")),
+                &t.samples_us,
+            )?;
+            eprintln!(
+                "{name}: ours median {:.2} µs ({})",
+                median(&t.samples_us),
+                t.method
+            );
             ours.push((shape, dt, t));
         }
     }
@@ -270,8 +302,8 @@ fn bench(
     let mut rows = Vec::new();
     for (shape, dt, t) in &ours {
         let name = format!("{}-{}", shape.name(), dt);
-        let mine = attn_stats::Summary::new(&t.samples_us)
-            .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        let mine =
+            attn_stats::Summary::new(&t.samples_us).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         let opts = attn_stats::CompareOptions::default();
         let mut row = BenchRow {
             shape: name.clone(),
@@ -420,7 +452,9 @@ fn time_typed<T: StorageType>(
     let ctx = gpu.context();
     let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
     // Probe: is one launch under 20 µs? Then time graph replays instead.
-    let probe_ev: Vec<_> = (0..22).map(|_| ctx.new_event(timing)).collect::<Result<_, _>>()?;
+    let probe_ev: Vec<_> = (0..22)
+        .map(|_| ctx.new_event(timing))
+        .collect::<Result<_, _>>()?;
     for (i, w) in probe_ev.chunks(2).enumerate() {
         w[0].record(&stream)?;
         launch(i)?;
@@ -456,7 +490,10 @@ fn time_typed<T: StorageType>(
         stream.synchronize()?;
         events
             .chunks(2)
-            .map(|w| w[0].elapsed_ms(&w[1]).map(|ms| ms as f64 * 1e3 / GRAPH_LAUNCHES as f64))
+            .map(|w| {
+                w[0].elapsed_ms(&w[1])
+                    .map(|ms| ms as f64 * 1e3 / GRAPH_LAUNCHES as f64)
+            })
             .collect::<Result<Vec<_>, _>>()?
     } else {
         for (i, w) in events.chunks(2).enumerate() {
@@ -484,7 +521,10 @@ struct SdpaSamples {
     error: Option<String>,
 }
 
-fn run_sdpa(ours: &[(&BenchShape, Dtype, OurTiming)], args: &Args) -> anyhow::Result<Vec<SdpaSamples>> {
+fn run_sdpa(
+    ours: &[(&BenchShape, Dtype, OurTiming)],
+    args: &Args,
+) -> anyhow::Result<Vec<SdpaSamples>> {
     let spec: Vec<serde_json::Value> = ours
         .iter()
         .map(|(s, dt, t)| {
@@ -519,7 +559,10 @@ fn run_sdpa(ours: &[(&BenchShape, Dtype, OurTiming)], args: &Args) -> anyhow::Re
         &std::fs::read_to_string(args.out_dir.join("sdpa.json")).context("reading sdpa.json")?,
     )?;
     let mut out = Vec::new();
-    for r in summary["results"].as_array().context("sdpa.json: no results")? {
+    for r in summary["results"]
+        .as_array()
+        .context("sdpa.json: no results")?
+    {
         let name = r["name"].as_str().unwrap_or_default().to_string();
         let backend = r["backend"].as_str().unwrap_or_default().to_string();
         let samples = match r["csv"].as_str() {
@@ -542,7 +585,8 @@ fn write_csv(path: &Path, us: &[f64]) -> anyhow::Result<()> {
 }
 
 fn read_csv(path: &Path) -> anyhow::Result<Vec<f64>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     attn_stats::samples_from_csv(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 

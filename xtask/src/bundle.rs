@@ -56,7 +56,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let xtask = cargo_executable(
         &root,
         &args.archs,
-        &["build", "--release", "-p", "xtask", "--features", "debug-kernels"],
+        &[
+            "build",
+            "--release",
+            "-p",
+            "xtask",
+            "--features",
+            "debug-kernels",
+        ],
         "xtask",
     )?;
     let tests = cargo_executable(
@@ -83,7 +90,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     copy(&xtask, &out.join("bin/xtask"))?;
     copy(&tests, &out.join("tests/attn_kernels_gpu"))?;
+    // Debug info is most of a binary's size; the cubins inside are what matters.
+    for bin in [out.join("bin/xtask"), out.join("tests/attn_kernels_gpu")] {
+        match Command::new("strip").arg(&bin).status() {
+            Ok(s) if s.success() => {}
+            _ => eprintln!(
+                "warning: could not strip {} (binutils' strip missing?)",
+                bin.display()
+            ),
+        }
+    }
     std::fs::write(out.join("scripts/sdpa_bench.py"), crate::bench::SDPA_SCRIPT)?;
+    // What `gate --from-bundle` reads: kernel sources (ptxas stage), the budget, the
+    // committed ptxas snapshots and the performance baseline.
+    copy_dir(
+        &root.join("crates/attn-kernels/kernels"),
+        &out.join("kernels"),
+        |_| true,
+    )?;
+    copy(
+        &root.join("crates/attn-kernels/ptxas-budget.json"),
+        &out.join("ptxas-budget.json"),
+    )?;
+    copy_dir(
+        &root.join("xtask/tests/snapshots"),
+        &out.join("ptxas-snapshots"),
+        |p| p.extension().is_some_and(|e| e == "snap"),
+    )?;
+    let baseline = root.join("docs/baseline");
+    if baseline.is_dir() {
+        copy_dir(&baseline, &out.join("baseline"), |p| {
+            p.extension().is_some_and(|e| e == "csv")
+        })?;
+    }
     let runner = out.join("run.sh");
     std::fs::write(&runner, RUNNER)?;
     set_executable(&runner)?;
@@ -106,7 +145,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Runs cargo with `--message-format=json` and returns the executable of target `name`.
-fn cargo_executable(root: &Path, archs: &str, cargo_args: &[&str], name: &str) -> anyhow::Result<PathBuf> {
+fn cargo_executable(
+    root: &Path,
+    archs: &str,
+    cargo_args: &[&str],
+    name: &str,
+) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)
         .args(cargo_args)
@@ -135,7 +179,23 @@ fn cargo_executable(root: &Path, archs: &str, cargo_args: &[&str], name: &str) -
 }
 
 fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::copy(from, to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    std::fs::copy(from, to)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    Ok(())
+}
+
+/// Copies the files of `from` (recursively) that `keep` accepts into `to`.
+fn copy_dir(from: &Path, to: &Path, keep: impl Fn(&Path) -> bool + Copy) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let p = e?.path();
+        let dest = to.join(p.file_name().context("a file name")?);
+        if p.is_dir() {
+            copy_dir(&p, &dest, keep)?;
+        } else if keep(&p) {
+            copy(&p, &dest)?;
+        }
+    }
     Ok(())
 }
 
@@ -156,7 +216,11 @@ fn dir_size(p: &Path) -> anyhow::Result<u64> {
     for e in std::fs::read_dir(p)? {
         let e = e?;
         let m = e.metadata()?;
-        total += if m.is_dir() { dir_size(&e.path())? } else { m.len() };
+        total += if m.is_dir() {
+            dir_size(&e.path())?
+        } else {
+            m.len()
+        };
     }
     Ok(total)
 }

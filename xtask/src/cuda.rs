@@ -53,7 +53,12 @@ fn install(root: &Path) -> anyhow::Result<PathBuf> {
     let venv = nvcc::venv_dir(root);
     let python = ["python3", "python"]
         .into_iter()
-        .find(|p| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .find(|p| {
+            Command::new(p)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
         .context("python3 not found: it is needed to install the CUDA compiler from PyPI")?;
     if !venv.join("bin").join("pip").is_file() {
         let st = Command::new(python)
@@ -79,7 +84,10 @@ fn install(root: &Path) -> anyhow::Result<PathBuf> {
     let nvcc_path = nvcc::venv_nvcc(root)
         .context("pip succeeded but nvcc is not where the nvidia-cuda-nvcc wheel puts it")?;
     // build.rs watches this marker: its appearance triggers the kernel build.
-    std::fs::write(venv.join(".installed"), nvcc::PINNED_CUDA_PACKAGES.join("\n"))
-        .context("writing the install marker")?;
+    std::fs::write(
+        venv.join(".installed"),
+        nvcc::PINNED_CUDA_PACKAGES.join("\n"),
+    )
+    .context("writing the install marker")?;
     Ok(nvcc_path)
 }

@@ -56,10 +56,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let [b, hq, sq, d] = q.shape4("--q")?;
     let [bk, hkv, sk, dk] = k.shape4("--k")?;
     if v.shape != k.shape {
-        bail!("--v shape {:?} differs from --k shape {:?}", v.shape, k.shape);
+        bail!(
+            "--v shape {:?} differs from --k shape {:?}",
+            v.shape,
+            k.shape
+        );
     }
     if bk != b || dk != d {
-        bail!("--q shape {:?} and --k shape {:?} disagree on batch or head_dim", q.shape, k.shape);
+        bail!(
+            "--q shape {:?} and --k shape {:?} disagree on batch or head_dim",
+            q.shape,
+            k.shape
+        );
     }
     let shape = AttnShape::new(b, hq, hkv, sq, sk, d)?;
     let mut problem = Problem::new(shape, Causal::parse(&args.causal)?);
@@ -78,7 +86,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     )?;
     let oshape = [b, hq, sq, d];
     if args.dtype == "f16" {
-        let h: Vec<half::f16> = run.output.o.iter().map(|&x| half::f16::from_f32(x)).collect();
+        let h: Vec<half::f16> = run
+            .output
+            .o
+            .iter()
+            .map(|&x| half::f16::from_f32(x))
+            .collect();
         npy::write(&args.out, &oshape, &h)?;
     } else {
         npy::write(&args.out, &oshape, &run.output.o)?;

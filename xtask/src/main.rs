@@ -25,7 +25,11 @@ mod sanitize;
 mod sweep;
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "Tasks of the attention workspace", version)]
+#[command(
+    name = "cargo xtask",
+    about = "Tasks of the attention workspace",
+    version
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -130,7 +130,10 @@ mod tests {
         assert_eq!(a.shape, vec![1, 2, 1, 3]);
         assert_eq!(a.dtype, "<f4");
         assert_eq!(a.data, vec![1.5, -2.0, 3.25, 0.0, 7.0, -1.0]);
-        let h: Vec<half::f16> = [0.5f32, 1.0].iter().map(|&x| half::f16::from_f32(x)).collect();
+        let h: Vec<half::f16> = [0.5f32, 1.0]
+            .iter()
+            .map(|&x| half::f16::from_f32(x))
+            .collect();
         write(&p, &[2], &h).unwrap();
         let a = read(&p).unwrap();
         assert_eq!(a.dtype, "<f2");

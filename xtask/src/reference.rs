@@ -283,7 +283,8 @@ mod tests {
 
     #[test]
     fn shape_mismatches_are_errors() {
-        let cases: [([usize; 4], [usize; 4], Option<[usize; 4]>, &str); 6] = [
+        type Case<'a> = ([usize; 4], [usize; 4], Option<[usize; 4]>, &'a str);
+        let cases: [Case; 6] = [
             (
                 [1, 2, 3, 4],
                 [1, 2, 3, 8],

@@ -81,9 +81,20 @@ fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
             .o
             .iter()
             .zip(&want.o)
-            .map(|(&g, &w)| if g.is_finite() { (g as f64 - w).abs() } else { f64::INFINITY })
+            .map(|(&g, &w)| {
+                if g.is_finite() {
+                    (g as f64 - w).abs()
+                } else {
+                    f64::INFINITY
+                }
+            })
             .fold(0.0, f64::max);
-        let emu_err = emu.o.iter().zip(&want.o).map(|(e, w)| (e - w).abs()).fold(0.0, f64::max);
+        let emu_err = emu
+            .o
+            .iter()
+            .zip(&want.o)
+            .map(|(e, w)| (e - w).abs())
+            .fold(0.0, f64::max);
         if max_err > 2.0 * emu_err + 1e-5 {
             bail!(
                 "config {} D={d} {causal}: max error {max_err:.3e} > 2·emu {emu_err:.3e} + 1e-5",
@@ -120,13 +131,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let class = elite::shape_class(s.q_len(), s.batch() * s.q_heads(), p.causal());
         let mut timed = Vec::new();
         for &(d, cfg) in passed.iter().filter(|(d, _)| *d == shape.d) {
-            let t = time_ours(&gpu, &shape, dtype, Some(cfg), args.warmup, args.samples, false)
-                .with_context(|| format!("timing {} on {}", cfg.name(), shape.name()))?;
-            let sum = attn_stats::Summary::new(&t.samples_us).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let t = time_ours(
+                &gpu,
+                &shape,
+                dtype,
+                Some(cfg),
+                args.warmup,
+                args.samples,
+                false,
+            )
+            .with_context(|| format!("timing {} on {}", cfg.name(), shape.name()))?;
+            let sum =
+                attn_stats::Summary::new(&t.samples_us).map_err(|e| anyhow::anyhow!("{e}"))?;
             let ci = attn_stats::mean_ci(&t.samples_us, &attn_stats::BootstrapConfig::default())
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            eprintln!("{} {} {}: median {:.2} µs", shape.name(), d, cfg.name(), sum.median);
-            timed.push((cfg, sum.median, ci.low.min(sum.median), ci.high.max(sum.median)));
+            eprintln!(
+                "{} {} {}: median {:.2} µs",
+                shape.name(),
+                d,
+                cfg.name(),
+                sum.median
+            );
+            timed.push((
+                cfg,
+                sum.median,
+                ci.low.min(sum.median),
+                ci.high.max(sum.median),
+            ));
         }
         timed.sort_by(|a, b| a.1.total_cmp(&b.1));
         for (rank, (cfg, med, lo, hi)) in timed.iter().take(3).enumerate() {
@@ -144,7 +175,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         crate::bench::git_commit(),
         rows.join("\n")
     );
-    elite::parse(&table).map_err(|e| anyhow::anyhow!("internal: the table written is malformed: {e}"))?;
+    elite::parse(&table)
+        .map_err(|e| anyhow::anyhow!("internal: the table written is malformed: {e}"))?;
     println!("{table}");
     if let Some(path) = args.write_elite {
         std::fs::write(&path, &table).with_context(|| format!("writing {}", path.display()))?;

@@ -24,7 +24,8 @@ pub const COMMON_FLAGS: [&str; 3] = ["-std=c++17", "--use_fast_math", "-Xptxas=-
 /// Release flags.
 pub const RELEASE_FLAGS: [&str; 2] = ["-O3", "-DNDEBUG"];
 /// Debug flags: device debug info, line info, tile dumps compiled in.
-pub const DEBUG_FLAGS: [&str; 3] = ["-G", "-lineinfo", "-DATTN_DEBUG"];
+// (`-G` implies full line info; adding `-lineinfo` only makes nvcc and ptxas warn.)
+pub const DEBUG_FLAGS: [&str; 2] = ["-G", "-DATTN_DEBUG"];
 
 /// Parses `ATTN_CUDA_ARCHS`-style lists (`80;89;90a`, commas also accepted).
 pub fn parse_archs(list: &str) -> Vec<String> {
@@ -50,9 +51,7 @@ pub fn venv_nvcc(workspace_root: &Path) -> Option<PathBuf> {
     let lib = venv_dir(workspace_root).join("lib");
     let entries = std::fs::read_dir(lib).ok()?;
     for e in entries.flatten() {
-        let p = e
-            .path()
-            .join("site-packages/nvidia/cu13/bin/nvcc");
+        let p = e.path().join("site-packages/nvidia/cu13/bin/nvcc");
         if p.is_file() {
             return Some(p);
         }

@@ -55,7 +55,12 @@ pub struct KernelConfig {
 }
 
 const fn cfg(block_m: usize, block_n: usize, warps: usize, stages: usize) -> KernelConfig {
-    KernelConfig { block_m, block_n, warps, stages }
+    KernelConfig {
+        block_m,
+        block_n,
+        warps,
+        stages,
+    }
 }
 
 /// The named configs for head dim 64, in the order of kernels/configs.cuh.
@@ -96,7 +101,10 @@ pub fn configs_for(head_dim: usize) -> &'static [KernelConfig] {
 impl KernelConfig {
     /// The config's name: `{block_m}_{block_n}_{warps}_s{stages}` (e.g. `64_64_4_s2`).
     pub fn name(&self) -> String {
-        format!("{}_{}_{}_s{}", self.block_m, self.block_n, self.warps, self.stages)
+        format!(
+            "{}_{}_{}_s{}",
+            self.block_m, self.block_n, self.warps, self.stages
+        )
     }
 
     /// Looks a config up by [`KernelConfig::name`] among every head dim's configs (the
@@ -211,7 +219,8 @@ pub fn choose_config(
 ) -> KernelConfig {
     let fits = |c: &KernelConfig| c.smem_bytes(head_dim) <= max_smem && c.stages == 2;
     let ctas = |c: &KernelConfig| q_len.div_ceil(c.block_m) * batch * q_heads;
-    let mut by_size: Vec<KernelConfig> = configs_for(head_dim).iter().copied().filter(fits).collect();
+    let mut by_size: Vec<KernelConfig> =
+        configs_for(head_dim).iter().copied().filter(fits).collect();
     by_size.sort_by_key(|c| std::cmp::Reverse(c.block_m));
     by_size
         .iter()
@@ -241,7 +250,12 @@ mod tests {
                         .map(|x| x.trim().parse().expect("numeric config field"))
                         .collect();
                     let c = cfg(n[0], n[1], n[3], n[2]);
-                    assert_eq!(n[4] == 1, DEBUG_CONFIGS.contains(&c), "{}: debug flag", c.name());
+                    assert_eq!(
+                        n[4] == 1,
+                        DEBUG_CONFIGS.contains(&c),
+                        "{}: debug flag",
+                        c.name()
+                    );
                     c
                 })
                 .collect()
@@ -249,7 +263,11 @@ mod tests {
         assert_eq!(listed(64), CONFIGS_D64.to_vec(), "D=64 lists disagree");
         assert_eq!(listed(128), CONFIGS_D128.to_vec(), "D=128 lists disagree");
         for c in CONFIGS_D64.iter().chain(&CONFIGS_D128) {
-            assert!(matches!(c.rows_per_warp(), 16 | 32), "{}: 16 or 32 rows per warp", c.name());
+            assert!(
+                matches!(c.rows_per_warp(), 16 | 32),
+                "{}: 16 or 32 rows per warp",
+                c.name()
+            );
         }
     }
 

@@ -49,7 +49,12 @@ pub fn select(unit: &str, debug: bool, major: i32, minor: i32) -> Option<&'stati
         .filter(|c| c.unit == unit && c.debug == debug)
         .filter_map(|c| parse_arch(c.arch).map(|a| (a, c)))
         .filter(|((ma, mi, specific), _)| {
-            *ma == major && if *specific { *mi == minor } else { *mi <= minor }
+            *ma == major
+                && if *specific {
+                    *mi == minor
+                } else {
+                    *mi <= minor
+                }
         })
         .max_by_key(|((_, mi, specific), _)| (*mi, *specific))
         .map(|(_, c)| c)
@@ -74,20 +79,33 @@ mod tests {
             return;
         }
         let archs = std::env::var("ATTN_CUDA_ARCHS").unwrap_or_else(|_| "80;89;90a".into());
-        for unit in ["fwd_f16_d64", "fwd_f16_d128", "fwd_bf16_d64", "fwd_bf16_d128"] {
+        for unit in [
+            "fwd_f16_d64",
+            "fwd_f16_d128",
+            "fwd_bf16_d64",
+            "fwd_bf16_d128",
+        ] {
             for arch in archs.split([';', ',']).filter(|a| !a.is_empty()) {
                 assert!(
-                    embedded().iter().any(|c| c.unit == unit && c.arch == arch && !c.debug),
+                    embedded()
+                        .iter()
+                        .any(|c| c.unit == unit && c.arch == arch && !c.debug),
                     "missing cubin {unit} sm_{arch}"
                 );
             }
         }
         // A device 9.0 gets the sm_90a cubin; 8.6 falls back to sm_80; 8.9 gets sm_89.
         if embedded().iter().any(|c| c.arch == "90a") {
-            assert_eq!(select("fwd_f16_d64", false, 9, 0).map(|c| c.arch), Some("90a"));
+            assert_eq!(
+                select("fwd_f16_d64", false, 9, 0).map(|c| c.arch),
+                Some("90a")
+            );
         }
         if embedded().iter().any(|c| c.arch == "80") {
-            assert_eq!(select("fwd_f16_d64", false, 8, 6).map(|c| c.arch), Some("80"));
+            assert_eq!(
+                select("fwd_f16_d64", false, 8, 6).map(|c| c.arch),
+                Some("80")
+            );
         }
         assert!(select("fwd_f16_d64", false, 10, 0).is_none());
     }

@@ -98,7 +98,9 @@ impl FlashAttention {
             .flat_map(|&(b, h, qt)| [b as i32, h as i32, qt as i32])
             .chain(std::iter::repeat_n(0, 3))
             .collect();
-        let dtiles = s.clone_htod(&flat).map_err(err("uploading the tile list"))?;
+        let dtiles = s
+            .clone_htod(&flat)
+            .map_err(err("uploading the tile list"))?;
         let extras = LaunchExtras {
             mode: match variant {
                 DebugVariant::Correct => None,

@@ -44,7 +44,11 @@ pub fn shape_class(q_len: usize, batch_heads: usize, causal: Causal) -> String {
         _ => "slong",
     };
     let bh = if batch_heads <= 16 { "bh16" } else { "bhbig" };
-    let c = if causal == Causal::None { "full" } else { "causal" };
+    let c = if causal == Causal::None {
+        "full"
+    } else {
+        "causal"
+    };
     format!("{len}-{bh}-{c}")
 }
 
@@ -58,7 +62,10 @@ pub fn parse(tsv: &str) -> Result<Vec<EliteEntry>, String> {
         }
         let f: Vec<&str> = line.split('\t').collect();
         if f.len() != 9 {
-            return Err(format!("elite.tsv line {}: expected 9 tab-separated fields", i + 1));
+            return Err(format!(
+                "elite.tsv line {}: expected 9 tab-separated fields",
+                i + 1
+            ));
         }
         let num = |s: &str| -> Result<f64, String> {
             s.parse::<f64>()
@@ -70,7 +77,8 @@ pub fn parse(tsv: &str) -> Result<Vec<EliteEntry>, String> {
             head_dim: num(f[2])? as usize,
             class: f[3].to_string(),
             rank: num(f[4])? as usize,
-            config: KernelConfig::by_name(f[5]).map_err(|e| format!("elite.tsv line {}: {e}", i + 1))?,
+            config: KernelConfig::by_name(f[5])
+                .map_err(|e| format!("elite.tsv line {}: {e}", i + 1))?,
             median_us: num(f[6])?,
             ci_low_us: num(f[7])?,
             ci_high_us: num(f[8])?,
@@ -117,7 +125,11 @@ mod tests {
             panic!("{e}\nregenerate with `cargo xtask sweep --write-elite` on a GPU host")
         });
         for r in &rows {
-            assert!((1..=3).contains(&r.rank), "rank {} outside the top 3", r.rank);
+            assert!(
+                (1..=3).contains(&r.rank),
+                "rank {} outside the top 3",
+                r.rank
+            );
             assert!(crate::config::SUPPORTED_HEAD_DIMS.contains(&r.head_dim));
         }
     }

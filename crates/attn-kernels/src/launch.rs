@@ -12,7 +12,9 @@ use cudarc::driver::{
 };
 
 use crate::{
-    config::{choose_config, kernel_name, unit_name, KernelConfig, KernelMode, SUPPORTED_HEAD_DIMS},
+    config::{
+        choose_config, kernel_name, unit_name, KernelConfig, KernelMode, SUPPORTED_HEAD_DIMS,
+    },
     cubin, Dtype, KernelError,
 };
 
@@ -37,7 +39,16 @@ pub(crate) struct FwdParams {
 unsafe impl DeviceRepr for FwdParams {}
 
 /// Element types the kernels store: [`half::f16`] and [`half::bf16`].
-pub trait StorageType: DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Default + Send + Sync + 'static + sealed::Sealed {
+pub trait StorageType:
+    DeviceRepr
+    + cudarc::driver::ValidAsZeroBits
+    + Copy
+    + Default
+    + Send
+    + Sync
+    + 'static
+    + sealed::Sealed
+{
     /// The matching [`Dtype`].
     const DTYPE: Dtype;
     /// Rounds an f32 to this type (nearest-even).
@@ -113,8 +124,11 @@ pub struct FlashAttention {
     sm_count: usize,
     max_smem_optin: usize,
     modules: Mutex<HashMap<(String, bool), Arc<CudaModule>>>,
-    functions: Mutex<HashMap<(String, bool), CudaFunction>>,
+    functions: Mutex<FunctionCache>,
 }
+
+/// Loaded kernels by (entry point, debug build), with their shared-memory limit raised.
+type FunctionCache = HashMap<(String, bool), CudaFunction>;
 
 impl std::fmt::Debug for FlashAttention {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -156,8 +170,8 @@ impl FlashAttention {
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(driver("reading the SM count"))? as usize;
-        let max_smem_optin = ctx
-            .attribute(
+        let max_smem_optin =
+            ctx.attribute(
                 sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             )
             .map_err(driver("reading the shared-memory limit"))? as usize;
@@ -276,9 +290,7 @@ impl FlashAttention {
         Ok((f, image.arch))
     }
 
-    fn lock_functions(
-        &self,
-    ) -> Result<std::sync::MutexGuard<'_, HashMap<(String, bool), CudaFunction>>, KernelError> {
+    fn lock_functions(&self) -> Result<std::sync::MutexGuard<'_, FunctionCache>, KernelError> {
         self.functions.lock().map_err(|_| KernelError::Poisoned)
     }
 
@@ -290,7 +302,11 @@ impl FlashAttention {
         config: &KernelConfig,
         causal: bool,
     ) -> Result<FunctionResources, KernelError> {
-        let mode = if causal { KernelMode::Causal } else { KernelMode::Full };
+        let mode = if causal {
+            KernelMode::Causal
+        } else {
+            KernelMode::Full
+        };
         let name = kernel_name(dtype, head_dim, config, mode);
         let (f, _) = self.function(
             &unit_name(dtype, head_dim),
@@ -309,6 +325,8 @@ impl FlashAttention {
     /// Runs the forward pass: `o = softmax(scale · q·kᵀ + mask) · v`, and the row LSE into
     /// `lse` when given. Everything is validated before the launch; on error nothing is
     /// launched and nothing is written. The launch is asynchronous on [`Self::stream`].
+    // The argument list is the attention signature itself (Q, K, V in; O, LSE out).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward<T: StorageType>(
         &self,
         problem: &Problem,
@@ -338,8 +356,7 @@ impl FlashAttention {
         let d = shape.head_dim();
         let plan = plan_launch(
             problem,
-            opts.config
-                .unwrap_or_else(|| self.default_config(problem)),
+            opts.config.unwrap_or_else(|| self.default_config(problem)),
         )?;
         check_buffer("Q", shape.q_elems(), q.len())?;
         check_buffer("K", shape.kv_elems(), k.len())?;
@@ -408,7 +425,11 @@ fn check_buffer(tensor: &'static str, expected: usize, got: usize) -> Result<(),
     if expected == got {
         Ok(())
     } else {
-        Err(KernelError::BufferLength { tensor, expected, got })
+        Err(KernelError::BufferLength {
+            tensor,
+            expected,
+            got,
+        })
     }
 }
 
@@ -452,7 +473,11 @@ pub(crate) fn plan_launch(
     };
     overflow("q_len · head_dim", s.q_len().checked_mul(d), i32_max)?;
     overflow("kv_len · head_dim", s.kv_len().checked_mul(d), i32_max)?;
-    overflow("batch · q_heads", s.batch().checked_mul(s.q_heads()), i32_max)?;
+    overflow(
+        "batch · q_heads",
+        s.batch().checked_mul(s.q_heads()),
+        i32_max,
+    )?;
     overflow("kv_len + q_len", s.kv_len().checked_add(s.q_len()), i32_max)?;
     overflow("q_heads (grid.y)", Some(s.q_heads()), 65_535)?;
     overflow("batch (grid.z)", Some(s.batch()), 65_535)?;
@@ -511,18 +536,28 @@ mod tests {
     #[test]
     fn unsupported_head_dims_are_typed_errors() {
         for d in [1, 32, 96, 256] {
-            let err = plan_launch(&problem(8, 8, d, Causal::None), crate::CONFIGS_D64[0]).unwrap_err();
+            let err =
+                plan_launch(&problem(8, 8, d, Causal::None), crate::CONFIGS_D64[0]).unwrap_err();
             assert!(matches!(err, KernelError::UnsupportedHeadDim(x) if x == d));
         }
     }
 
     #[test]
     fn index_overflow_is_rejected_before_launch() {
-        let p = Problem::new(AttnShape::new(1, 1, 1, 20_000_000, 8, 128).unwrap(), Causal::None);
+        let p = Problem::new(
+            AttnShape::new(1, 1, 1, 20_000_000, 8, 128).unwrap(),
+            Causal::None,
+        );
         let err = plan_launch(&p, crate::CONFIGS_D64[0]).unwrap_err();
         assert!(matches!(err, KernelError::IndexOverflow(_)), "{err}");
-        let p = Problem::new(AttnShape::new(1, 70_000, 1, 8, 8, 64).unwrap(), Causal::None);
-        assert!(matches!(plan_launch(&p, crate::CONFIGS_D64[0]), Err(KernelError::IndexOverflow(_))));
+        let p = Problem::new(
+            AttnShape::new(1, 70_000, 1, 8, 8, 64).unwrap(),
+            Causal::None,
+        );
+        assert!(matches!(
+            plan_launch(&p, crate::CONFIGS_D64[0]),
+            Err(KernelError::IndexOverflow(_))
+        ));
     }
 
     #[test]

@@ -36,7 +36,7 @@ mod launch;
 
 use std::sync::Arc;
 
-use attn_ref::{AttnError, AttnOutput, Attention, BackendError, Problem};
+use attn_ref::{Attention, AttnError, AttnOutput, BackendError, Problem};
 
 pub use config::{
     configs_for, Dtype, KernelConfig, KernelMode, CONFIGS_D128, CONFIGS_D64, SUPPORTED_HEAD_DIMS,
@@ -49,7 +49,9 @@ pub use launch::{
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
     /// libcuda could not be loaded.
-    #[error("the CUDA driver (libcuda.so) was not found: this machine has no usable NVIDIA GPU driver")]
+    #[error(
+        "the CUDA driver (libcuda.so) was not found: this machine has no usable NVIDIA GPU driver"
+    )]
     DriverMissing,
     /// The crate was built without nvcc.
     #[error("kernels not built: install nvcc or run `cargo xtask setup-cuda`, then rebuild")]
