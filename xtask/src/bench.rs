@@ -426,7 +426,10 @@ fn time_typed<T: StorageType>(
         ));
     }
     let mut lse = stream.alloc_zeros::<f32>(s.lse_elems())?;
-    let opts = ForwardOptions { config };
+    let opts = ForwardOptions {
+        config,
+        ..Default::default()
+    };
     let mut kernel = String::new();
     let mut launch = |i: usize| -> anyhow::Result<()> {
         let (q, k, v, o) = &mut sets[i % n_sets];

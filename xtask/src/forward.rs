@@ -145,7 +145,10 @@ pub fn run_gpu(
     problem.shape().check_qkv_lens(q.len(), k.len(), v.len())?;
     let gpu = gpu()?;
     let config: Option<KernelConfig> = config.map(KernelConfig::by_name).transpose()?;
-    let opts = ForwardOptions { config };
+    let opts = ForwardOptions {
+        config,
+        ..Default::default()
+    };
     let cfg = config.unwrap_or_else(|| gpu.default_config(problem));
     fn cvt<T: attn_kernels::StorageType>(x: &[f32]) -> Vec<T> {
         x.iter().map(|&e| T::from_f32(e)).collect()

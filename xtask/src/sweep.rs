@@ -67,7 +67,10 @@ fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
         let backend = attn_kernels::GpuBackend::new(
             crate::forward::gpu()?,
             dtype,
-            ForwardOptions { config: Some(cfg) },
+            ForwardOptions {
+                config: Some(cfg),
+                ..Default::default()
+            },
         );
         let got = attn_ref::Attention::forward(&backend, &p, &q, &k, &v)
             .map_err(|e| anyhow::anyhow!("{e}"))?;

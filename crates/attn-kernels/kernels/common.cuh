@@ -20,6 +20,7 @@ struct FwdParams {
     int dump_count;   // (b, h, q_tile) triples in dump_tiles (debug kernels only)
     float scale_log2; // softmax scale * log2(e): the softmax runs in base 2 (exp2 is one MUFU op)
     float scale;      // softmax scale, for debug dumps in the natural-log domain
+    int n_splits;     // split-KV kernels: key splits per query block (grid.x = q_tiles * n_splits)
 };
 
 constexpr float kLn2 = 0.693147180559945309f;

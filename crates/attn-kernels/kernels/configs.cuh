@@ -22,3 +22,9 @@
     ATTN_FWD_CONFIG(TNAME, T, 128, 64, 64, 3, 4, 0)    \
     ATTN_FWD_CONFIG(TNAME, T, 128, 128, 32, 2, 4, 1)   \
     ATTN_FWD_CONFIG(TNAME, T, 128, 128, 128, 2, 8, 0)
+
+// Split-KV variants (release only): the configs the chooser uses when a grid is too small to
+// fill the chip. src/config.rs: SPLIT_CONFIGS.
+#define ATTN_FWD_SPLIT_CONFIGS(TNAME, T, D)          \
+    ATTN_FWD_SPLIT_CONFIG(TNAME, T, D, 32, 64, 2, 2) \
+    ATTN_FWD_SPLIT_CONFIG(TNAME, T, D, 64, 64, 2, 4)

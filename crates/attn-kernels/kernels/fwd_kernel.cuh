@@ -10,6 +10,7 @@
 #include "load.cuh"
 #include "mask.cuh"
 #include "softmax.cuh"
+#include "split_combine.cuh"
 
 namespace attn {
 
@@ -34,11 +35,16 @@ struct FwdConfig {
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
 };
 
-template <typename T, int D, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool BREAK_RESCALE>
+// SPLIT: the key range of a query block is split over p.n_splits CTAs (flash-decoding's
+// split-KV, Dao et al. 2023), for grids too small to fill the chip; see split_combine.cuh.
+template <typename T, int D, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool BREAK_RESCALE,
+          bool SPLIT>
 __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                            const T* __restrict__ v, T* __restrict__ o,
                                            float* __restrict__ lse, float* __restrict__ dump,
-                                           const int* __restrict__ dump_tiles, const FwdParams& p) {
+                                           const int* __restrict__ dump_tiles, float* __restrict__ ws_o,
+                                           float* __restrict__ ws_ml, unsigned int* __restrict__ counters,
+                                           const FwdParams& p) {
     using Cfg = FwdConfig<T, D, BM, BN, STAGES, WARPS>;
     constexpr int MT = Cfg::kMT;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -46,7 +52,8 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     T* sK = sQ + BM * D;
     T* sV = sK + STAGES * BN * D;
 
-    const int q_tile = blockIdx.x;
+    const int q_tile = SPLIT ? blockIdx.x / p.n_splits : blockIdx.x;
+    const int split = SPLIT ? blockIdx.x % p.n_splits : 0;
     const int h = blockIdx.y;
     const int b = blockIdx.z;
     const int tid = threadIdx.x;
@@ -68,7 +75,14 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     const int slot = dump == nullptr ? -1 : dump_slot<BM, BN>(p, dump_tiles, b, h, q_tile);
 #endif
 
-    const int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
+    // This CTA's key tiles: [t_begin, t_begin + n_tiles).
+    int t_begin = 0;
+    int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
+    if constexpr (SPLIT) {
+        const int per = (n_tiles + p.n_splits - 1) / p.n_splits;
+        t_begin = min(n_tiles, split * per);
+        n_tiles = min(n_tiles, t_begin + per) - t_begin;
+    }
     // Keys visible to this thread's rows (rows past q_len are computed and discarded).
     int lim_lo[MT], lim_hi[MT];
 #pragma unroll
@@ -85,8 +99,9 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < n_tiles) {
-            load_tile_async<T, D, BN, Cfg::kThreads>(sK + s * BN * D, k_head, s * BN, p.kv_len, tid);
-            load_tile_async<T, D, BN, Cfg::kThreads>(sV + s * BN * D, v_head, s * BN, p.kv_len, tid);
+            const int key0 = (t_begin + s) * BN;
+            load_tile_async<T, D, BN, Cfg::kThreads>(sK + s * BN * D, k_head, key0, p.kv_len, tid);
+            load_tile_async<T, D, BN, Cfg::kThreads>(sV + s * BN * D, v_head, key0, p.kv_len, tid);
         }
         cp_async_commit();
     }
@@ -111,8 +126,9 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
         const int jn = j + STAGES - 1;
         if (jn < n_tiles) {
             const int buf = jn % STAGES;
-            load_tile_async<T, D, BN, Cfg::kThreads>(sK + buf * BN * D, k_head, jn * BN, p.kv_len, tid);
-            load_tile_async<T, D, BN, Cfg::kThreads>(sV + buf * BN * D, v_head, jn * BN, p.kv_len, tid);
+            const int key0 = (t_begin + jn) * BN;
+            load_tile_async<T, D, BN, Cfg::kThreads>(sK + buf * BN * D, k_head, key0, p.kv_len, tid);
+            load_tile_async<T, D, BN, Cfg::kThreads>(sV + buf * BN * D, v_head, key0, p.kv_len, tid);
         }
         cp_async_commit();
         cp_async_wait<STAGES - 1>();
@@ -162,14 +178,14 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
             }
         }
 
-        const int key0 = j * BN;
+        const int key0 = (t_begin + j) * BN;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             if (key0 + BN > lim_block) apply_mask<Cfg::kNT>(acc_s[mt], key0, lim_lo[mt], lim_hi[mt], t);
 #ifdef ATTN_DEBUG
             float* dbase = nullptr;
             if (slot >= 0) {
-                dbase = dump_tile_base<BM, BN, Cfg::kNT>(dump, slot, j, p);
+                dbase = dump_tile_base<BM, BN, Cfg::kNT>(dump, slot, t_begin + j, p);
                 dump_scores<BM, BN, Cfg::kNT>(dbase, acc_s[mt], warp_row0 + mt * 16, lane, p.scale);
             }
 #endif
@@ -213,24 +229,53 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     cp_async_wait<0>();
     __syncthreads();
 
+    if constexpr (SPLIT) {
+        const int64_t block = (static_cast<int64_t>(b * p.q_heads + h) * gridDim.x) / p.n_splits + q_tile;
+        float* my_o = ws_o + (block * p.n_splits + split) * (BM * D);
+        float* my_ml = ws_ml + (block * p.n_splits + split) * (BM * 2);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-        write_output<T, D, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, sQ, o_head, lse_head,
-                                     warp_row0 + mt * 16, m0, p.q_len, lane);
+        for (int mt = 0; mt < MT; ++mt)
+            write_partial<D, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, my_o, my_ml,
+                                       warp_row0 + mt * 16, lane);
+        split_combine<T, D, BM, Cfg::kThreads>(ws_o + block * p.n_splits * (BM * D),
+                                               ws_ml + block * p.n_splits * (BM * 2),
+                                               counters + block, p.n_splits, o_head, lse_head, m0,
+                                               p.q_len, tid);
+    } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            write_output<T, D, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, sQ, o_head, lse_head,
+                                         warp_row0 + mt * 16, m0, p.q_len, lane);
+    }
 }
 
 } // namespace attn
 
 // One extern "C" entry point per (dtype, D, config, causal); the Rust launcher builds the
 // same name (src/config.rs: `kernel_name`).
-#define ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, MODE, CAUSAL, BREAK)                             \
+#define ATTN_FWD_ENTRY_IMPL(TNAME, T, D, BM, BN, ST, W, MODE, CAUSAL, BREAK, SPLIT)                \
     extern "C" __global__ void __launch_bounds__(W * 32)                                           \
         attn_fwd_##TNAME##_d##D##_bm##BM##_bn##BN##_w##W##_s##ST##_##MODE(                         \
             const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,             \
             T* __restrict__ o, float* __restrict__ lse, float* __restrict__ dump,                  \
-            const int* __restrict__ dump_tiles, const attn::FwdParams p) {                         \
-        attn::fwd_kernel<T, D, BM, BN, ST, W, CAUSAL, BREAK>(q, k, v, o, lse, dump, dump_tiles, p);   \
+            const int* __restrict__ dump_tiles, float* __restrict__ ws_o,                          \
+            float* __restrict__ ws_ml, unsigned int* __restrict__ counters,                        \
+            const attn::FwdParams p) {                                                             \
+        attn::fwd_kernel<T, D, BM, BN, ST, W, CAUSAL, BREAK, SPLIT>(q, k, v, o, lse, dump,          \
+                                                                   dump_tiles, ws_o, ws_ml,        \
+                                                                   counters, p);                   \
     }
+#define ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, MODE, CAUSAL, BREAK) \
+    ATTN_FWD_ENTRY_IMPL(TNAME, T, D, BM, BN, ST, W, MODE, CAUSAL, BREAK, false)
+
+// Split-KV entry points (release build only) for the configs small grids use.
+#ifdef ATTN_DEBUG
+#define ATTN_FWD_SPLIT_CONFIG(TNAME, T, D, BM, BN, ST, W)
+#else
+#define ATTN_FWD_SPLIT_CONFIG(TNAME, T, D, BM, BN, ST, W)                           \
+    ATTN_FWD_ENTRY_IMPL(TNAME, T, D, BM, BN, ST, W, full_split, false, false, true)  \
+    ATTN_FWD_ENTRY_IMPL(TNAME, T, D, BM, BN, ST, W, causal_split, true, false, true)
+#endif
 
 #ifdef ATTN_DEBUG
 #define ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST, W) \

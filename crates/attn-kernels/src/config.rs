@@ -89,6 +89,37 @@ pub const CONFIGS_D128: [KernelConfig; 6] = [
 /// with 32 query rows per warp (debug cubins are ~15x larger than release ones).
 pub const DEBUG_CONFIGS: [KernelConfig; 2] = [cfg(64, 64, 4, 2), cfg(128, 32, 4, 2)];
 
+/// Configs that also have split-KV entry points (release build), for grids too small to
+/// fill the chip; kernels/configs.cuh `ATTN_FWD_SPLIT_CONFIGS`.
+pub const SPLIT_CONFIGS: [KernelConfig; 2] = [cfg(32, 64, 2, 2), cfg(64, 64, 4, 2)];
+
+/// Most key splits one query block is divided into.
+pub const MAX_SPLITS: usize = 16;
+
+/// Fewest key tiles one split processes. Measured (H200, 2026-11-21): splitting the 8 key
+/// tiles of (1,8,512,64) four ways made it slower (10.0 → 14.9 µs): each split CTA still pays
+/// the prologue latency, and the last CTA's merge is a serial tail. Splits pay off for long
+/// key ranges (decode, 1×8192 keys: 226 → 55 µs).
+pub const MIN_TILES_PER_SPLIT: usize = 8;
+
+/// Key splits for a launch of `config` (1 = no split): only for configs with split entry
+/// points, only when the grid (`ctas`) leaves SMs idle, and each split keeps at least
+/// [`MIN_TILES_PER_SPLIT`] key tiles (`key_tiles` of the longest row). Aims at two CTAs per SM.
+pub fn choose_splits(
+    config: &KernelConfig,
+    ctas: usize,
+    key_tiles: usize,
+    sm_count: usize,
+) -> usize {
+    if !SPLIT_CONFIGS.contains(config) || ctas >= sm_count {
+        return 1;
+    }
+    (2 * sm_count)
+        .div_ceil(ctas.max(1))
+        .min(key_tiles / MIN_TILES_PER_SPLIT)
+        .clamp(1, MAX_SPLITS)
+}
+
 /// The configs compiled for `head_dim` (empty for unsupported head dims).
 pub fn configs_for(head_dim: usize) -> &'static [KernelConfig] {
     match head_dim {
@@ -195,14 +226,26 @@ pub fn unit_name(dtype: Dtype, head_dim: usize) -> String {
 
 /// The extern "C" name of one kernel (the `ATTN_FWD_ENTRY` macro in kernels/fwd_kernel.cuh).
 pub fn kernel_name(dtype: Dtype, head_dim: usize, cfg: &KernelConfig, mode: KernelMode) -> String {
+    kernel_name_split(dtype, head_dim, cfg, mode, false)
+}
+
+/// [`kernel_name`] of the split-KV entry point when `split` (`…_full_split`).
+pub fn kernel_name_split(
+    dtype: Dtype,
+    head_dim: usize,
+    cfg: &KernelConfig,
+    mode: KernelMode,
+    split: bool,
+) -> String {
     format!(
-        "attn_fwd_{}_d{head_dim}_bm{}_bn{}_w{}_s{}_{}",
+        "attn_fwd_{}_d{head_dim}_bm{}_bn{}_w{}_s{}_{}{}",
         dtype.as_str(),
         cfg.block_m,
         cfg.block_n,
         cfg.warps,
         cfg.stages,
-        mode.suffix()
+        mode.suffix(),
+        if split { "_split" } else { "" }
     )
 }
 
@@ -290,6 +333,44 @@ mod tests {
         let n = kernel_name(Dtype::Bf16, 128, &CONFIGS_D128[2], KernelMode::Causal);
         assert_eq!(n, "attn_fwd_bf16_d128_bm128_bn64_w8_s2_causal");
         assert_eq!(unit_name(Dtype::F16, 64), "fwd_f16_d64");
+    }
+
+    #[test]
+    fn splits_only_for_small_grids_with_enough_keys() {
+        let small = CONFIGS_D64[1]; // 64_64_4_s2
+                                    // (1,8,512,64): 64 CTAs on 132 SMs but only 8 key tiles: no split (measured slower).
+        assert_eq!(choose_splits(&small, 64, 8, 132), 1);
+        // Decode (1,32,1→8192): 32 CTAs, 128 key tiles → 9 splits (two CTAs per SM).
+        assert_eq!(choose_splits(&CONFIGS_D64[0], 32, 128, 132), 9);
+        assert_eq!(choose_splits(&CONFIGS_D64[0], 1, 1024, 132), MAX_SPLITS);
+        assert_eq!(choose_splits(&small, 64, 32, 132), 4);
+        // Enough CTAs, too few keys, or a config without split entry points: no split.
+        assert_eq!(choose_splits(&small, 512, 32, 132), 1);
+        assert_eq!(choose_splits(&small, 64, 15, 132), 1);
+        assert_eq!(choose_splits(&CONFIGS_D64[2], 16, 64, 132), 1);
+    }
+
+    #[test]
+    fn split_configs_match_the_cuda_list() {
+        let src = include_str!("../kernels/configs.cuh");
+        let listed: Vec<KernelConfig> = src
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("ATTN_FWD_SPLIT_CONFIG(TNAME, T, D, "))
+            .map(|rest| {
+                let n: Vec<usize> = rest
+                    .trim_end_matches('\\')
+                    .trim()
+                    .trim_end_matches(')')
+                    .split(',')
+                    .map(|x| x.trim().parse().expect("numeric"))
+                    .collect();
+                cfg(n[0], n[1], n[3], n[2])
+            })
+            .collect();
+        assert_eq!(listed, SPLIT_CONFIGS.to_vec());
+        for c in SPLIT_CONFIGS {
+            assert!(CONFIGS_D64.contains(&c) && CONFIGS_D128.contains(&c));
+        }
     }
 
     #[test]

@@ -119,7 +119,10 @@ impl FlashAttention {
             &dv,
             &mut o,
             Some(&mut lse),
-            &ForwardOptions { config: Some(cfg) },
+            &ForwardOptions {
+                config: Some(cfg),
+                ..Default::default()
+            },
             extras,
         )?;
         let o = s.clone_dtoh(&o).map_err(err("downloading O"))?;

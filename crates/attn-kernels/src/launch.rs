@@ -5,7 +5,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use attn_ref::{Causal, Problem};
+use attn_ref::{AttnError, Causal, Problem};
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig,
     PushKernelArg,
@@ -13,7 +13,8 @@ use cudarc::driver::{
 
 use crate::{
     config::{
-        choose_config, kernel_name, unit_name, KernelConfig, KernelMode, SUPPORTED_HEAD_DIMS,
+        choose_config, choose_splits, kernel_name, kernel_name_split, unit_name, KernelConfig,
+        KernelMode, MAX_SPLITS, SPLIT_CONFIGS, SUPPORTED_HEAD_DIMS,
     },
     cubin, Dtype, KernelError,
 };
@@ -33,9 +34,10 @@ pub(crate) struct FwdParams {
     pub dump_count: i32,
     pub scale_log2: f32,
     pub scale: f32,
+    pub n_splits: i32,
 }
 
-// SAFETY: plain-old-data with the C layout of `attn::FwdParams` (ten 4-byte fields).
+// SAFETY: plain-old-data with the C layout of `attn::FwdParams` (eleven 4-byte fields).
 unsafe impl DeviceRepr for FwdParams {}
 
 /// Element types the kernels store: [`half::f16`] and [`half::bf16`].
@@ -83,11 +85,15 @@ impl StorageType for half::bf16 {
     }
 }
 
-/// How to run one forward: the config (default: [`choose_config`]) and which cubin flavour.
+/// How to run one forward: the config (default: [`choose_config`]) and the key splits.
 #[derive(Debug, Clone, Default)]
 pub struct ForwardOptions {
     /// Overrides the default config (for sweeps and tests).
     pub config: Option<KernelConfig>,
+    /// Key splits per query block: `None` = the heuristic
+    /// ([`crate::config::choose_splits`]), `Some(1)` = never split. Values above 1 need a
+    /// config of [`crate::config::SPLIT_CONFIGS`].
+    pub splits: Option<usize>,
 }
 
 /// What ran: the kernel name and its launch geometry.
@@ -99,8 +105,10 @@ pub struct LaunchInfo {
     pub arch: &'static str,
     /// The config.
     pub config: KernelConfig,
-    /// Grid (q tiles, heads, batch).
+    /// Grid (q tiles × splits, heads, batch).
     pub grid: (u32, u32, u32),
+    /// Key splits per query block (1: no split-KV).
+    pub splits: usize,
     /// Dynamic shared memory in bytes.
     pub smem_bytes: u32,
 }
@@ -125,6 +133,15 @@ pub struct FlashAttention {
     max_smem_optin: usize,
     modules: Mutex<HashMap<(String, bool), Arc<CudaModule>>>,
     functions: Mutex<FunctionCache>,
+    workspace: Mutex<Option<SplitWorkspace>>,
+}
+
+/// Device memory of the split-KV epilogue: partial O, (m, l) per split row, and one ticket
+/// counter per query block (zeroed at allocation, reset by the kernel after each use).
+struct SplitWorkspace {
+    o: CudaSlice<f32>,
+    ml: CudaSlice<f32>,
+    counters: CudaSlice<u32>,
 }
 
 /// Loaded kernels by (entry point, debug build), with their shared-memory limit raised.
@@ -184,6 +201,7 @@ impl FlashAttention {
             max_smem_optin,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            workspace: Mutex::new(None),
         })
     }
 
@@ -354,10 +372,14 @@ impl FlashAttention {
     ) -> Result<LaunchInfo, KernelError> {
         let shape = problem.shape();
         let d = shape.head_dim();
-        let plan = plan_launch(
-            problem,
-            opts.config.unwrap_or_else(|| self.default_config(problem)),
-        )?;
+        let config = opts.config.unwrap_or_else(|| self.default_config(problem));
+        // Debug launches (tile dumps, planted bugs) never split: dumps are per query block.
+        let splits = if extras.dump.is_some() || extras.mode.is_some() {
+            Some(1)
+        } else {
+            opts.splits
+        };
+        let plan = plan_launch(problem, config, splits, self.sm_count)?;
         check_buffer("Q", shape.q_elems(), q.len())?;
         check_buffer("K", shape.kv_elems(), k.len())?;
         check_buffer("V", shape.kv_elems(), v.len())?;
@@ -378,7 +400,8 @@ impl FlashAttention {
             (None, Causal::None) => KernelMode::Full,
             (None, _) => KernelMode::Causal,
         };
-        let name = kernel_name(T::DTYPE, d, &cfg, mode);
+        let split = plan.params.n_splits > 1;
+        let name = kernel_name_split(T::DTYPE, d, &cfg, mode, split);
         let (func, arch) = self.function(
             &unit_name(T::DTYPE, d),
             &name,
@@ -393,6 +416,38 @@ impl FlashAttention {
             shared_mem_bytes: plan.smem_bytes,
         };
         let null: u64 = 0;
+        let mut ws_guard = self.workspace.lock().map_err(|_| KernelError::Poisoned)?;
+        if split {
+            let blocks = plan.grid.0 as usize / plan.params.n_splits as usize
+                * plan.grid.1 as usize
+                * plan.grid.2 as usize;
+            let rows = blocks * plan.params.n_splits as usize * cfg.block_m;
+            let fits = ws_guard.as_ref().is_some_and(|w| {
+                w.o.len() >= rows * d && w.ml.len() >= rows * 2 && w.counters.len() >= blocks
+            });
+            if !fits {
+                let alloc = |what| {
+                    move |source| KernelError::Driver {
+                        context: what,
+                        source,
+                    }
+                };
+                *ws_guard = Some(SplitWorkspace {
+                    o: self
+                        .stream
+                        .alloc_zeros(rows * d)
+                        .map_err(alloc("allocating the split-KV workspace"))?,
+                    ml: self
+                        .stream
+                        .alloc_zeros(rows * 2)
+                        .map_err(alloc("allocating the split-KV workspace"))?,
+                    counters: self
+                        .stream
+                        .alloc_zeros(blocks)
+                        .map_err(alloc("allocating the split-KV counters"))?,
+                });
+            }
+        }
         let mut builder = self.stream.launch_builder(&func);
         builder.arg(q).arg(k).arg(v).arg(o);
         match lse {
@@ -403,19 +458,27 @@ impl FlashAttention {
             Some(d) => builder.arg(d.buffer).arg(d.tiles),
             None => builder.arg(&null).arg(&null),
         };
+        match ws_guard.as_mut().filter(|_| split) {
+            Some(w) => builder.arg(&mut w.o).arg(&mut w.ml).arg(&mut w.counters),
+            None => builder.arg(&null).arg(&null).arg(&null),
+        };
         builder.arg(&params);
-        // SAFETY: the argument list matches ATTN_FWD_ENTRY (q, k, v, o, lse, dump, dump_tiles,
-        // FwdParams by value); every buffer length was checked against the shape above, the
-        // grid covers exactly ceil(Sq/BM) × Hq × B blocks whose reads and writes the kernel
-        // bounds by q_len/kv_len, 32-bit index ranges were checked in `plan_launch`, null
-        // pointers are passed only where the kernel tests for null, and the dynamic
-        // shared-memory size was raised on the function and fits the device.
+        // SAFETY: the argument list matches ATTN_FWD_ENTRY_IMPL (q, k, v, o, lse, dump,
+        // dump_tiles, ws_o, ws_ml, counters, FwdParams by value); every buffer length was
+        // checked against the shape above, the grid covers exactly ceil(Sq/BM)·splits × Hq × B
+        // blocks whose reads and writes the kernel bounds by q_len/kv_len, the split workspace
+        // holds blocks·splits·BM rows and one counter per block (zeroed, and reset by the
+        // kernel), 32-bit index ranges were checked in `plan_launch`, null pointers are passed
+        // only where the kernel does not read them (lse tested for null; dump and workspace
+        // only in debug / split entry points), and the dynamic shared-memory size was raised
+        // on the function and fits the device.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the kernel"))?;
         Ok(LaunchInfo {
             kernel: name,
             arch,
             config: cfg,
             grid: plan.grid,
+            splits: plan.params.n_splits as usize,
             smem_bytes: plan.smem_bytes,
         })
     }
@@ -459,6 +522,8 @@ pub(crate) struct LaunchPlan {
 pub(crate) fn plan_launch(
     problem: &Problem,
     config: KernelConfig,
+    splits: Option<usize>,
+    sm_count: usize,
 ) -> Result<LaunchPlan, KernelError> {
     let s = problem.shape();
     let d = s.head_dim();
@@ -483,6 +548,32 @@ pub(crate) fn plan_launch(
     overflow("batch (grid.z)", Some(s.batch()), 65_535)?;
     config.check_head_dim(d)?;
     let q_tiles = s.q_len().div_ceil(config.block_m);
+    let key_tiles = s.kv_len().div_ceil(config.block_n);
+    let n_splits = match splits {
+        None => choose_splits(
+            &config,
+            q_tiles * s.batch() * s.q_heads(),
+            key_tiles,
+            sm_count,
+        ),
+        Some(0) => {
+            return Err(AttnError::InvalidArgument("splits must be at least 1".into()).into())
+        }
+        Some(1) => 1,
+        Some(n) if !SPLIT_CONFIGS.contains(&config) => {
+            return Err(AttnError::InvalidArgument(format!(
+                "config {} has no split-KV kernels ({n} splits asked)",
+                config.name()
+            ))
+            .into())
+        }
+        Some(n) => n.min(MAX_SPLITS),
+    };
+    overflow(
+        "q tiles · splits (grid.x)",
+        q_tiles.checked_mul(n_splits),
+        i32_max,
+    )?;
     let diag_offset = match problem.causal() {
         Causal::None | Causal::TopLeft => 0i64,
         Causal::BottomRight => s.kv_len() as i64 - s.q_len() as i64,
@@ -490,7 +581,11 @@ pub(crate) fn plan_launch(
     let scale = problem.scale();
     Ok(LaunchPlan {
         config,
-        grid: (q_tiles as u32, s.q_heads() as u32, s.batch() as u32),
+        grid: (
+            (q_tiles * n_splits) as u32,
+            s.q_heads() as u32,
+            s.batch() as u32,
+        ),
         smem_bytes: config.smem_bytes(d) as u32,
         params: FwdParams {
             batch: s.batch() as i32,
@@ -503,6 +598,7 @@ pub(crate) fn plan_launch(
             dump_count: 0,
             scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
             scale: scale as f32,
+            n_splits: n_splits as i32,
         },
     })
 }
@@ -520,7 +616,7 @@ mod tests {
     fn plan_geometry_and_scalars() {
         let cfg = crate::CONFIGS_D64[1];
         let p = problem(100, 300, 64, Causal::BottomRight);
-        let plan = plan_launch(&p, cfg).unwrap();
+        let plan = plan_launch(&p, cfg, Some(1), 132).unwrap();
         assert_eq!(plan.grid, (2, 8, 2));
         assert_eq!(plan.params.group, 4);
         assert_eq!(plan.params.diag_offset, 200);
@@ -528,16 +624,49 @@ mod tests {
         let expect = (1.0 / 8.0f64 * std::f64::consts::LOG2_E) as f32;
         assert_eq!(plan.params.scale_log2, expect);
         let p = problem(300, 100, 64, Causal::BottomRight);
-        assert_eq!(plan_launch(&p, cfg).unwrap().params.diag_offset, -200);
+        assert_eq!(
+            plan_launch(&p, cfg, Some(1), 132)
+                .unwrap()
+                .params
+                .diag_offset,
+            -200
+        );
         let p = problem(300, 100, 64, Causal::TopLeft);
-        assert_eq!(plan_launch(&p, cfg).unwrap().params.diag_offset, 0);
+        assert_eq!(
+            plan_launch(&p, cfg, Some(1), 132)
+                .unwrap()
+                .params
+                .diag_offset,
+            0
+        );
+    }
+
+    #[test]
+    fn split_plans() {
+        let cfg = crate::CONFIGS_D64[1];
+        let p = Problem::new(
+            AttnShape::self_attention(1, 8, 512, 64).unwrap(),
+            Causal::None,
+        );
+        assert_eq!(plan_launch(&p, cfg, None, 132).unwrap().params.n_splits, 1);
+        let plan = plan_launch(&p, cfg, Some(4), 132).unwrap();
+        assert_eq!(plan.params.n_splits, 4);
+        assert_eq!(plan.grid, (8 * 4, 8, 1));
+        assert_eq!(plan_launch(&p, cfg, Some(1), 132).unwrap().grid, (8, 8, 1));
+        assert!(plan_launch(&p, cfg, Some(0), 132).is_err());
+        assert!(plan_launch(&p, crate::CONFIGS_D64[2], Some(2), 132).is_err());
     }
 
     #[test]
     fn unsupported_head_dims_are_typed_errors() {
         for d in [1, 32, 96, 256] {
-            let err =
-                plan_launch(&problem(8, 8, d, Causal::None), crate::CONFIGS_D64[0]).unwrap_err();
+            let err = plan_launch(
+                &problem(8, 8, d, Causal::None),
+                crate::CONFIGS_D64[0],
+                None,
+                132,
+            )
+            .unwrap_err();
             assert!(matches!(err, KernelError::UnsupportedHeadDim(x) if x == d));
         }
     }
@@ -548,14 +677,14 @@ mod tests {
             AttnShape::new(1, 1, 1, 20_000_000, 8, 128).unwrap(),
             Causal::None,
         );
-        let err = plan_launch(&p, crate::CONFIGS_D64[0]).unwrap_err();
+        let err = plan_launch(&p, crate::CONFIGS_D64[0], None, 132).unwrap_err();
         assert!(matches!(err, KernelError::IndexOverflow(_)), "{err}");
         let p = Problem::new(
             AttnShape::new(1, 70_000, 1, 8, 8, 64).unwrap(),
             Causal::None,
         );
         assert!(matches!(
-            plan_launch(&p, crate::CONFIGS_D64[0]),
+            plan_launch(&p, crate::CONFIGS_D64[0], None, 132),
             Err(KernelError::IndexOverflow(_))
         ));
     }

@@ -50,6 +50,7 @@ struct Case {
     problem: Problem,
     dtype: Dtype,
     config: Option<KernelConfig>,
+    splits: Option<usize>,
 }
 
 /// (batch, q_heads, kv_heads, q_len, kv_len, head_dim).
@@ -61,6 +62,7 @@ fn case(dims: Dims, causal: Causal, dtype: Dtype) -> Case {
         problem: Problem::new(AttnShape::new(b, hq, hkv, sq, sk, d).unwrap(), causal),
         dtype,
         config: None,
+        splits: None,
     }
 }
 
@@ -109,7 +111,10 @@ fn check_typed<T: StorageType + attn_ref::Element>(
     let q: Vec<T> = randn(&mut rng, shape.q_elems());
     let k: Vec<T> = randn(&mut rng, shape.kv_elems());
     let v: Vec<T> = randn(&mut rng, shape.kv_elems());
-    let opts = ForwardOptions { config: c.config };
+    let opts = ForwardOptions {
+        config: c.config,
+        splits: c.splits,
+    };
     let (o, lse) = run_gpu(&gpu(), p, &q, &k, &v, &opts);
     let reference = reference::forward(p, &q, &k, &v).map_err(|e| e.to_string())?;
     let f32s = |x: &[T]| x.iter().map(|e| e.to_f32()).collect::<Vec<f32>>();
@@ -283,6 +288,39 @@ fn correctness_every_config() {
     run_all(&cases);
 }
 
+/// Split-KV: every split count on grids too small to fill the chip, causal (where later
+/// splits of early query blocks are empty) and not, with tails.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_split_kv() {
+    let mut cases = Vec::new();
+    for &cfg in attn_kernels::config::SPLIT_CONFIGS.iter() {
+        for d in [64, 128] {
+            for dt in DTYPES {
+                for splits in [2, 3, 5, 16] {
+                    for (sq, sk, causal) in [
+                        (100, 1000, Causal::None),
+                        (300, 700, Causal::BottomRight),
+                        (257, 257, Causal::TopLeft),
+                        (1, 4097, Causal::None),
+                    ] {
+                        let mut c = case((1, 2, 1, sq, sk, d), causal, dt);
+                        c.config = Some(cfg);
+                        c.splits = Some(splits);
+                        cases.push(c);
+                    }
+                }
+            }
+        }
+    }
+    // And the heuristic on the seed shape and the decode shape.
+    for dt in DTYPES {
+        cases.push(case((1, 8, 8, 512, 512, 64), Causal::None, dt));
+        cases.push(case((1, 32, 32, 1, 8192, 128), Causal::None, dt));
+    }
+    run_all(&cases);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_custom_scale() {
@@ -309,8 +347,13 @@ fn determinism_bitwise() {
         let q: Vec<bf16> = randn(&mut rng, s.q_elems());
         let k: Vec<bf16> = randn(&mut rng, s.kv_elems());
         let v: Vec<bf16> = randn(&mut rng, s.kv_elems());
-        let a = run_gpu(&gpu, &p, &q, &k, &v, &ForwardOptions::default());
-        let b = run_gpu(&gpu, &p, &q, &k, &v, &ForwardOptions::default());
+        // Split-KV included: its merge order does not depend on which CTA finishes last.
+        let opts = ForwardOptions {
+            config: KernelConfig::by_name("64_64_4_s2").ok(),
+            splits: Some(if causal == Causal::None { 5 } else { 1 }),
+        };
+        let a = run_gpu(&gpu, &p, &q, &k, &v, &opts);
+        let b = run_gpu(&gpu, &p, &q, &k, &v, &opts);
         let bits = |x: &[bf16]| x.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&a.0), bits(&b.0), "O differs between two runs");
         let lbits = |x: &[f32]| x.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
@@ -448,6 +491,18 @@ fn sanitize_small_shapes_every_config() {
                     let mut c = case((1, 2, 1, sq, sk, d), causal, dt);
                     c.config = Some(cfg);
                     cases.push(c);
+                }
+                // The split-KV entry points and their cross-CTA merge.
+                if attn_kernels::config::SPLIT_CONFIGS.contains(&cfg) {
+                    for (sq, sk, causal, splits) in [
+                        (40, 400, Causal::None, 3),
+                        (70, 300, Causal::BottomRight, 4),
+                    ] {
+                        let mut c = case((1, 2, 1, sq, sk, d), causal, dt);
+                        c.config = Some(cfg);
+                        c.splits = Some(splits);
+                        cases.push(c);
+                    }
                 }
             }
         }
@@ -633,7 +688,10 @@ mod debug {
                 &v,
                 blocks,
                 variant,
-                &ForwardOptions { config: Some(cfg) },
+                &ForwardOptions {
+                    config: Some(cfg),
+                    ..Default::default()
+                },
             )
             .unwrap();
         let (_, want) = forward_tiled(p, &q, &k, &v, 64, 64, blocks).unwrap();

@@ -3,3 +3,4 @@
 #include "../configs.cuh"
 
 ATTN_FWD_CONFIGS_D128(bf16, __nv_bfloat16)
+ATTN_FWD_SPLIT_CONFIGS(bf16, __nv_bfloat16, 128)

@@ -3,3 +3,4 @@
 #include "../configs.cuh"
 
 ATTN_FWD_CONFIGS_D128(f16, __half)
+ATTN_FWD_SPLIT_CONFIGS(f16, __half, 128)
