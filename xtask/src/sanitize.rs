@@ -185,7 +185,9 @@ pub fn parse_log(log: &str) -> SanitizerSummary {
 pub fn failures(summary: &SanitizerSummary, exit_code: Option<i32>, filter: &str) -> Vec<String> {
     let mut why = Vec::new();
     let errors: u64 = summary.error_summaries.iter().sum();
-    if summary.error_summaries.is_empty() {
+    // racecheck ends with `RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)`
+    // instead of an `ERROR SUMMARY` line (seen with compute-sanitizer of CUDA 13.0 on an H200).
+    if summary.error_summaries.is_empty() && summary.racecheck.is_none() {
         why.push(
             "no `ERROR SUMMARY` line: the sanitizer or the test process died before finishing"
                 .into(),
@@ -194,7 +196,7 @@ pub fn failures(summary: &SanitizerSummary, exit_code: Option<i32>, filter: &str
         why.push(format!("{errors} sanitizer error(s)"));
     }
     if let Some((hazard_errors, _)) = summary.racecheck {
-        if hazard_errors > 0 && errors == 0 {
+        if hazard_errors > 0 {
             why.push(format!("{hazard_errors} racecheck hazard error(s)"));
         }
     }
@@ -470,6 +472,27 @@ mod tests {
         let s = parse_log(log);
         assert_eq!(s.racecheck, Some((1, 1)));
         assert_eq!(failures(&s, Some(1), "x")[0], "1 sanitizer error(s)");
+    }
+
+    #[test]
+    fn a_clean_racecheck_run_without_error_summary_passes() {
+        // What compute-sanitizer 13.0's racecheck printed on the H200 (2026-11-21): a
+        // RACECHECK SUMMARY and no ERROR SUMMARY line.
+        let log = "========= COMPUTE-SANITIZER\nrunning 1 test\n\
+            test sanitize_small_shapes_every_config ... ok\n\
+            test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 15 filtered out; finished in 7.05s\n\
+            ========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n";
+        let s = parse_log(log);
+        assert_eq!(s.racecheck, Some((0, 0)));
+        assert!(failures(&s, Some(0), "sanitize_").is_empty());
+        let racy = log.replace(
+            "0 hazards displayed (0 errors",
+            "1 hazards displayed (1 error",
+        );
+        assert_eq!(
+            failures(&parse_log(&racy), Some(0), "sanitize_"),
+            vec!["1 racecheck hazard error(s)".to_string()]
+        );
     }
 
     #[test]
