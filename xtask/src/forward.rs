@@ -149,7 +149,6 @@ pub fn run_gpu(
         config,
         ..Default::default()
     };
-    let cfg = config.unwrap_or_else(|| gpu.default_config(problem));
     fn cvt<T: attn_kernels::StorageType>(x: &[f32]) -> Vec<T> {
         x.iter().map(|&e| T::from_f32(e)).collect()
     }
@@ -161,26 +160,27 @@ pub fn run_gpu(
             let (q, k, v) = (cvt::<$t>(q), cvt::<$t>(k), cvt::<$t>(v));
             if dump_tiles.is_empty() {
                 let out = gpu.forward_host_with(problem, &q, &k, &v, &opts)?;
-                (widen(&out.o), out.lse, Vec::new(), out.launch.kernel)
+                (widen(&out.o), out.lse, Vec::new(), out.launch)
             } else {
                 debug_run::<$t>(&gpu, problem, &q, &k, &v, dump_tiles, &opts)?
             }
         }};
     }
-    let (o, lse, tiles, kernel) = match dtype {
+    let (o, lse, tiles, launch) = match dtype {
         Dtype::F16 => go!(half::f16),
         Dtype::Bf16 => go!(half::bf16),
     };
+    // The tile size of the config that actually ran (the debug build has fewer configs).
     Ok(GpuRun {
         output: AttnOutput { o, lse },
-        block_m: cfg.block_m,
-        block_n: cfg.block_n,
+        block_m: launch.config.block_m,
+        block_n: launch.config.block_n,
         tiles,
-        kernel,
+        kernel: format!("{} ({})", launch.kernel, launch.config.name()),
     })
 }
 
-type DebugParts = (Vec<f32>, Vec<f32>, Vec<Tile>, String);
+type DebugParts = (Vec<f32>, Vec<f32>, Vec<Tile>, attn_kernels::LaunchInfo);
 
 #[cfg(feature = "debug-kernels")]
 fn debug_run<T: attn_kernels::StorageType>(
@@ -205,7 +205,7 @@ fn debug_run<T: attn_kernels::StorageType>(
         out.output.o.iter().map(|e| e.to_f32()).collect(),
         out.output.lse,
         out.tiles,
-        out.output.launch.kernel,
+        out.output.launch,
     ))
 }
 
