@@ -25,7 +25,7 @@ pub struct QuantizeArgs {
     /// Where to write the codes (uint8 .npy, same shape as the input).
     #[arg(long)]
     pub codes: PathBuf,
-    /// Where to write the scales (f32 .npy: [1], [B,H], [B,H,S] or [B,H,ceil(S/N)]).
+    /// Where to write the scales (f32 .npy shaped `[1]`, `[B,H]`, `[B,H,S]` or `[B,H,ceil(S/N)]`).
     #[arg(long)]
     pub scales: PathBuf,
     /// Power-of-two headroom: scales = amax · 2^margin / max.
