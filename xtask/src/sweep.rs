@@ -80,28 +80,18 @@ fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
             Dtype::Bf16 => emulate::Storage::Bf16,
         };
         let emu = emulate::forward_emulated(&p, &q, &k, &v, storage)?;
-        let max_err = got
-            .o
-            .iter()
-            .zip(&want.o)
-            .map(|(&g, &w)| {
-                if g.is_finite() {
-                    (g as f64 - w).abs()
-                } else {
-                    f64::INFINITY
-                }
-            })
-            .fold(0.0, f64::max);
-        let emu_err = emu
-            .o
-            .iter()
-            .zip(&want.o)
-            .map(|(e, w)| (e - w).abs())
-            .fold(0.0, f64::max);
-        if max_err > 2.0 * emu_err + 1e-5 {
+        // The same rule (DESIGN.md §3: bound and sanity caps) the oracle and the gate apply.
+        let opts = attn_oracle::CompareOptions::default();
+        let out = attn_oracle::compare(&got.o, &want.o, s, &opts)?;
+        let emu32: Vec<f32> = emu.o.iter().map(|&x| x as f32).collect();
+        let emu = attn_oracle::compare(&emu32, &want.o, s, &opts)?;
+        let verdict =
+            attn_oracle::ToleranceRule::for_storage(storage.into()).check(&out, &emu, None);
+        if !verdict.pass {
             bail!(
-                "config {} D={d} {causal}: max error {max_err:.3e} > 2·emu {emu_err:.3e} + 1e-5",
-                cfg.name()
+                "config {} D={d} {causal}: {}",
+                cfg.name(),
+                verdict.reasons.join("; ")
             );
         }
     }
