@@ -14,7 +14,10 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use attn_kernels::{Dtype, FlashAttention, ForwardOptions, KernelConfig, StorageType};
+use attn_kernels::{
+    Dtype, FlashAttention, ForwardOptions, Fp8DeviceInputs, Fp8Options, Fp8Variant, KernelConfig,
+    StorageType,
+};
 use attn_ref::{AttnShape, Causal, Problem};
 use cudarc::driver::{sys, CudaSlice, CudaStream};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -60,6 +63,11 @@ pub struct Args {
     /// Warm up, then launch exactly once (for ncu) and exit.
     #[arg(long)]
     once: bool,
+    /// Also time the FP8 (E4M3, per-head scales, f16 out) forward: `auto` (the device's
+    /// default variant), or a comma list of fp8, p16, cvt. Implies f16 among the dtypes, so
+    /// each FP8 row carries its speedup over our f16 kernel on the same shape.
+    #[arg(long)]
+    fp8: Option<String>,
 }
 
 /// One benchmark shape.
@@ -200,6 +208,8 @@ pub struct BenchRow {
     pub decision: Option<String>,
     /// mean(ours) / mean(SDPA flash backend), when flash ran.
     pub ratio_to_flash: Option<f64>,
+    /// FP8 rows: mean(our f16 kernel) / mean(this row) on the same shape (throughput gain).
+    pub speedup_vs_ours_f16: Option<f64>,
     pub sdpa: Vec<SdpaResult>,
 }
 
@@ -234,16 +244,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(s) => vec![parse_shape(s, Causal::parse(&args.causal)?)?],
         None => shape_set(&args.shapes)?,
     };
-    let dtypes = match args.dtype.as_str() {
+    let mut dtypes = match args.dtype.as_str() {
         "both" => vec![Dtype::F16, Dtype::Bf16],
         d => vec![Dtype::parse(d)?],
     };
+    let gpu = crate::forward::gpu()?;
+    let (ma, mi) = gpu.compute_capability();
+    let fp8_variants: Vec<Fp8Variant> = match args.fp8.as_deref() {
+        None => Vec::new(),
+        Some("auto") => vec![Fp8Variant::default_for(ma, mi)],
+        Some(list) => list
+            .split(',')
+            .map(|v| Fp8Variant::parse(v.trim()))
+            .collect::<Result<_, _>>()?,
+    };
+    if !fp8_variants.is_empty() && !dtypes.contains(&Dtype::F16) {
+        dtypes.insert(0, Dtype::F16);
+    }
     let config = args
         .config
         .as_deref()
         .map(KernelConfig::by_name)
         .transpose()?;
-    let gpu = crate::forward::gpu()?;
     // SAFETY: the benchmark issues all its work on one stream, so cudarc's cross-stream
     // event tracking is not needed; without it, no event records enter the timed region or
     // the captured CUDA graphs.
@@ -257,7 +279,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(args.out_dir.join("samples"))
         .with_context(|| format!("creating {}", args.out_dir.display()))?;
-    let report = bench(&gpu, &shapes, &dtypes, config, &args)?;
+    let report = bench(&gpu, &shapes, &dtypes, &fp8_variants, config, &args)?;
     let path = args.out_dir.join("bench.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("writing {}", path.display()))?;
@@ -270,6 +292,7 @@ fn bench(
     gpu: &Arc<FlashAttention>,
     shapes: &[BenchShape],
     dtypes: &[Dtype],
+    fp8_variants: &[Fp8Variant],
     config: Option<KernelConfig>,
     args: &Args,
 ) -> anyhow::Result<BenchReport> {
@@ -294,21 +317,62 @@ fn bench(
             ours.push((shape, dt, t));
         }
     }
+    let mut fp8_rows = Vec::new();
+    for &variant in fp8_variants {
+        for shape in shapes {
+            let t = time_fp8(gpu, shape, variant, args.warmup, args.samples)?;
+            let name = format!("{}-fp8-{variant}", shape.name());
+            write_csv(
+                &args
+                    .out_dir
+                    .join("samples")
+                    .join(format!("{name}-ours.csv")),
+                &t.samples_us,
+            )?;
+            eprintln!(
+                "{name}: ours median {:.2} µs ({})",
+                median(&t.samples_us),
+                t.method
+            );
+            fp8_rows.push((shape, variant, t));
+        }
+    }
     let sdpa = if args.no_sdpa {
         None
     } else {
         Some(run_sdpa(&ours, args)?)
     };
     let mut rows = Vec::new();
-    for (shape, dt, t) in &ours {
-        let name = format!("{}-{}", shape.name(), dt);
+    let f16_of = |shape: &BenchShape| {
+        ours.iter()
+            .find(|(s, d, _)| *s == shape && *d == Dtype::F16)
+            .map(|(_, _, t)| mean(&t.samples_us))
+    };
+    let all = ours
+        .iter()
+        .map(|(s, dt, t)| (*s, dt.to_string(), format!("{}-{}", s.name(), dt), t))
+        .chain(fp8_rows.iter().map(|(s, v, t)| {
+            (*s, format!("fp8-{v}"), format!("{}-fp8-{v}", s.name()), t)
+        }));
+    for (shape, dtype, name, t) in all {
+        // SDPA has no FP8 path: FP8 rows are compared with its f16 run of the shape.
+        let sdpa_name = if dtype.starts_with("fp8") {
+            format!("{}-f16", shape.name())
+        } else {
+            name.clone()
+        };
         let mine =
             attn_stats::Summary::new(&t.samples_us).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         let opts = attn_stats::CompareOptions::default();
         let mut row = BenchRow {
             shape: name.clone(),
             causal: shape.causal != Causal::None,
-            dtype: dt.to_string(),
+            speedup_vs_ours_f16: if dtype.starts_with("fp8") {
+                f16_of(shape).map(|f| f / mean(&t.samples_us))
+            } else {
+                None
+            },
+            dtype,
             kernel: t.kernel.clone(),
             method: t.method.to_string(),
             ours: attn_stats::compare(&t.samples_us, &t.samples_us, &opts)
@@ -326,7 +390,7 @@ fn bench(
         };
         if let Some(sdpa) = &sdpa {
             let mut best: Option<(String, Vec<f64>)> = None;
-            for r in sdpa.iter().filter(|r| r.name == name) {
+            for r in sdpa.iter().filter(|r| r.name == sdpa_name) {
                 row.sdpa.push(SdpaResult {
                     backend: r.backend.clone(),
                     median_us: r.samples.as_ref().map(|s| median(s)),
@@ -439,6 +503,23 @@ fn time_typed<T: StorageType>(
         }
         Ok(())
     };
+    let (samples_us, method) = time_launches(gpu, warmup, samples, once, &mut launch)?;
+    Ok(OurTiming {
+        samples_us,
+        kernel,
+        method,
+    })
+}
+
+/// Times `launch(i)` (one forward on input set i) per the protocol in the module docs.
+fn time_launches(
+    gpu: &Arc<FlashAttention>,
+    warmup: usize,
+    samples: usize,
+    once: bool,
+    launch: &mut dyn FnMut(usize) -> anyhow::Result<()>,
+) -> anyhow::Result<(Vec<f64>, &'static str)> {
+    let stream = gpu.stream().clone();
     for i in 0..warmup {
         launch(i)?;
     }
@@ -446,11 +527,7 @@ fn time_typed<T: StorageType>(
     if once {
         launch(0)?;
         stream.synchronize()?;
-        return Ok(OurTiming {
-            samples_us: Vec::new(),
-            kernel,
-            method: "once",
-        });
+        return Ok((Vec::new(), "once"));
     }
     let ctx = gpu.context();
     let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -510,10 +587,73 @@ fn time_typed<T: StorageType>(
             .map(|w| w[0].elapsed_ms(&w[1]).map(|ms| ms as f64 * 1e3))
             .collect::<Result<Vec<_>, _>>()?
     };
+    Ok((samples_us, if use_graph { "graph" } else { "events" }))
+}
+
+
+type Fp8Upload = (CudaSlice<u8>, CudaSlice<f32>);
+type Fp8Set = (Fp8Upload, Fp8Upload, Fp8Upload, CudaSlice<half::f16>);
+
+/// Times the FP8 forward (f16 out) on per-head E4M3 inputs quantized by attn-quant from
+/// N(0,1), with the same protocol; the Vᵀ pass is inside every timed launch.
+fn time_fp8(
+    gpu: &Arc<FlashAttention>,
+    shape: &BenchShape,
+    variant: Fp8Variant,
+    warmup: usize,
+    samples: usize,
+) -> anyhow::Result<OurTiming> {
+    use attn_quant::{quantize, Fp8Format, Granularity};
+    let p = shape.problem()?;
+    let s = *p.shape();
+    let stream = gpu.stream().clone();
+    let bytes = 2 * s.q_elems() + 2 * s.kv_elems() + 2 * s.o_elems();
+    let n_sets = (2 * L2_BYTES).div_ceil(bytes).clamp(1, 8);
+    let mut rng = StdRng::seed_from_u64(rand::rng().random());
+    let (qd, kd) = (attn_quant::q_dims(&s), attn_quant::kv_dims(&s));
+    let mut upload = |n: usize, dims: [usize; 4]| -> anyhow::Result<Fp8Upload> {
+        let x: Vec<f32> = (0..n)
+            .map(|_| rng.sample::<f32, _>(StandardNormal))
+            .collect();
+        let t = quantize(&x, dims, Fp8Format::E4M3, Granularity::Head)?;
+        Ok((stream.clone_htod(&t.codes)?, stream.clone_htod(&t.scales)?))
+    };
+    let mut sets: Vec<Fp8Set> = Vec::new();
+    for _ in 0..n_sets {
+        sets.push((
+            upload(s.q_elems(), qd)?,
+            upload(s.kv_elems(), kd)?,
+            upload(s.kv_elems(), kd)?,
+            stream.alloc_zeros::<half::f16>(s.o_elems())?,
+        ));
+    }
+    let mut lse = stream.alloc_zeros::<f32>(s.lse_elems())?;
+    let opts = Fp8Options {
+        config: None,
+        variant: Some(variant),
+    };
+    let mut kernel = String::new();
+    let mut launch = |i: usize| -> anyhow::Result<()> {
+        let (q, k, v, o) = &mut sets[i % n_sets];
+        let inputs = Fp8DeviceInputs {
+            q: &q.0,
+            k: &k.0,
+            v: &v.0,
+            q_scale: &q.1,
+            k_scale: &k.1,
+            v_scale: &v.1,
+        };
+        let info = gpu.forward_fp8(&p, &inputs, o, Some(&mut lse), &opts)?;
+        if kernel.is_empty() {
+            kernel = format!("{} ({}) + Vt pass", info.kernel, info.config.name());
+        }
+        Ok(())
+    };
+    let (samples_us, method) = time_launches(gpu, warmup, samples, false, &mut launch)?;
     Ok(OurTiming {
         samples_us,
         kernel,
-        method: if use_graph { "graph" } else { "events" },
+        method,
     })
 }
 
@@ -606,13 +746,13 @@ fn mean(x: &[f64]) -> f64 {
 /// Markdown table of a report: µs, TFLOP/s, champion, ratio with CI, g, decision.
 pub fn render_table(r: &BenchReport) -> String {
     let mut s = format!(
-        "device {}, {}, commit {}\n\n| shape | kernel | method | ours µs (median [CI of mean]) | TFLOP/s | champion | champion µs | ours/champion (CI) | ours/flash | g | decision |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "device {}, {}, commit {}\n\n| shape | kernel | method | ours µs (median [CI of mean]) | TFLOP/s | champion | champion µs | ours/champion (CI) | ours/flash | g | decision | FP8 speedup vs our f16 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         r.device, r.date, r.commit
     );
     for row in &r.rows {
         let champ = row.champion.as_ref();
         s.push_str(&format!(
-            "| {} | {} | {} | {:.2} [{:.2}, {:.2}] | {:.1} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.2} [{:.2}, {:.2}] | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
             row.shape,
             row.kernel,
             row.method,
@@ -629,6 +769,8 @@ pub fn render_table(r: &BenchReport) -> String {
             row.ratio_to_flash.map_or("-".into(), |x| format!("{x:.3}")),
             row.hedges_g.map_or("-".into(), |g| format!("{g:.2}")),
             row.decision.clone().unwrap_or_else(|| "-".into()),
+            row.speedup_vs_ours_f16
+                .map_or("-".into(), |x| format!("{x:.3}x")),
         ));
     }
     s

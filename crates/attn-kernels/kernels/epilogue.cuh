@@ -1,5 +1,6 @@
 // Epilogue: normalize O by the row sums, write LSE, stage O through the warp's own (now
 // unused) rows of the Q tile in shared memory, then store 16-byte coalesced rows.
+// `out_scale` multiplies O (the FP8 kernel's V descale); `m` is in the base-2 scaled domain.
 #pragma once
 #include "load.cuh"
 
@@ -9,7 +10,8 @@ template <typename T, int D, int NO>
 __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)[2],
                                              const float (&l_partial)[2], T* q_tile_smem,
                                              T* __restrict__ o_head, float* __restrict__ lse_head,
-                                             int warp_row0, int q_row0, int q_len, int lane) {
+                                             int warp_row0, int q_row0, int q_len, int lane,
+                                             float out_scale = 1.f) {
     const int g = lane >> 2;
     const int t = lane & 3;
 #pragma unroll
@@ -17,7 +19,7 @@ __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)
         const float l = quad_sum(l_partial[r]);
         // l == 0: every key of the row is masked → O = 0 and LSE = -inf (FlashAttention's
         // convention). A NaN l (NaN inputs) stays NaN in both.
-        const float inv = l == 0.f ? 0.f : 1.f / l;
+        const float inv = l == 0.f ? 0.f : out_scale / l;
         const int row = warp_row0 + g + 8 * r;
         if (lse_head != nullptr && t == 0 && q_row0 + row < q_len) {
             lse_head[q_row0 + row] = l == 0.f ? -INFINITY : (m[r] + log2f(l)) * kLn2;

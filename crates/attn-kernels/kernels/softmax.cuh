@@ -28,11 +28,15 @@ template <int NT, int NO> struct OnlineSoftmax {
         l[0] = l[1] = 0.f;
     }
 
-    // Turns scores s into unnormalized probabilities p = exp2(s*scale_log2 - m_new) in place
-    // and rescales the output accumulator o. BREAK_RESCALE (debug builds only) skips the
-    // rescale so the oracle's tests can check that the P stage catches it.
+    // Turns scores s into unnormalized probabilities p = exp2(s*scale_log2 - m_new + log2_gain)
+    // in place and rescales the output accumulator o. log2_gain scales every p (and so l) by
+    // 2^log2_gain, which cancels in O = acc / l: the FP8 kernel uses 8 so that P lands in
+    // E4M3's normal range before its cast (FlashAttention-3's 2^8). BREAK_RESCALE (debug
+    // builds only) skips the rescale so the oracle's tests can check that the P stage
+    // catches it.
     template <bool BREAK_RESCALE>
-    __device__ __forceinline__ void update(float (&s)[NT][4], float (&o)[NO][4], float scale_log2) {
+    __device__ __forceinline__ void update(float (&s)[NT][4], float (&o)[NO][4], float scale_log2,
+                                           float log2_gain = 0.f) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             float mx = -INFINITY;
@@ -44,12 +48,13 @@ template <int NT, int NO> struct OnlineSoftmax {
             // exp2(-inf - (-inf)) never produces NaN.
             const float m_use = m_new == -INFINITY ? 0.f : m_new;
             const float corr = BREAK_RESCALE ? 1.f : exp2f(m[r] - m_use);
+            const float bias = log2_gain - m_use;
             float sum = 0.f;
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const float p = exp2f(fmaf(s[n][2 * r + e], scale_log2, -m_use));
+                    const float p = exp2f(fmaf(s[n][2 * r + e], scale_log2, bias));
                     s[n][2 * r + e] = p;
                     sum += p;
                 }

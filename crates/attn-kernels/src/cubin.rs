@@ -84,6 +84,11 @@ mod tests {
             "fwd_f16_d128",
             "fwd_bf16_d64",
             "fwd_bf16_d128",
+            "fwd_fp8_f16_d64",
+            "fwd_fp8_f16_d128",
+            "fwd_fp8_bf16_d64",
+            "fwd_fp8_bf16_d128",
+            "fp8_prep",
         ] {
             for arch in archs.split([';', ',']).filter(|a| !a.is_empty()) {
                 assert!(

@@ -134,6 +134,8 @@ pub struct FlashAttention {
     modules: Mutex<HashMap<(String, bool), Arc<CudaModule>>>,
     functions: Mutex<FunctionCache>,
     workspace: Mutex<Option<SplitWorkspace>>,
+    /// The FP8 forward's Vᵀ buffer (src/fp8.rs), grown on demand.
+    pub(crate) fp8_vt: Mutex<Option<CudaSlice<u8>>>,
 }
 
 /// Device memory of the split-KV epilogue: partial O, (m, l) per split row, and one ticket
@@ -156,7 +158,7 @@ impl std::fmt::Debug for FlashAttention {
     }
 }
 
-fn driver(context: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> KernelError {
+pub(crate) fn driver(context: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> KernelError {
     move |source| KernelError::Driver { context, source }
 }
 
@@ -202,6 +204,7 @@ impl FlashAttention {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             workspace: Mutex::new(None),
+            fp8_vt: Mutex::new(None),
         })
     }
 
@@ -484,7 +487,7 @@ impl FlashAttention {
     }
 }
 
-fn check_buffer(tensor: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
+pub(crate) fn check_buffer(tensor: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
     if expected == got {
         Ok(())
     } else {

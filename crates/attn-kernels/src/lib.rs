@@ -32,6 +32,7 @@ pub mod cubin;
 #[cfg(feature = "debug-kernels")]
 pub mod debug;
 pub mod elite;
+pub mod fp8;
 mod launch;
 
 use std::sync::Arc;
@@ -41,6 +42,7 @@ use attn_ref::{Attention, AttnError, AttnOutput, BackendError, Problem};
 pub use config::{
     configs_for, Dtype, KernelConfig, KernelMode, CONFIGS_D128, CONFIGS_D64, SUPPORTED_HEAD_DIMS,
 };
+pub use fp8::{Fp8DeviceInputs, Fp8Options, Fp8Variant, FP8_CONFIGS, FP8_HEAD_DIMS};
 pub use launch::{
     driver_available, FlashAttention, ForwardOptions, FunctionResources, LaunchInfo, StorageType,
 };
@@ -117,6 +119,22 @@ pub enum KernelError {
         context: &'static str,
         /// The driver's error.
         source: cudarc::driver::DriverError,
+    },
+    /// An FP8 input the kernels cannot take (format, granularity, shape, scales).
+    #[error("FP8 {tensor}: {reason}")]
+    Fp8Input {
+        /// Which input.
+        tensor: &'static str,
+        /// What is wrong, and what to do instead.
+        reason: String,
+    },
+    /// An FP8 kernel variant needs instructions this device lacks.
+    #[error("FP8 variant `{variant}` needs FP8 tensor cores (sm_89+); this device is {device}: use the `cvt` variant")]
+    VariantUnavailable {
+        /// The variant asked for.
+        variant: &'static str,
+        /// The device's compute capability.
+        device: String,
     },
     /// A lock was poisoned by a panic in another thread.
     #[error("internal lock poisoned by a panic in another thread")]
@@ -226,5 +244,68 @@ impl Attention for GpuBackend {
             Dtype::Bf16 => self.run::<half::bf16>(problem, q, k, v),
         };
         r.map_err(|e| Box::new(e) as BackendError)
+    }
+}
+
+/// The FP8 kernel as an [`Attention`] backend: f32 host inputs are quantized to E4M3 with
+/// per-head scales by [`attn_quant`] (so quantization error is part of what it returns),
+/// O comes back in `out` and is widened to f32.
+pub struct Fp8Backend {
+    gpu: Arc<FlashAttention>,
+    out: Dtype,
+    opts: Fp8Options,
+}
+
+impl Fp8Backend {
+    /// A backend over an opened device writing O in `out`.
+    pub fn new(gpu: Arc<FlashAttention>, out: Dtype, opts: Fp8Options) -> Self {
+        Self { gpu, out, opts }
+    }
+
+    fn run<T: StorageType>(
+        &self,
+        problem: &Problem,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<AttnOutput, BackendError> {
+        use attn_quant::{quantize, Fp8Format, Granularity};
+        let shape = problem.shape();
+        shape.check_qkv_lens(q.len(), k.len(), v.len())?;
+        let (qd, kd) = (attn_quant::q_dims(shape), attn_quant::kv_dims(shape));
+        let qq = quantize(q, qd, Fp8Format::E4M3, Granularity::Head)?;
+        let kq = quantize(k, kd, Fp8Format::E4M3, Granularity::Head)?;
+        let vq = quantize(v, kd, Fp8Format::E4M3, Granularity::Head)?;
+        let out = self
+            .gpu
+            .forward_fp8_host::<T>(problem, &qq, &kq, &vq, &self.opts)?;
+        Ok(AttnOutput {
+            o: out.o.iter().map(|e| e.to_f32()).collect(),
+            lse: out.lse,
+        })
+    }
+}
+
+impl Attention for Fp8Backend {
+    fn name(&self) -> String {
+        let (ma, mi) = self.gpu.compute_capability();
+        let variant = self
+            .opts
+            .variant
+            .unwrap_or_else(|| Fp8Variant::default_for(ma, mi));
+        format!("fp8-e4m3-{variant}-{}-sm{ma}{mi}", self.out)
+    }
+
+    fn forward(
+        &self,
+        problem: &Problem,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<AttnOutput, BackendError> {
+        match self.out {
+            Dtype::F16 => self.run::<half::f16>(problem, q, k, v),
+            Dtype::Bf16 => self.run::<half::bf16>(problem, q, k, v),
+        }
     }
 }

@@ -49,6 +49,12 @@ pub struct KernelRule {
     pub max_registers: u32,
     /// Static shared memory bytes per block.
     pub max_smem: u64,
+    /// Overrides the release spill limit for matching kernels (needs a `why`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_spill_bytes: Option<u64>,
+    /// Overrides the release stack limit for matching kernels (needs a `why`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_stack_bytes: Option<u64>,
     /// Why these numbers (occupancy target, tile sizes).
     #[serde(default)]
     pub why: Option<String>,
@@ -126,26 +132,38 @@ impl Budget {
                     what,
                 })
             };
+            let matching: Vec<usize> = rules
+                .iter()
+                .enumerate()
+                .filter(|(_, (rule, re))| {
+                    rule.arch.as_deref().is_none_or(|a| a == r.arch)
+                        && (re.is_match(&r.symbol) || re.is_match(&r.kernel))
+                })
+                .map(|(i, _)| i)
+                .collect();
+            let spill_limit = matching
+                .iter()
+                .filter_map(|&i| rules[i].0.max_spill_bytes)
+                .max()
+                .unwrap_or(self.release.max_spill_bytes);
+            let stack_limit = matching
+                .iter()
+                .filter_map(|&i| rules[i].0.max_stack_bytes)
+                .max()
+                .unwrap_or(self.release.max_stack_bytes);
             let spills = r.spill_stores + r.spill_loads;
-            if spills > self.release.max_spill_bytes {
+            if spills > spill_limit {
                 violation(format!(
                     "spills {} bytes ({} stores, {} loads) > {} allowed",
-                    spills, r.spill_stores, r.spill_loads, self.release.max_spill_bytes
+                    spills, r.spill_stores, r.spill_loads, spill_limit
                 ));
             }
-            if r.stack > self.release.max_stack_bytes {
-                violation(format!(
-                    "stack {} bytes > {} allowed",
-                    r.stack, self.release.max_stack_bytes
-                ));
+            if r.stack > stack_limit {
+                violation(format!("stack {} bytes > {} allowed", r.stack, stack_limit));
             }
-            let mut matched = false;
-            for (i, (rule, re)) in rules.iter().enumerate() {
-                let arch_ok = rule.arch.as_deref().is_none_or(|a| a == r.arch);
-                if !arch_ok || !(re.is_match(&r.symbol) || re.is_match(&r.kernel)) {
-                    continue;
-                }
-                matched = true;
+            let matched = !matching.is_empty();
+            for &i in &matching {
+                let rule = rules[i].0;
                 used[i] = true;
                 if r.registers > rule.max_registers {
                     violation(format!(

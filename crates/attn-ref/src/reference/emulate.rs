@@ -83,6 +83,58 @@ impl std::fmt::Display for Storage {
     }
 }
 
+/// How the emulated kernel rounds P before P·V.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PRounding {
+    /// To a 16-bit storage type.
+    Storage(Storage),
+    /// To FP8 E4M3 (nearest-even, saturating at ±448) after multiplying by `2^log2_gain`;
+    /// the gain is divided out again exactly (FlashAttention-3's FP8 P, gain 8).
+    E4m3 {
+        /// The power of two P is scaled by before the cast.
+        log2_gain: i32,
+    },
+}
+
+impl PRounding {
+    /// Rounds one probability.
+    pub fn round(self, p: f32) -> f32 {
+        match self {
+            PRounding::Storage(s) => s.round(p),
+            PRounding::E4m3 { log2_gain } => {
+                let gain = (log2_gain as f32).exp2();
+                float8::F8E4M3::from_f32(p * gain).to_f32() / gain
+            }
+        }
+    }
+}
+
+/// The rounding points of an emulated kernel; [`EmuSpec::storage`] is the FP16/BF16 kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmuSpec {
+    /// Rounding of Q, K, V on load; `None` uses them as given (the FP8 kernel: callers pass
+    /// dequantized FP8 values, which its MMAs multiply exactly).
+    pub inputs: Option<Storage>,
+    /// Rounding of P, the A operand of P·V.
+    pub p: PRounding,
+    /// Rounding of O.
+    pub out: Storage,
+    /// Keys per tile of the online softmax (the kernel's BLOCK_N).
+    pub block_n: usize,
+}
+
+impl EmuSpec {
+    /// The FP16/BF16 kernel: inputs, P and O in `storage`, tiles of [`EMU_BLOCK_N`] keys.
+    pub fn storage(storage: Storage) -> Self {
+        Self {
+            inputs: Some(storage),
+            p: PRounding::Storage(storage),
+            out: storage,
+            block_n: EMU_BLOCK_N,
+        }
+    }
+}
+
 /// The forward pass with the kernel's rounding points (see the module documentation). The
 /// values returned are f32 values (O: storage-type values) widened to f64.
 pub fn forward_emulated(
@@ -92,10 +144,30 @@ pub fn forward_emulated(
     v: &[f32],
     storage: Storage,
 ) -> Result<RefOutput, AttnError> {
+    forward_emulated_spec(p, q, k, v, &EmuSpec::storage(storage))
+}
+
+/// [`forward_emulated`] with explicit rounding points (the FP8 kernel's, for one).
+pub fn forward_emulated_spec(
+    p: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    spec: &EmuSpec,
+) -> Result<RefOutput, AttnError> {
     let shape = *p.shape();
     shape.check_qkv_lens(q.len(), k.len(), v.len())?;
-    let round_all = |x: &[f32]| -> Vec<f32> { x.par_iter().map(|&y| storage.round(y)).collect() };
+    if spec.block_n == 0 {
+        return Err(AttnError::InvalidArgument("block_n must be at least 1".into()));
+    }
+    let round_all = |x: &[f32]| -> Vec<f32> {
+        match spec.inputs {
+            Some(st) => x.par_iter().map(|&y| st.round(y)).collect(),
+            None => x.to_vec(),
+        }
+    };
     let (q, k, v) = (round_all(q), round_all(k), round_all(v));
+    let block_n = spec.block_n;
     let scale_log2 = (p.scale() * std::f64::consts::LOG2_E) as f32;
     let (sq, d) = (shape.q_len(), shape.head_dim());
 
@@ -105,7 +177,7 @@ pub fn forward_emulated(
         .zip(lse.par_iter_mut())
         .enumerate()
         .for_each_init(
-            || (vec![0.0f32; d], vec![0.0f32; EMU_BLOCK_N]),
+            || (vec![0.0f32; d], vec![0.0f32; block_n]),
             |(acc, s), (row_index, (out, lse_out))| {
                 let bh = row_index / sq;
                 let (b, h, i) = (bh / shape.q_heads(), bh % shape.q_heads(), row_index % sq);
@@ -115,8 +187,8 @@ pub fn forward_emulated(
                 let mut m = f32::NEG_INFINITY;
                 let mut l = 0.0f32;
                 let n = p.visible_keys(i);
-                for c0 in (0..n).step_by(EMU_BLOCK_N) {
-                    let cols = EMU_BLOCK_N.min(n - c0);
+                for c0 in (0..n).step_by(block_n) {
+                    let cols = block_n.min(n - c0);
                     for (c, sc) in s[..cols].iter_mut().enumerate() {
                         *sc = dot_f32(qi, &k[shape.kv_offset(b, kvh, c0 + c)..][..d]);
                     }
@@ -131,7 +203,7 @@ pub fn forward_emulated(
                     for (c, &sc) in s[..cols].iter().enumerate() {
                         let pc = sc.mul_add(scale_log2, -m_scaled).exp2();
                         l += pc;
-                        let pr = storage.round(pc);
+                        let pr = spec.p.round(pc);
                         let vj = &v[shape.kv_offset(b, kvh, c0 + c)..][..d];
                         acc.iter_mut().zip(vj).for_each(|(a, &x)| *a += pr * x);
                     }
@@ -146,7 +218,7 @@ pub fn forward_emulated(
                     *lse_out = f64::NAN;
                 } else {
                     for (od, &a) in out.iter_mut().zip(acc.iter()) {
-                        *od = f64::from(storage.round(a / l));
+                        *od = f64::from(spec.out.round(a / l));
                     }
                     *lse_out = f64::from((m * scale_log2 + l.log2()) * LN_2);
                 }

@@ -1,0 +1,278 @@
+// The FP8 (E4M3) forward kernel: fwd_kernel.cuh's structure (one CTA per query block, each
+// warp owning 16 whole query rows, a cp.async K/Vᵀ ring, P reused from registers) on
+// 8-bit operands.
+//
+// Scales (FlashAttention-3, Shah et al. 2024, §3.3): Q, K, V arrive as E4M3 codes with one
+// f32 scale per head. The MMAs run on raw codes; q_scale·k_scale folds into the softmax
+// scale and v_scale into the output normalization, so dequantization costs nothing per
+// element.
+//
+// Variants (template flags, one entry point each):
+// - QK_FP8: S = Q·Kᵀ on mma.m16n8k32.e4m3 (sm_89+). Otherwise the codes are widened to
+//   f16 in registers (fp8.cuh, exact, scaled 2^-8) and fed to mma.m16n8k16: the sm_80 path.
+// - PV_FP8: P is cast to E4M3 for O += P·V on the FP8 MMA, multiplied by 2^8 first (as
+//   FlashAttention-3 does) so that P ∈ (0, 1] lands in E4M3's normal range; the factor
+//   cancels in O = acc / l. Otherwise P stays f16 and V is widened to f16.
+#pragma once
+#include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
+#include "epilogue.cuh"
+#include "fp8.cuh"
+#include "fp8_prep.cuh"
+#include "mask.cuh"
+
+namespace attn {
+
+template <int D, int BM, int BN, int STAGES, int WARPS> struct Fp8Config {
+    static constexpr int kThreads = WARPS * 32;
+    static constexpr int kNT = BN / 8;  // n-tiles of S
+    static constexpr int kNO = D / 8;   // n-tiles of O
+    static constexpr int kKQ = D / 32;  // 32-byte k-slices of Q·Kᵀ
+    static constexpr int kKP = BN / 32; // 32-key k-slices of P·V
+    static constexpr int kSmemBytes = BM * D + 2 * STAGES * BN * D;
+    static_assert(BM == 16 * WARPS, "each warp owns 16 rows");
+    static_assert(BN % 64 == 0 && D % 64 == 0, "tile sizes");
+    static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
+    // The epilogue stages O (2-byte elements) over the Q and K buffers.
+    static_assert(BM * D * 2 <= kSmemBytes, "epilogue staging fits");
+};
+
+template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool QK_FP8,
+          bool PV_FP8>
+__device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ k,
+                                               const uint8_t* __restrict__ vt,
+                                               const float* __restrict__ q_scale,
+                                               const float* __restrict__ k_scale,
+                                               const float* __restrict__ v_scale, OutT* __restrict__ o,
+                                               float* __restrict__ lse, const FwdParams& p, int vt_stride) {
+    using Cfg = Fp8Config<D, BM, BN, STAGES, WARPS>;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    uint8_t* sQ = smem_raw;
+    uint8_t* sK = sQ + BM * D;
+    uint8_t* sV = sK + STAGES * BN * D; // Vᵀ tiles: D rows of BN bytes
+
+    const int q_tile = blockIdx.x;
+    const int h = blockIdx.y;
+    const int b = blockIdx.z;
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int m0 = q_tile * BM;
+    const int warp_row0 = warp * 16;
+    const int kvh = h / p.group;
+    const int qh = b * p.q_heads + h;
+    const int kh = b * p.kv_heads + kvh;
+
+    const uint8_t* q_head = q + static_cast<int64_t>(qh) * p.q_len * D;
+    OutT* o_head = o + static_cast<int64_t>(qh) * p.q_len * D;
+    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(qh) * p.q_len;
+    const uint8_t* k_head = k + static_cast<int64_t>(kh) * p.kv_len * D;
+    const uint8_t* vt_head = vt + static_cast<int64_t>(kh) * D * vt_stride;
+
+    // Descales. Converted operands carry 2^-8 each (fp8.cuh).
+    const float qk_descale = q_scale[qh] * k_scale[kh] * (QK_FP8 ? 1.f : kCvtScale * kCvtScale);
+    const float scale_log2 = p.scale_log2 * qk_descale;
+    constexpr float kLog2Gain = PV_FP8 ? 8.f : 0.f;
+    const float out_scale = v_scale[kh] * (PV_FP8 ? 1.f : kCvtScale);
+
+    const int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
+    const int lim_lo = visible_keys<CAUSAL>(m0 + warp_row0 + g, p);
+    const int lim_hi = visible_keys<CAUSAL>(m0 + warp_row0 + g + 8, p);
+    const int lim_block = visible_keys<CAUSAL>(m0, p);
+
+    auto load_kv = [&](int tile, int buf) {
+        const int key0 = tile * BN;
+        load_bytes_async<D, BN, Cfg::kThreads>(sK + buf * BN * D, k_head + static_cast<int64_t>(key0) * D, D,
+                                               p.kv_len - key0, tid);
+        // Vᵀ is padded to a multiple of BN keys: every row is in bounds.
+        load_bytes_async<BN, D, Cfg::kThreads>(sV + buf * BN * D, vt_head + key0, vt_stride, D, tid);
+    };
+    load_bytes_async<D, BM, Cfg::kThreads>(sQ, q_head + static_cast<int64_t>(m0) * D, D, p.q_len - m0, tid);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < n_tiles) load_kv(s, s);
+        cp_async_commit();
+    }
+
+    // Q fragments, kept in registers: raw codes (k32 A layout) or widened to f16 (two k16
+    // A operands per 32-byte slice).
+    uint32_t qf[Cfg::kKQ][QK_FP8 ? 4 : 8];
+    float acc_o[Cfg::kNO][4];
+#pragma unroll
+    for (int n = 0; n < Cfg::kNO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
+    OnlineSoftmax<Cfg::kNT, Cfg::kNO> softmax;
+    softmax.init();
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int jn = j + STAGES - 1;
+        if (jn < n_tiles) load_kv(jn, jn % STAGES);
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();
+        __syncthreads();
+
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < Cfg::kKQ; ++kk) {
+                uint32_t r[4];
+                ldmatrix_x4(r, smem_addr(sQ + swz_bytes<D>(warp_row0 + (lane & 15), 2 * kk + (lane >> 4))));
+                if constexpr (QK_FP8) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) qf[kk][i] = r[i];
+                } else {
+                    // k16 A operand: regs (row g, k 2t), (g+8, 2t), (g, 2t+8), (g+8, 2t+8) ↔
+                    // bytes 4t..4t+1 and 4t+2..4t+3 of the slice's halves: the same k order
+                    // as the K fragments below, so the dot products are unchanged.
+                    qf[kk][0] = cvt_lo(r[0]);
+                    qf[kk][1] = cvt_lo(r[1]);
+                    qf[kk][2] = cvt_hi(r[0]);
+                    qf[kk][3] = cvt_hi(r[1]);
+                    qf[kk][4] = cvt_lo(r[2]);
+                    qf[kk][5] = cvt_lo(r[3]);
+                    qf[kk][6] = cvt_hi(r[2]);
+                    qf[kk][7] = cvt_hi(r[3]);
+                }
+            }
+        }
+
+        const uint8_t* tK = sK + (j % STAGES) * BN * D;
+        const uint8_t* tV = sV + (j % STAGES) * BN * D;
+        const int mi = lane >> 3;
+
+        float acc_s[Cfg::kNT][4];
+#pragma unroll
+        for (int n = 0; n < Cfg::kNT; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKQ; ++kk) {
+#pragma unroll
+            for (int n = 0; n < Cfg::kNT; n += 2) {
+                // Matrices: (n, chunk 2kk), (n, 2kk+1), (n+1, 2kk), (n+1, 2kk+1).
+                const int key = (n + (mi >> 1)) * 8 + (lane & 7);
+                uint32_t bk[4];
+                ldmatrix_x4(bk, smem_addr(tK + swz_bytes<D>(key, 2 * kk + (mi & 1))));
+                if constexpr (QK_FP8) {
+                    mma_e4m3(acc_s[n], qf[kk], bk[0], bk[1]);
+                    mma_e4m3(acc_s[n + 1], qf[kk], bk[2], bk[3]);
+                } else {
+                    const uint32_t(&a0)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&qf[kk][0]);
+                    const uint32_t(&a1)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&qf[kk][4]);
+                    mma_f16(acc_s[n], a0, cvt_lo(bk[0]), cvt_hi(bk[0]));
+                    mma_f16(acc_s[n], a1, cvt_lo(bk[1]), cvt_hi(bk[1]));
+                    mma_f16(acc_s[n + 1], a0, cvt_lo(bk[2]), cvt_hi(bk[2]));
+                    mma_f16(acc_s[n + 1], a1, cvt_lo(bk[3]), cvt_hi(bk[3]));
+                }
+            }
+        }
+
+        const int key0 = j * BN;
+        if (key0 + BN > lim_block) apply_mask<Cfg::kNT>(acc_s, key0, lim_lo, lim_hi, t);
+        softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain);
+
+        // P as MMA A operands, all packed before P·V so that the f32 scores die here (64
+        // registers at BN = 128) instead of living through the P·V loop. Vᵀ's key
+        // permutation (fp8_prep.cuh) makes the values this thread holds the operand it needs.
+        uint32_t pa[Cfg::kKP][PV_FP8 ? 4 : 8];
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKP; ++kk) {
+            const float(&s0)[4] = acc_s[4 * kk];
+            const float(&s1)[4] = acc_s[4 * kk + 1];
+            const float(&s2)[4] = acc_s[4 * kk + 2];
+            const float(&s3)[4] = acc_s[4 * kk + 3];
+            if constexpr (PV_FP8) {
+                pa[kk][0] = pack_e4m3x4(s0[0], s0[1], s1[0], s1[1]);
+                pa[kk][1] = pack_e4m3x4(s0[2], s0[3], s1[2], s1[3]);
+                pa[kk][2] = pack_e4m3x4(s2[0], s2[1], s3[0], s3[1]);
+                pa[kk][3] = pack_e4m3x4(s2[2], s2[3], s3[2], s3[3]);
+            } else {
+                pa[kk][0] = StorageTraits<__half>::pack(s0[0], s0[1]);
+                pa[kk][1] = StorageTraits<__half>::pack(s0[2], s0[3]);
+                pa[kk][2] = StorageTraits<__half>::pack(s1[0], s1[1]);
+                pa[kk][3] = StorageTraits<__half>::pack(s1[2], s1[3]);
+                pa[kk][4] = StorageTraits<__half>::pack(s2[0], s2[1]);
+                pa[kk][5] = StorageTraits<__half>::pack(s2[2], s2[3]);
+                pa[kk][6] = StorageTraits<__half>::pack(s3[0], s3[1]);
+                pa[kk][7] = StorageTraits<__half>::pack(s3[2], s3[3]);
+            }
+        }
+
+        // O += P·V over 32-key slices.
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kKP; ++kk) {
+            const uint32_t(&p0)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&pa[kk][0]);
+            const uint32_t(&p1)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&pa[kk][PV_FP8 ? 0 : 4]);
+#pragma unroll
+            for (int n = 0; n < Cfg::kNO; n += 2) {
+                // Matrices: (d rows of n-tile n, key chunk 2kk), (n, 2kk+1), (n+1, 2kk), (n+1, 2kk+1).
+                const int drow = (n + (mi >> 1)) * 8 + (lane & 7);
+                uint32_t bv[4];
+                ldmatrix_x4(bv, smem_addr(tV + swz_bytes<BN>(drow, 2 * kk + (mi & 1))));
+                if constexpr (PV_FP8) {
+                    mma_e4m3(acc_o[n], p0, bv[0], bv[1]);
+                    mma_e4m3(acc_o[n + 1], p0, bv[2], bv[3]);
+                } else {
+                    mma_f16(acc_o[n], p0, cvt_lo(bv[0]), cvt_hi(bv[0]));
+                    mma_f16(acc_o[n], p1, cvt_lo(bv[1]), cvt_hi(bv[1]));
+                    mma_f16(acc_o[n + 1], p0, cvt_lo(bv[2]), cvt_hi(bv[2]));
+                    mma_f16(acc_o[n + 1], p1, cvt_lo(bv[3]), cvt_hi(bv[3]));
+                }
+            }
+        }
+        __syncthreads(); // the next iteration's prefetch overwrites this tile's buffers
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // LSE is computed from m in the scaled domain; remove the 2^8 gain P carried.
+    softmax.m[0] -= kLog2Gain;
+    softmax.m[1] -= kLog2Gain;
+    write_output<OutT, D, Cfg::kNO>(acc_o, softmax.m, softmax.l, reinterpret_cast<OutT*>(smem_raw), o_head,
+                                    lse_head, warp_row0, m0, p.q_len, lane, out_scale);
+}
+
+} // namespace attn
+
+// Entry points: attn_fp8_<out>_d<D>_bm<BM>_bn<BN>_w<W>_s<ST>_<full|causal>_<variant>, with
+// variant fp8 (both MMAs FP8), p16 (P·V in f16) or cvt (no FP8 hardware: the sm_80 path).
+// src/config.rs (`fp8_kernel_name`) builds the same names.
+#define ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, MODE, CAUSAL, VARIANT, QK8, PV8)             \
+    extern "C" __global__ void __launch_bounds__(W * 32)                                           \
+        attn_fp8_##ONAME##_d##D##_bm##BM##_bn##BN##_w##W##_s##ST##_##MODE##_##VARIANT(             \
+            const uint8_t* __restrict__ q, const uint8_t* __restrict__ k,                          \
+            const uint8_t* __restrict__ vt, const float* __restrict__ q_scale,                     \
+            const float* __restrict__ k_scale, const float* __restrict__ v_scale,                  \
+            OutT* __restrict__ o, float* __restrict__ lse, const attn::FwdParams p,                \
+            int vt_stride) {                                                                       \
+        attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, CAUSAL, QK8, PV8>(q, k, vt, q_scale, k_scale, \
+                                                                      v_scale, o, lse, p,          \
+                                                                      vt_stride);                  \
+    }
+
+#define ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, VARIANT, QK8, PV8)            \
+    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, full, false, VARIANT, QK8, PV8)     \
+    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, causal, true, VARIANT, QK8, PV8)
+
+// FP8 MMA variants exist only where the hardware does (sm_89+); cvt everywhere.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+#define ATTN_FP8_NATIVE(ONAME, OutT, D, BM, BN, ST, W)
+#else
+#define ATTN_FP8_NATIVE(ONAME, OutT, D, BM, BN, ST, W)                   \
+    ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, fp8, true, true)     \
+    ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, p16, true, false)
+#endif
+
+// The debug build (tile dumps) has no FP8 entry points: the unit compiles to an empty cubin.
+#ifdef ATTN_DEBUG
+#define ATTN_FP8_CONFIG(ONAME, OutT, D, BM, BN, ST, W)
+#else
+#define ATTN_FP8_CONFIG(ONAME, OutT, D, BM, BN, ST, W)                     \
+    ATTN_FP8_NATIVE(ONAME, OutT, D, BM, BN, ST, W)                         \
+    ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, cvt, false, false)
+#endif
+
+// The FP8 configs (BLOCK_M, BLOCK_N, stages, warps): 16 rows per warp; src/config.rs:
+// FP8_CONFIGS holds the same list.
+#define ATTN_FP8_CONFIGS(ONAME, OutT, D)                \
+    ATTN_FP8_CONFIG(ONAME, OutT, D, 128, 128, 2, 8)     \
+    ATTN_FP8_CONFIG(ONAME, OutT, D, 128, 128, 3, 8)     \
+    ATTN_FP8_CONFIG(ONAME, OutT, D, 64, 128, 2, 4)      \
+    ATTN_FP8_CONFIG(ONAME, OutT, D, 128, 64, 2, 8)

@@ -1,0 +1,637 @@
+//! The FP8 (E4M3) forward: Q, K, V as E4M3 codes with per-head f32 scales (quantized by
+//! [`attn_quant`]), O in f16 or bf16, LSE optional.
+//!
+//! The kernel (kernels/fwd_fp8_kernel.cuh) runs the MMAs on raw codes and folds the scales
+//! into the softmax scale (`q_scale·k_scale`) and the output normalization (`v_scale`), as
+//! FlashAttention-3 does. Before it, a memory-bound pass writes Vᵀ with a key permutation
+//! (kernels/fp8_prep.cuh) into a workspace the launcher owns; both launches go to the same
+//! stream, so timing one forward times both.
+//!
+//! Three variants of the kernel, chosen per device by [`Fp8Variant::default_for`]:
+//! [`Fp8Variant::Fp8`] (both MMAs on `mma.m16n8k32.e4m3`, P cast to E4M3 after a 2⁸ gain),
+//! [`Fp8Variant::P16`] (P·V in f16) and [`Fp8Variant::Cvt`] (codes widened to f16 in
+//! registers, for GPUs without FP8 tensor cores, sm_80).
+
+use attn_quant::{Fp8Format, Fp8Tensor, Granularity};
+use attn_ref::{AttnError, Causal, Problem};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use crate::{
+    config::{Dtype, KernelConfig},
+    launch::{check_buffer, driver, FwdParams},
+    FlashAttention, HostOutput, KernelError, LaunchInfo, StorageType,
+};
+
+/// Which FP8 kernel variant runs (the `_fp8` / `_p16` / `_cvt` entry points).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fp8Variant {
+    /// Q·Kᵀ and P·V on the E4M3 MMA (`mma.sync.m16n8k32.e4m3`); P is multiplied by 2⁸ and
+    /// cast to E4M3. Needs sm_89+.
+    Fp8,
+    /// Q·Kᵀ on the E4M3 MMA; P stays f16 and V is widened to f16 for P·V. Needs sm_89+.
+    P16,
+    /// Both operands widened to f16 in registers (exact), MMAs in f16: the path for GPUs
+    /// without FP8 tensor cores (sm_80), and runnable everywhere.
+    Cvt,
+}
+
+impl Fp8Variant {
+    /// Every variant.
+    pub const ALL: [Fp8Variant; 3] = [Fp8Variant::Fp8, Fp8Variant::P16, Fp8Variant::Cvt];
+
+    /// The entry-point suffix (`fp8`, `p16`, `cvt`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fp8Variant::Fp8 => "fp8",
+            Fp8Variant::P16 => "p16",
+            Fp8Variant::Cvt => "cvt",
+        }
+    }
+
+    /// Parses [`Fp8Variant::as_str`]'s spelling.
+    pub fn parse(s: &str) -> Result<Self, KernelError> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| {
+                AttnError::InvalidArgument(format!(
+                    "unknown FP8 variant `{s}`: expected fp8, p16 or cvt"
+                ))
+                .into()
+            })
+    }
+
+    /// Whether a device of compute capability (major, minor) has this variant's instructions.
+    pub fn runs_on(self, major: i32, minor: i32) -> bool {
+        match self {
+            Fp8Variant::Cvt => true,
+            Fp8Variant::Fp8 | Fp8Variant::P16 => major * 10 + minor >= 89,
+        }
+    }
+
+    /// The variant [`FlashAttention::forward_fp8`] uses by default. Ada (sm_89) has FP8
+    /// `mma.sync`; Hopper (sm_90) executes `mma.sync…e4m3` by converting to f16 in software
+    /// (FP8 tensor-core math there is `wgmma` only), where the [`Fp8Variant::Cvt`] path's
+    /// own integer conversion measured faster (docs/PERF.md).
+    pub fn default_for(major: i32, minor: i32) -> Self {
+        if major == 8 && minor >= 9 {
+            Fp8Variant::Fp8
+        } else {
+            Fp8Variant::Cvt
+        }
+    }
+}
+
+impl std::fmt::Display for Fp8Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+const fn cfg(block_m: usize, block_n: usize, warps: usize, stages: usize) -> KernelConfig {
+    KernelConfig {
+        block_m,
+        block_n,
+        warps,
+        stages,
+    }
+}
+
+/// The FP8 configs, in the order of `ATTN_FP8_CONFIGS` (kernels/fwd_fp8_kernel.cuh). Every
+/// warp owns 16 query rows.
+pub const FP8_CONFIGS: [KernelConfig; 4] = [
+    cfg(128, 128, 8, 2),
+    cfg(128, 128, 8, 3),
+    cfg(64, 128, 4, 2),
+    cfg(128, 64, 8, 2),
+];
+
+/// Head dims with FP8 kernels.
+pub const FP8_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// Keys Vᵀ is padded to a multiple of (the largest BLOCK_N; also a multiple of the
+/// transpose's 64-key tile and the 32-key permutation group).
+pub const VT_KEY_ALIGN: usize = 128;
+
+/// Dynamic shared memory of an FP8 config: Q tile plus the K and Vᵀ rings, one byte per
+/// element.
+pub fn fp8_smem_bytes(config: &KernelConfig, head_dim: usize) -> usize {
+    config.block_m * head_dim + 2 * config.stages * config.block_n * head_dim
+}
+
+/// The compile unit of the FP8 kernels writing `out` (`fwd_fp8_f16_d128`).
+pub fn fp8_unit_name(out: Dtype, head_dim: usize) -> String {
+    format!("fwd_fp8_{}_d{head_dim}", out.as_str())
+}
+
+/// The extern "C" name of one FP8 kernel (`ATTN_FP8_ENTRY`).
+pub fn fp8_kernel_name(
+    out: Dtype,
+    head_dim: usize,
+    config: &KernelConfig,
+    causal: bool,
+    variant: Fp8Variant,
+) -> String {
+    format!(
+        "attn_fp8_{}_d{head_dim}_bm{}_bn{}_w{}_s{}_{}_{}",
+        out.as_str(),
+        config.block_m,
+        config.block_n,
+        config.warps,
+        config.stages,
+        if causal { "causal" } else { "full" },
+        variant.as_str()
+    )
+}
+
+/// The compile unit of the Vᵀ pass.
+pub const FP8_PREP_UNIT: &str = "fp8_prep";
+
+/// The Vᵀ pass's entry point for a head dim.
+pub fn fp8_transpose_name(head_dim: usize) -> String {
+    format!("attn_fp8_v_transpose_d{head_dim}")
+}
+
+/// The default FP8 config: 128 query rows per CTA, unless that leaves most SMs idle.
+pub fn choose_fp8_config(problem: &Problem, sm_count: usize) -> KernelConfig {
+    let s = problem.shape();
+    let ctas = s.q_len().div_ceil(128) * s.batch() * s.q_heads();
+    if ctas < sm_count {
+        FP8_CONFIGS[2]
+    } else {
+        FP8_CONFIGS[0]
+    }
+}
+
+/// Device inputs of [`FlashAttention::forward_fp8`]: E4M3 codes `[B, H, S, D]` and one f32
+/// scale per (batch, head), `[B, H]` (element ≈ code value · scale).
+#[derive(Debug, Clone, Copy)]
+pub struct Fp8DeviceInputs<'a> {
+    /// Q codes `[B, Hq, Sq, D]`.
+    pub q: &'a CudaSlice<u8>,
+    /// K codes `[B, Hkv, Sk, D]`.
+    pub k: &'a CudaSlice<u8>,
+    /// V codes `[B, Hkv, Sk, D]`.
+    pub v: &'a CudaSlice<u8>,
+    /// Q scales `[B, Hq]`.
+    pub q_scale: &'a CudaSlice<f32>,
+    /// K scales `[B, Hkv]`.
+    pub k_scale: &'a CudaSlice<f32>,
+    /// V scales `[B, Hkv]`.
+    pub v_scale: &'a CudaSlice<f32>,
+}
+
+/// How to run one FP8 forward.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fp8Options {
+    /// Overrides [`choose_fp8_config`]; must be one of [`FP8_CONFIGS`].
+    pub config: Option<KernelConfig>,
+    /// Overrides [`Fp8Variant::default_for`].
+    pub variant: Option<Fp8Variant>,
+}
+
+/// A validated FP8 launch. Pure, so the validation is testable without a device.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fp8Plan {
+    pub grid: (u32, u32, u32),
+    pub smem_bytes: u32,
+    pub params: FwdParams,
+    /// Keys of one Vᵀ row (kv_len rounded up to [`VT_KEY_ALIGN`]).
+    pub kv_pad: usize,
+    pub transpose_grid: (u32, u32, u32),
+}
+
+pub(crate) fn plan_fp8(problem: &Problem, config: KernelConfig) -> Result<Fp8Plan, KernelError> {
+    let s = problem.shape();
+    let d = s.head_dim();
+    if !FP8_HEAD_DIMS.contains(&d) {
+        return Err(KernelError::UnsupportedHeadDim(d));
+    }
+    if !FP8_CONFIGS.contains(&config) {
+        return Err(KernelError::UnknownConfig {
+            name: format!("{} (FP8)", config.name()),
+            known: FP8_CONFIGS
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let i32_max = i32::MAX as usize;
+    let overflow = |what: &'static str, v: Option<usize>, limit: usize| match v {
+        Some(x) if x <= limit => Ok(()),
+        _ => Err(KernelError::IndexOverflow(what)),
+    };
+    let kv_pad = s
+        .kv_len()
+        .checked_next_multiple_of(VT_KEY_ALIGN)
+        .ok_or(KernelError::IndexOverflow("kv_len"))?;
+    overflow("q_len · head_dim", s.q_len().checked_mul(d), i32_max)?;
+    overflow("kv_len · head_dim", s.kv_len().checked_mul(d), i32_max)?;
+    overflow("padded kv_len", Some(kv_pad), i32_max)?;
+    overflow("kv_len + q_len", s.kv_len().checked_add(s.q_len()), i32_max)?;
+    overflow("q_heads (grid.y)", Some(s.q_heads()), 65_535)?;
+    overflow("batch (grid.z)", Some(s.batch()), 65_535)?;
+    let kv_heads_total = s.batch().checked_mul(s.kv_heads());
+    overflow("batch · kv_heads (Vᵀ grid.y)", kv_heads_total, 65_535)?;
+    let q_tiles = s.q_len().div_ceil(config.block_m);
+    overflow("q tiles (grid.x)", Some(q_tiles), i32_max)?;
+    let diag_offset = match problem.causal() {
+        Causal::None | Causal::TopLeft => 0i64,
+        Causal::BottomRight => s.kv_len() as i64 - s.q_len() as i64,
+    };
+    let scale = problem.scale();
+    Ok(Fp8Plan {
+        grid: (q_tiles as u32, s.q_heads() as u32, s.batch() as u32),
+        smem_bytes: fp8_smem_bytes(&config, d) as u32,
+        params: FwdParams {
+            batch: s.batch() as i32,
+            q_heads: s.q_heads() as i32,
+            kv_heads: s.kv_heads() as i32,
+            q_len: s.q_len() as i32,
+            kv_len: s.kv_len() as i32,
+            group: s.group_size() as i32,
+            diag_offset: diag_offset as i32,
+            dump_count: 0,
+            scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
+            scale: scale as f32,
+            n_splits: 1,
+        },
+        kv_pad,
+        transpose_grid: (
+            (kv_pad / 64) as u32,
+            kv_heads_total.unwrap_or(0) as u32,
+            1,
+        ),
+    })
+}
+
+/// Per-head scales of one quantized input, checked against the shape the problem implies:
+/// E4M3 only; per-tensor scales are broadcast to every head; per-token and per-block scales
+/// are rejected (the kernel folds one scale per head into its softmax scale).
+pub fn per_head_scales(
+    tensor: &'static str,
+    t: &Fp8Tensor,
+    dims: [usize; 4],
+) -> Result<Vec<f32>, KernelError> {
+    let bad = |reason: String| KernelError::Fp8Input { tensor, reason };
+    if t.format != Fp8Format::E4M3 {
+        return Err(bad(format!(
+            "format {:?}: the FP8 kernels take E4M3 codes (quantize with Fp8Format::E4M3)",
+            t.format
+        )));
+    }
+    if t.shape != dims {
+        return Err(bad(format!(
+            "shape {:?} but the problem needs {dims:?} ([B, H, S, D])",
+            t.shape
+        )));
+    }
+    check_buffer(tensor, dims.iter().product(), t.codes.len())?;
+    let heads = dims[0] * dims[1];
+    let scales = match t.granularity {
+        Granularity::Tensor if t.scales.len() == 1 => vec![t.scales[0]; heads],
+        Granularity::Head if t.scales.len() == heads => t.scales.clone(),
+        Granularity::Tensor | Granularity::Head => {
+            return Err(bad(format!(
+                "{} scales for granularity {:?}",
+                t.scales.len(),
+                t.granularity
+            )))
+        }
+        g => {
+            return Err(bad(format!(
+                "granularity {g:?}: the FP8 kernels take per-tensor or per-head scales"
+            )))
+        }
+    };
+    if let Some(i) = scales.iter().position(|s| !(s.is_finite() && *s > 0.0)) {
+        return Err(bad(format!(
+            "scale {i} is {}; scales must be finite and positive",
+            scales[i]
+        )));
+    }
+    Ok(scales)
+}
+
+impl FlashAttention {
+    /// The config [`FlashAttention::forward_fp8`] uses by default.
+    pub fn fp8_default_config(&self, problem: &Problem) -> KernelConfig {
+        choose_fp8_config(problem, self.sm_count())
+    }
+
+    /// Registers and static shared memory of one FP8 kernel as the driver loaded it.
+    pub fn fp8_resources(
+        &self,
+        out: Dtype,
+        head_dim: usize,
+        config: &KernelConfig,
+        causal: bool,
+        variant: Fp8Variant,
+    ) -> Result<crate::FunctionResources, KernelError> {
+        let name = fp8_kernel_name(out, head_dim, config, causal, variant);
+        let (f, _) = self.function(
+            &fp8_unit_name(out, head_dim),
+            &name,
+            false,
+            fp8_smem_bytes(config, head_dim),
+        )?;
+        Ok(crate::FunctionResources {
+            registers: f.num_regs().map_err(driver("reading num_regs"))?,
+            static_smem: f
+                .shared_size_bytes()
+                .map_err(driver("reading shared_size_bytes"))?,
+        })
+    }
+
+    /// The FP8 forward: `o = softmax(scale · q·kᵀ + mask) · v` on E4M3 inputs with per-head
+    /// scales, O in `T` (f16 or bf16), the row LSE into `lse` when given. Validated before
+    /// anything is launched; on error nothing is launched or written. Asynchronous on
+    /// [`FlashAttention::stream`]: a Vᵀ pass into the handle's workspace, then the kernel.
+    pub fn forward_fp8<T: StorageType>(
+        &self,
+        problem: &Problem,
+        inputs: &Fp8DeviceInputs<'_>,
+        o: &mut CudaSlice<T>,
+        lse: Option<&mut CudaSlice<f32>>,
+        opts: &Fp8Options,
+    ) -> Result<LaunchInfo, KernelError> {
+        let shape = problem.shape();
+        let d = shape.head_dim();
+        let (major, minor) = self.compute_capability();
+        let variant = opts
+            .variant
+            .unwrap_or_else(|| Fp8Variant::default_for(major, minor));
+        if !variant.runs_on(major, minor) {
+            return Err(KernelError::VariantUnavailable {
+                variant: variant.as_str(),
+                device: format!("{major}.{minor}"),
+            });
+        }
+        let config = opts
+            .config
+            .unwrap_or_else(|| self.fp8_default_config(problem));
+        let plan = plan_fp8(problem, config)?;
+        check_buffer("Q codes", shape.q_elems(), inputs.q.len())?;
+        check_buffer("K codes", shape.kv_elems(), inputs.k.len())?;
+        check_buffer("V codes", shape.kv_elems(), inputs.v.len())?;
+        check_buffer(
+            "Q scales",
+            shape.batch() * shape.q_heads(),
+            inputs.q_scale.len(),
+        )?;
+        check_buffer(
+            "K scales",
+            shape.batch() * shape.kv_heads(),
+            inputs.k_scale.len(),
+        )?;
+        check_buffer(
+            "V scales",
+            shape.batch() * shape.kv_heads(),
+            inputs.v_scale.len(),
+        )?;
+        check_buffer("O", shape.o_elems(), o.len())?;
+        if let Some(l) = &lse {
+            check_buffer("LSE", shape.lse_elems(), l.len())?;
+        }
+        if plan.smem_bytes as usize > self.max_smem_per_block() {
+            return Err(KernelError::ConfigTooLarge {
+                config: config.name(),
+                smem: plan.smem_bytes as usize,
+                limit: self.max_smem_per_block(),
+            });
+        }
+        let causal = problem.causal() != Causal::None;
+        let name = fp8_kernel_name(T::DTYPE, d, &config, causal, variant);
+        let (func, arch) = self.function(
+            &fp8_unit_name(T::DTYPE, d),
+            &name,
+            false,
+            plan.smem_bytes as usize,
+        )?;
+        let (transpose, _) = self.function(FP8_PREP_UNIT, &fp8_transpose_name(d), false, 0)?;
+
+        let vt_len = shape.batch() * shape.kv_heads() * d * plan.kv_pad;
+        let mut vt_guard = self.fp8_vt.lock().map_err(|_| KernelError::Poisoned)?;
+        if vt_guard.as_ref().is_none_or(|b| b.len() < vt_len) {
+            *vt_guard = None; // free the old buffer first
+            *vt_guard = Some(
+                self.stream()
+                    .alloc_zeros::<u8>(vt_len)
+                    .map_err(driver("allocating the FP8 Vᵀ workspace"))?,
+            );
+        }
+        let Some(vt) = vt_guard.as_mut() else {
+            return Err(KernelError::Poisoned);
+        };
+        let kv_len = plan.params.kv_len;
+        let kv_pad = plan.kv_pad as i32;
+        let mut b = self.stream().launch_builder(&transpose);
+        b.arg(inputs.v).arg(&mut *vt).arg(&kv_len).arg(&kv_pad);
+        // SAFETY: matches ATTN_FP8_V_TRANSPOSE_ENTRY (v, vt, kv_len, kv_pad). V holds
+        // B·Hkv·kv_len·D codes (checked above) and is read only below kv_len; Vᵀ holds at
+        // least B·Hkv·D·kv_pad bytes and the grid (kv_pad/64, B·Hkv) writes exactly those.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: plan.transpose_grid,
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(driver("launching the FP8 Vᵀ pass"))?;
+
+        let null: u64 = 0;
+        let mut b = self.stream().launch_builder(&func);
+        b.arg(inputs.q)
+            .arg(inputs.k)
+            .arg(&*vt)
+            .arg(inputs.q_scale)
+            .arg(inputs.k_scale)
+            .arg(inputs.v_scale)
+            .arg(o);
+        match lse {
+            Some(l) => b.arg(l),
+            None => b.arg(&null),
+        };
+        b.arg(&plan.params).arg(&kv_pad);
+        // SAFETY: matches ATTN_FP8_ENTRY (q, k, vt, q_scale, k_scale, v_scale, o, lse,
+        // FwdParams by value, vt_stride). Code buffers hold the shape's element counts, scale
+        // buffers one f32 per (batch, head), Vᵀ B·Hkv·D·kv_pad bytes written by the pass
+        // above on the same stream; the grid covers ceil(Sq/BM) × Hq × B blocks whose reads
+        // and writes the kernel bounds by q_len/kv_len (K rows past kv_len are zero-filled,
+        // not read); lse may be null (the kernel tests it); 32-bit ranges were checked in
+        // `plan_fp8`, and the dynamic shared memory was raised on the function and fits.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: plan.grid,
+                block_dim: (config.threads() as u32, 1, 1),
+                shared_mem_bytes: plan.smem_bytes,
+            })
+        }
+        .map_err(driver("launching the FP8 kernel"))?;
+        Ok(LaunchInfo {
+            kernel: name,
+            arch,
+            config,
+            grid: plan.grid,
+            splits: 1,
+            smem_bytes: plan.smem_bytes,
+        })
+    }
+
+    /// Host convenience for the FP8 forward: checks the quantized tensors against the
+    /// problem ([`per_head_scales`]), uploads codes and scales, runs
+    /// [`FlashAttention::forward_fp8`] into a NaN-poisoned O, and downloads O and LSE.
+    pub fn forward_fp8_host<T: StorageType>(
+        &self,
+        problem: &Problem,
+        q: &Fp8Tensor,
+        k: &Fp8Tensor,
+        v: &Fp8Tensor,
+        opts: &Fp8Options,
+    ) -> Result<HostOutput<T>, KernelError> {
+        let shape = problem.shape();
+        let (qd, kd) = (attn_quant::q_dims(shape), attn_quant::kv_dims(shape));
+        let qs = per_head_scales("Q", q, qd)?;
+        let ks = per_head_scales("K", k, kd)?;
+        let vs = per_head_scales("V", v, kd)?;
+        let s = self.stream();
+        let err = |context| move |source| KernelError::Driver { context, source };
+        let dq = s.clone_htod(&q.codes).map_err(err("uploading Q"))?;
+        let dk = s.clone_htod(&k.codes).map_err(err("uploading K"))?;
+        let dv = s.clone_htod(&v.codes).map_err(err("uploading V"))?;
+        let dqs = s.clone_htod(&qs).map_err(err("uploading Q scales"))?;
+        let dks = s.clone_htod(&ks).map_err(err("uploading K scales"))?;
+        let dvs = s.clone_htod(&vs).map_err(err("uploading V scales"))?;
+        let mut o = s
+            .clone_htod(&vec![T::from_f32(f32::NAN); shape.o_elems()])
+            .map_err(err("allocating O"))?;
+        let mut lse = s
+            .clone_htod(&vec![f32::NAN; shape.lse_elems()])
+            .map_err(err("allocating LSE"))?;
+        let inputs = Fp8DeviceInputs {
+            q: &dq,
+            k: &dk,
+            v: &dv,
+            q_scale: &dqs,
+            k_scale: &dks,
+            v_scale: &dvs,
+        };
+        let launch = self.forward_fp8(problem, &inputs, &mut o, Some(&mut lse), opts)?;
+        let o = s.clone_dtoh(&o).map_err(err("downloading O"))?;
+        let lse = s.clone_dtoh(&lse).map_err(err("downloading LSE"))?;
+        Ok(HostOutput { o, lse, launch })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_quant::quantize;
+    use attn_ref::AttnShape;
+
+    fn problem(sq: usize, sk: usize, d: usize, causal: Causal) -> Problem {
+        Problem::new(AttnShape::new(2, 8, 2, sq, sk, d).unwrap(), causal)
+    }
+
+    #[test]
+    fn names_match_the_entry_macro() {
+        assert_eq!(
+            fp8_kernel_name(Dtype::Bf16, 128, &FP8_CONFIGS[0], true, Fp8Variant::P16),
+            "attn_fp8_bf16_d128_bm128_bn128_w8_s2_causal_p16"
+        );
+        assert_eq!(fp8_unit_name(Dtype::F16, 64), "fwd_fp8_f16_d64");
+        assert_eq!(fp8_transpose_name(128), "attn_fp8_v_transpose_d128");
+        for v in Fp8Variant::ALL {
+            assert_eq!(Fp8Variant::parse(v.as_str()).unwrap(), v);
+        }
+        assert!(Fp8Variant::parse("e5m2").is_err());
+    }
+
+    #[test]
+    fn variants_per_arch() {
+        assert!(!Fp8Variant::Fp8.runs_on(8, 0));
+        assert!(!Fp8Variant::P16.runs_on(8, 6));
+        assert!(Fp8Variant::Fp8.runs_on(8, 9));
+        assert!(Fp8Variant::Cvt.runs_on(8, 0));
+        for (ma, mi) in [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0)] {
+            assert!(Fp8Variant::default_for(ma, mi).runs_on(ma, mi));
+        }
+        assert_eq!(Fp8Variant::default_for(8, 9), Fp8Variant::Fp8);
+    }
+
+    #[test]
+    fn configs_match_the_cuda_list() {
+        let src = include_str!("../kernels/fwd_fp8_kernel.cuh");
+        let listed: Vec<KernelConfig> = src
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("ATTN_FP8_CONFIG(ONAME, OutT, D, "))
+            .map(|rest| {
+                let n: Vec<usize> = rest
+                    .trim_end_matches(|c| c == ')' || c == '\\' || c == ' ')
+                    .split(',')
+                    .map(|x| x.trim().parse().unwrap())
+                    .collect();
+                cfg(n[0], n[1], n[3], n[2])
+            })
+            .collect();
+        assert_eq!(listed, FP8_CONFIGS);
+    }
+
+    #[test]
+    fn plan_geometry_padding_and_limits() {
+        let p = problem(300, 1000, 128, Causal::BottomRight);
+        let plan = plan_fp8(&p, FP8_CONFIGS[0]).unwrap();
+        assert_eq!(plan.grid, (3, 8, 2));
+        assert_eq!(plan.kv_pad, 1024);
+        assert_eq!(plan.transpose_grid, (16, 4, 1));
+        assert_eq!(plan.params.diag_offset, 700);
+        assert_eq!(plan.smem_bytes as usize, 128 * 128 + 2 * 2 * 128 * 128);
+        assert!(matches!(
+            plan_fp8(&problem(8, 8, 96, Causal::None), FP8_CONFIGS[0]),
+            Err(KernelError::UnsupportedHeadDim(96))
+        ));
+        assert!(matches!(
+            plan_fp8(&problem(8, 8, 64, Causal::None), crate::CONFIGS_D64[0]),
+            Err(KernelError::UnknownConfig { .. })
+        ));
+        let huge = Problem::new(
+            AttnShape::new(1, 1, 1, 8, 20_000_000, 128).unwrap(),
+            Causal::None,
+        );
+        assert!(matches!(
+            plan_fp8(&huge, FP8_CONFIGS[0]),
+            Err(KernelError::IndexOverflow(_))
+        ));
+    }
+
+    #[test]
+    fn scales_are_checked_and_broadcast() {
+        let dims = [1, 2, 4, 8];
+        let x: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+        let head = quantize(&x, dims, Fp8Format::E4M3, Granularity::Head).unwrap();
+        assert_eq!(per_head_scales("Q", &head, dims).unwrap(), head.scales);
+        let tensor = quantize(&x, dims, Fp8Format::E4M3, Granularity::Tensor).unwrap();
+        assert_eq!(
+            per_head_scales("Q", &tensor, dims).unwrap(),
+            vec![tensor.scales[0]; 2]
+        );
+        let e5 = quantize(&x, dims, Fp8Format::E5M2, Granularity::Head).unwrap();
+        let err = per_head_scales("K", &e5, dims).unwrap_err().to_string();
+        assert!(err.contains("E4M3") && err.contains('K'), "{err}");
+        let token = quantize(&x, dims, Fp8Format::E4M3, Granularity::Token).unwrap();
+        assert!(per_head_scales("V", &token, dims)
+            .unwrap_err()
+            .to_string()
+            .contains("per-head"));
+        assert!(per_head_scales("Q", &head, [1, 2, 8, 4]).is_err());
+        let mut broken = head.clone();
+        broken.scales[1] = f32::NAN;
+        assert!(per_head_scales("Q", &broken, dims)
+            .unwrap_err()
+            .to_string()
+            .contains("finite"));
+        broken.codes.pop();
+        assert!(per_head_scales("Q", &broken, dims).is_err());
+    }
+}
