@@ -351,9 +351,11 @@ fn bench(
     let all = ours
         .iter()
         .map(|(s, dt, t)| (*s, dt.to_string(), format!("{}-{}", s.name(), dt), t))
-        .chain(fp8_rows.iter().map(|(s, v, t)| {
-            (*s, format!("fp8-{v}"), format!("{}-fp8-{v}", s.name()), t)
-        }));
+        .chain(
+            fp8_rows
+                .iter()
+                .map(|(s, v, t)| (*s, format!("fp8-{v}"), format!("{}-fp8-{v}", s.name()), t)),
+        );
     for (shape, dtype, name, t) in all {
         // SDPA has no FP8 path: FP8 rows are compared with its f16 run of the shape.
         let sdpa_name = if dtype.starts_with("fp8") {
@@ -589,7 +591,6 @@ fn time_launches(
     };
     Ok((samples_us, if use_graph { "graph" } else { "events" }))
 }
-
 
 type Fp8Upload = (CudaSlice<u8>, CudaSlice<f32>);
 type Fp8Set = (Fp8Upload, Fp8Upload, Fp8Upload, CudaSlice<half::f16>);

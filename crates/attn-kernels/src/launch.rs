@@ -158,7 +158,9 @@ impl std::fmt::Debug for FlashAttention {
     }
 }
 
-pub(crate) fn driver(context: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> KernelError {
+pub(crate) fn driver(
+    context: &'static str,
+) -> impl FnOnce(cudarc::driver::DriverError) -> KernelError {
     move |source| KernelError::Driver { context, source }
 }
 
@@ -487,7 +489,11 @@ impl FlashAttention {
     }
 }
 
-pub(crate) fn check_buffer(tensor: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
+pub(crate) fn check_buffer(
+    tensor: &'static str,
+    expected: usize,
+    got: usize,
+) -> Result<(), KernelError> {
     if expected == got {
         Ok(())
     } else {

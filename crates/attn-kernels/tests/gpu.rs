@@ -1070,7 +1070,10 @@ fn correctness_fp8_all_zero_k_or_v() {
         let z = fp8::quantize_all(&p, &x);
         assert!(z.v.scales.iter().all(|&s| s == 1.0));
         let (o, lse, kernel) = fp8::run(&gpu, &p, &z, Dtype::Bf16, &opts);
-        assert!(o.iter().all(|&e| e == 0.0), "{kernel}: zero V gave nonzero O");
+        assert!(
+            o.iter().all(|&e| e == 0.0),
+            "{kernel}: zero V gave nonzero O"
+        );
         assert!(lse.iter().all(|l| l.is_finite()), "{kernel}: LSE");
     }
 }
@@ -1137,7 +1140,10 @@ fn determinism_fp8_bitwise() {
         let a = fp8::run(&gpu, &p, &z, Dtype::F16, &opts);
         let b = fp8::run(&gpu, &p, &z, Dtype::F16, &opts);
         assert!(
-            a.0.iter().zip(&b.0).all(|(x, y)| x.to_bits() == y.to_bits()) && a.1 == b.1,
+            a.0.iter()
+                .zip(&b.0)
+                .all(|(x, y)| x.to_bits() == y.to_bits())
+                && a.1 == b.1,
             "{}: two runs differ",
             a.2
         );
@@ -1149,7 +1155,9 @@ fn determinism_fp8_bitwise() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn sanitize_fp8_small_shapes() {
-    let gpu = gpu();
+    // Its own handle, dropped at the end, so memcheck's leak check sees the Vᵀ workspace
+    // and the modules freed.
+    let gpu = FlashAttention::new(0).expect("a CUDA device");
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
@@ -1172,6 +1180,7 @@ fn sanitize_fp8_small_shapes() {
             }
         }
     }
+    drop(gpu);
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
 
@@ -1265,10 +1274,7 @@ fn validation_fp8_errors_launch_nothing() {
     }
     let d96 = fp8::fp8_problem((1, 4, 2, 64, 64, 96), Causal::None);
     let mut o96 = upload_poisoned::<f16>(&gpu, d96.shape().o_elems());
-    let (q96, k96) = (
-        codes(d96.shape().q_elems()),
-        codes(d96.shape().kv_elems()),
-    );
+    let (q96, k96) = (codes(d96.shape().q_elems()), codes(d96.shape().kv_elems()));
     assert!(matches!(
         gpu.forward_fp8(
             &d96,
@@ -1280,8 +1286,5 @@ fn validation_fp8_errors_launch_nothing() {
         Err(KernelError::UnsupportedHeadDim(96))
     ));
     let back = s.clone_dtoh(&o).unwrap();
-    assert!(
-        back.iter().all(|x| x.is_nan()),
-        "a rejected launch wrote O"
-    );
+    assert!(back.iter().all(|x| x.is_nan()), "a rejected launch wrote O");
 }

@@ -158,7 +158,9 @@ pub fn forward_emulated_spec(
     let shape = *p.shape();
     shape.check_qkv_lens(q.len(), k.len(), v.len())?;
     if spec.block_n == 0 {
-        return Err(AttnError::InvalidArgument("block_n must be at least 1".into()));
+        return Err(AttnError::InvalidArgument(
+            "block_n must be at least 1".into(),
+        ));
     }
     let round_all = |x: &[f32]| -> Vec<f32> {
         match spec.inputs {
