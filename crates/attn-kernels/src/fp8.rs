@@ -567,7 +567,7 @@ mod tests {
             .filter_map(|l| l.trim().strip_prefix("ATTN_FP8_CONFIG(ONAME, OutT, D, "))
             .map(|rest| {
                 let n: Vec<usize> = rest
-                    .trim_end_matches(|c| c == ')' || c == '\\' || c == ' ')
+                    .trim_end_matches([')', '\\', ' '])
                     .split(',')
                     .map(|x| x.trim().parse().unwrap())
                     .collect();

@@ -800,3 +800,42 @@ fn invalid_tile_arguments() {
     let err = attention_weights(&p, &x, &x, 0, 0, 10).unwrap_err();
     assert!(matches!(err, AttnError::InvalidArgument(_)), "{err}");
 }
+
+#[test]
+fn fp8_p_rounding_and_spec() {
+    use attn_ref::reference::emulate::{forward_emulated_spec, EmuSpec, PRounding, Storage};
+    let e4 = PRounding::E4m3 { log2_gain: 8 };
+    // 1.0·2⁸ = 256 is an E4M3 value; 0.3·256 = 76.8 rounds to 80 (3 mantissa bits).
+    assert_eq!(e4.round(1.0), 1.0);
+    let r = e4.round(0.3);
+    assert!(r != 0.3 && (r - 0.3).abs() <= 0.3 / 16.0, "{r}");
+    // Below 2⁻¹⁸ the scaled value is under half E4M3's smallest subnormal (2⁻⁹): it flushes.
+    assert_eq!(e4.round(1e-7), 0.0);
+    let shape = attn_ref::AttnShape::self_attention(1, 2, 40, 16).unwrap();
+    let p = attn_ref::Problem::new(shape, attn_ref::Causal::None);
+    let x: Vec<f32> = (0..shape.q_elems())
+        .map(|i| (i as f32 * 0.37).sin())
+        .collect();
+    let exact = attn_ref::reference::forward(&p, &x, &x, &x).unwrap();
+    let f16 = forward_emulated_spec(&p, &x, &x, &x, &EmuSpec::storage(Storage::F16)).unwrap();
+    let spec = EmuSpec {
+        inputs: None,
+        p: e4,
+        out: Storage::F16,
+        block_n: 128,
+    };
+    let fp8 = forward_emulated_spec(&p, &x, &x, &x, &spec).unwrap();
+    let err = |o: &[f64]| {
+        o.iter()
+            .zip(&exact.o)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max)
+    };
+    assert!(
+        err(&fp8.o) > err(&f16.o),
+        "FP8 P must be coarser than f16 P"
+    );
+    assert!(err(&fp8.o) < 0.05, "{}", err(&fp8.o));
+    let zero = EmuSpec { block_n: 0, ..spec };
+    assert!(forward_emulated_spec(&p, &x, &x, &x, &zero).is_err());
+}
