@@ -54,7 +54,12 @@ pub struct KernelConfig {
     pub stages: usize,
 }
 
-const fn cfg(block_m: usize, block_n: usize, warps: usize, stages: usize) -> KernelConfig {
+pub(crate) const fn cfg(
+    block_m: usize,
+    block_n: usize,
+    warps: usize,
+    stages: usize,
+) -> KernelConfig {
     KernelConfig {
         block_m,
         block_n,

@@ -17,8 +17,8 @@ use attn_ref::{AttnError, Causal, Problem};
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::{
-    config::{Dtype, KernelConfig},
-    launch::{check_buffer, driver, FwdParams},
+    config::{cfg, Dtype, KernelConfig},
+    launch::{check_buffer, driver, fwd_params, FwdParams},
     FlashAttention, HostOutput, KernelError, LaunchInfo, StorageType,
 };
 
@@ -86,15 +86,6 @@ impl Fp8Variant {
 impl std::fmt::Display for Fp8Variant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-const fn cfg(block_m: usize, block_n: usize, warps: usize, stages: usize) -> KernelConfig {
-    KernelConfig {
-        block_m,
-        block_n,
-        warps,
-        stages,
     }
 }
 
@@ -237,27 +228,10 @@ pub(crate) fn plan_fp8(problem: &Problem, config: KernelConfig) -> Result<Fp8Pla
     overflow("batch · kv_heads (Vᵀ grid.y)", kv_heads_total, 65_535)?;
     let q_tiles = s.q_len().div_ceil(config.block_m);
     overflow("q tiles (grid.x)", Some(q_tiles), i32_max)?;
-    let diag_offset = match problem.causal() {
-        Causal::None | Causal::TopLeft => 0i64,
-        Causal::BottomRight => s.kv_len() as i64 - s.q_len() as i64,
-    };
-    let scale = problem.scale();
     Ok(Fp8Plan {
         grid: (q_tiles as u32, s.q_heads() as u32, s.batch() as u32),
         smem_bytes: fp8_smem_bytes(&config, d) as u32,
-        params: FwdParams {
-            batch: s.batch() as i32,
-            q_heads: s.q_heads() as i32,
-            kv_heads: s.kv_heads() as i32,
-            q_len: s.q_len() as i32,
-            kv_len: s.kv_len() as i32,
-            group: s.group_size() as i32,
-            diag_offset: diag_offset as i32,
-            dump_count: 0,
-            scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
-            scale: scale as f32,
-            n_splits: 1,
-        },
+        params: fwd_params(problem, 1),
         kv_pad,
         transpose_grid: ((kv_pad / 64) as u32, kv_heads_total.unwrap_or(0) as u32, 1),
     })
@@ -333,12 +307,7 @@ impl FlashAttention {
             false,
             fp8_smem_bytes(config, head_dim),
         )?;
-        Ok(crate::FunctionResources {
-            registers: f.num_regs().map_err(driver("reading num_regs"))?,
-            static_smem: f
-                .shared_size_bytes()
-                .map_err(driver("reading shared_size_bytes"))?,
-        })
+        crate::launch::function_resources(&f)
     }
 
     /// The FP8 forward: `o = softmax(scale · q·kᵀ + mask) · v` on E4M3 inputs with per-head

@@ -337,12 +337,7 @@ impl FlashAttention {
             false,
             config.smem_bytes(head_dim),
         )?;
-        Ok(FunctionResources {
-            registers: f.num_regs().map_err(driver("reading num_regs"))?,
-            static_smem: f
-                .shared_size_bytes()
-                .map_err(driver("reading shared_size_bytes"))?,
-        })
+        function_resources(&f)
     }
 
     /// Runs the forward pass: `o = softmax(scale · q·kᵀ + mask) · v`, and the row LSE into
@@ -489,6 +484,16 @@ impl FlashAttention {
     }
 }
 
+/// What the driver reports for a loaded kernel.
+pub(crate) fn function_resources(f: &CudaFunction) -> Result<FunctionResources, KernelError> {
+    Ok(FunctionResources {
+        registers: f.num_regs().map_err(driver("reading num_regs"))?,
+        static_smem: f
+            .shared_size_bytes()
+            .map_err(driver("reading shared_size_bytes"))?,
+    })
+}
+
 pub(crate) fn check_buffer(
     tensor: &'static str,
     expected: usize,
@@ -583,11 +588,6 @@ pub(crate) fn plan_launch(
         q_tiles.checked_mul(n_splits),
         i32_max,
     )?;
-    let diag_offset = match problem.causal() {
-        Causal::None | Causal::TopLeft => 0i64,
-        Causal::BottomRight => s.kv_len() as i64 - s.q_len() as i64,
-    };
-    let scale = problem.scale();
     Ok(LaunchPlan {
         config,
         grid: (
@@ -596,20 +596,32 @@ pub(crate) fn plan_launch(
             s.batch() as u32,
         ),
         smem_bytes: config.smem_bytes(d) as u32,
-        params: FwdParams {
-            batch: s.batch() as i32,
-            q_heads: s.q_heads() as i32,
-            kv_heads: s.kv_heads() as i32,
-            q_len: s.q_len() as i32,
-            kv_len: s.kv_len() as i32,
-            group: s.group_size() as i32,
-            diag_offset: diag_offset as i32,
-            dump_count: 0,
-            scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
-            scale: scale as f32,
-            n_splits: n_splits as i32,
-        },
+        params: fwd_params(problem, n_splits as i32),
     })
+}
+
+/// The scalars of one forward (shared by the f16/bf16 and FP8 launchers); sizes were checked
+/// against i32 by the caller.
+pub(crate) fn fwd_params(problem: &Problem, n_splits: i32) -> FwdParams {
+    let s = problem.shape();
+    let diag_offset = match problem.causal() {
+        Causal::None | Causal::TopLeft => 0i64,
+        Causal::BottomRight => s.kv_len() as i64 - s.q_len() as i64,
+    };
+    let scale = problem.scale();
+    FwdParams {
+        batch: s.batch() as i32,
+        q_heads: s.q_heads() as i32,
+        kv_heads: s.kv_heads() as i32,
+        q_len: s.q_len() as i32,
+        kv_len: s.kv_len() as i32,
+        group: s.group_size() as i32,
+        diag_offset: diag_offset as i32,
+        dump_count: 0,
+        scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
+        scale: scale as f32,
+        n_splits,
+    }
 }
 
 #[cfg(test)]
