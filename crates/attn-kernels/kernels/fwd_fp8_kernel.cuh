@@ -18,6 +18,7 @@
 #include "epilogue.cuh"
 #include "fp8.cuh"
 #include "fp8_prep.cuh"
+#include "fwd_fp8_wgmma_kernel.cuh"
 #include "mask.cuh"
 
 namespace attn {
@@ -232,9 +233,10 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
 } // namespace attn
 
 // Entry points: attn_fp8_<out>_d<D>_bm<BM>_bn<BN>_w<W>_s<ST>_<full|causal>_<variant>, with
-// variant fp8 (both MMAs FP8), p16 (P·V in f16) or cvt (no FP8 hardware: the sm_80 path).
-// src/config.rs (`fp8_kernel_name`) builds the same names.
-#define ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, MODE, CAUSAL, VARIANT, QK8, PV8)             \
+// variant fp8 (both MMAs FP8 mma.sync), p16 (P·V in f16), cvt (no FP8 hardware: the sm_80
+// path) or wgmma (both MMAs FP8 on Hopper's warpgroup MMA, fwd_fp8_wgmma_kernel.cuh).
+// src/fp8.rs (`fp8_kernel_name`) builds the same names.
+#define ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, MODE, VARIANT, CALL)                         \
     extern "C" __global__ void __launch_bounds__(W * 32)                                           \
         attn_fp8_##ONAME##_d##D##_bm##BM##_bn##BN##_w##W##_s##ST##_##MODE##_##VARIANT(             \
             const uint8_t* __restrict__ q, const uint8_t* __restrict__ k,                          \
@@ -242,14 +244,25 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
             const float* __restrict__ k_scale, const float* __restrict__ v_scale,                  \
             OutT* __restrict__ o, float* __restrict__ lse, const attn::FwdParams p,                \
             int vt_stride) {                                                                       \
-        attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, CAUSAL, QK8, PV8>(q, k, vt, q_scale, k_scale, \
-                                                                      v_scale, o, lse, p,          \
-                                                                      vt_stride);                  \
+        CALL(q, k, vt, q_scale, k_scale, v_scale, o, lse, p, vt_stride);                           \
     }
 
-#define ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, VARIANT, QK8, PV8)            \
-    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, full, false, VARIANT, QK8, PV8)     \
-    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, causal, true, VARIANT, QK8, PV8)
+#define ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, VARIANT, QK8, PV8)                       \
+    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, full, VARIANT,                                 \
+                   (attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, false, QK8, PV8>))              \
+    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, causal, VARIANT,                               \
+                   (attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, true, QK8, PV8>))
+
+// The wgmma variant: sm_90a cubins only (wgmma is an arch-specific feature).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_FP8_WGMMA(ONAME, OutT, D, BM, BN, ST, W)                                             \
+    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, full, wgmma,                                   \
+                   (attn::fwd_fp8_wgmma_kernel<OutT, D, BM, BN, ST, W, false>))                  \
+    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, causal, wgmma,                                 \
+                   (attn::fwd_fp8_wgmma_kernel<OutT, D, BM, BN, ST, W, true>))
+#else
+#define ATTN_FP8_WGMMA(ONAME, OutT, D, BM, BN, ST, W)
+#endif
 
 // FP8 MMA variants exist only where the hardware does (sm_89+); cvt everywhere.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
@@ -257,7 +270,8 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
 #else
 #define ATTN_FP8_NATIVE(ONAME, OutT, D, BM, BN, ST, W)                   \
     ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, fp8, true, true)     \
-    ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, p16, true, false)
+    ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, p16, true, false)    \
+    ATTN_FP8_WGMMA(ONAME, OutT, D, BM, BN, ST, W)
 #endif
 
 // The debug build (tile dumps) has no FP8 entry points: the unit compiles to an empty cubin.
@@ -269,7 +283,7 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
     ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, cvt, false, false)
 #endif
 
-// The FP8 configs (BLOCK_M, BLOCK_N, stages, warps): 16 rows per warp; src/config.rs:
+// The FP8 configs (BLOCK_M, BLOCK_N, stages, warps): 16 rows per warp; src/fp8.rs:
 // FP8_CONFIGS holds the same list.
 #define ATTN_FP8_CONFIGS(ONAME, OutT, D)                \
     ATTN_FP8_CONFIG(ONAME, OutT, D, 128, 128, 2, 8)     \

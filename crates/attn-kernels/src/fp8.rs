@@ -7,8 +7,9 @@
 //! (kernels/fp8_prep.cuh) into a workspace the launcher owns; both launches go to the same
 //! stream, so timing one forward times both.
 //!
-//! Three variants of the kernel (the default per device: [`Fp8Variant::default_for`]):
-//! [`Fp8Variant::Fp8`] (both MMAs on `mma.m16n8k32.e4m3`, P cast to E4M3 after a 2⁸ gain),
+//! Four variants of the kernel (the default per device: [`Fp8Variant::default_for`]):
+//! [`Fp8Variant::Wgmma`] (Hopper: both MMAs on `wgmma.m64nNk32.e4m3`, P cast to E4M3 after a
+//! 2⁸ gain), [`Fp8Variant::Fp8`] (the same math on `mma.m16n8k32.e4m3`, native on Ada),
 //! [`Fp8Variant::P16`] (P·V in f16) and [`Fp8Variant::Cvt`] (codes widened to f16 in
 //! registers, for GPUs without FP8 tensor cores, sm_80).
 
@@ -22,7 +23,7 @@ use crate::{
     FlashAttention, HostOutput, KernelError, LaunchInfo, StorageType,
 };
 
-/// Which FP8 kernel variant runs (the `_fp8` / `_p16` / `_cvt` entry points).
+/// Which FP8 kernel variant runs (the `_fp8` / `_p16` / `_cvt` / `_wgmma` entry points).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fp8Variant {
     /// Q·Kᵀ and P·V on the E4M3 MMA (`mma.sync.m16n8k32.e4m3`); P is multiplied by 2⁸ and
@@ -33,11 +34,19 @@ pub enum Fp8Variant {
     /// Both operands widened to f16 in registers (exact), MMAs in f16: the path for GPUs
     /// without FP8 tensor cores (sm_80), and runnable everywhere.
     Cvt,
+    /// Q·Kᵀ and P·V on Hopper's warpgroup MMA (`wgmma.m64nNk32.e4m3`, Q, K and Vᵀ read from
+    /// shared memory by descriptor), P as [`Fp8Variant::Fp8`]. Needs sm_90 (the sm_90a cubin).
+    Wgmma,
 }
 
 impl Fp8Variant {
     /// Every variant.
-    pub const ALL: [Fp8Variant; 3] = [Fp8Variant::Fp8, Fp8Variant::P16, Fp8Variant::Cvt];
+    pub const ALL: [Fp8Variant; 4] = [
+        Fp8Variant::Wgmma,
+        Fp8Variant::Fp8,
+        Fp8Variant::P16,
+        Fp8Variant::Cvt,
+    ];
 
     /// The entry-point suffix (`fp8`, `p16`, `cvt`).
     pub fn as_str(self) -> &'static str {
@@ -45,6 +54,7 @@ impl Fp8Variant {
             Fp8Variant::Fp8 => "fp8",
             Fp8Variant::P16 => "p16",
             Fp8Variant::Cvt => "cvt",
+            Fp8Variant::Wgmma => "wgmma",
         }
     }
 
@@ -55,7 +65,7 @@ impl Fp8Variant {
             .find(|v| v.as_str() == s)
             .ok_or_else(|| {
                 AttnError::InvalidArgument(format!(
-                    "unknown FP8 variant `{s}`: expected fp8, p16 or cvt"
+                    "unknown FP8 variant `{s}`: expected wgmma, fp8, p16 or cvt"
                 ))
                 .into()
             })
@@ -66,16 +76,20 @@ impl Fp8Variant {
         match self {
             Fp8Variant::Cvt => true,
             Fp8Variant::Fp8 | Fp8Variant::P16 => major * 10 + minor >= 89,
+            // wgmma is an sm_90a feature, and an `a` cubin loads on exactly its own arch.
+            Fp8Variant::Wgmma => (major, minor) == (9, 0),
         }
     }
 
-    /// The variant [`FlashAttention::forward_fp8`] uses by default: [`Fp8Variant::Fp8`]
-    /// wherever FP8 `mma.sync` exists. On Hopper that instruction is executed by a
-    /// compiler-inserted conversion to f16 (FP8 tensor-core math there is `wgmma` only), yet
-    /// it still measured fastest of the three (H200, docs/PERF.md: fp8 0.72×, p16 0.65×,
-    /// cvt 0.53× our f16 kernel's throughput).
+    /// The variant [`FlashAttention::forward_fp8`] uses by default: [`Fp8Variant::Wgmma`] on
+    /// Hopper (sm_90), [`Fp8Variant::Fp8`] elsewhere from sm_89 (Ada has FP8 `mma.sync`),
+    /// [`Fp8Variant::Cvt`] below. On Hopper FP8 `mma.sync` is executed by a compiler-inserted
+    /// conversion to f16, so the `fp8` variant is slower than our f16 kernel there
+    /// (docs/PERF.md has the measurements of all four variants).
     pub fn default_for(major: i32, minor: i32) -> Self {
-        if major * 10 + minor >= 89 {
+        if Fp8Variant::Wgmma.runs_on(major, minor) {
+            Fp8Variant::Wgmma
+        } else if major * 10 + minor >= 89 {
             Fp8Variant::Fp8
         } else {
             Fp8Variant::Cvt
@@ -106,9 +120,14 @@ pub const FP8_HEAD_DIMS: [usize; 2] = [64, 128];
 pub const VT_KEY_ALIGN: usize = 128;
 
 /// Dynamic shared memory of an FP8 config: Q tile plus the K and Vᵀ rings, one byte per
-/// element.
-pub fn fp8_smem_bytes(config: &KernelConfig, head_dim: usize) -> usize {
-    config.block_m * head_dim + 2 * config.stages * config.block_n * head_dim
+/// element; the `wgmma` variant adds 1 KiB of slack to start its tiles on the 1024-byte
+/// boundary its swizzled descriptors need.
+pub fn fp8_smem_bytes(config: &KernelConfig, head_dim: usize, variant: Fp8Variant) -> usize {
+    let tiles = config.block_m * head_dim + 2 * config.stages * config.block_n * head_dim;
+    match variant {
+        Fp8Variant::Wgmma => tiles + 1024,
+        Fp8Variant::Fp8 | Fp8Variant::P16 | Fp8Variant::Cvt => tiles,
+    }
 }
 
 /// The compile unit of the FP8 kernels writing `out` (`fwd_fp8_f16_d128`).
@@ -193,7 +212,11 @@ pub(crate) struct Fp8Plan {
     pub transpose_grid: (u32, u32, u32),
 }
 
-pub(crate) fn plan_fp8(problem: &Problem, config: KernelConfig) -> Result<Fp8Plan, KernelError> {
+pub(crate) fn plan_fp8(
+    problem: &Problem,
+    config: KernelConfig,
+    variant: Fp8Variant,
+) -> Result<Fp8Plan, KernelError> {
     let s = problem.shape();
     let d = s.head_dim();
     if !FP8_HEAD_DIMS.contains(&d) {
@@ -230,7 +253,7 @@ pub(crate) fn plan_fp8(problem: &Problem, config: KernelConfig) -> Result<Fp8Pla
     overflow("q tiles (grid.x)", Some(q_tiles), i32_max)?;
     Ok(Fp8Plan {
         grid: (q_tiles as u32, s.q_heads() as u32, s.batch() as u32),
-        smem_bytes: fp8_smem_bytes(&config, d) as u32,
+        smem_bytes: fp8_smem_bytes(&config, d, variant) as u32,
         params: fwd_params(problem, 1),
         kv_pad,
         transpose_grid: ((kv_pad / 64) as u32, kv_heads_total.unwrap_or(0) as u32, 1),
@@ -305,7 +328,7 @@ impl FlashAttention {
             &fp8_unit_name(out, head_dim),
             &name,
             false,
-            fp8_smem_bytes(config, head_dim),
+            fp8_smem_bytes(config, head_dim, variant),
         )?;
         crate::launch::function_resources(&f)
     }
@@ -337,7 +360,7 @@ impl FlashAttention {
         let config = opts
             .config
             .unwrap_or_else(|| self.fp8_default_config(problem));
-        let plan = plan_fp8(problem, config)?;
+        let plan = plan_fp8(problem, config, variant)?;
         check_buffer("Q codes", shape.q_elems(), inputs.q.len())?;
         check_buffer("K codes", shape.kv_elems(), inputs.k.len())?;
         check_buffer("V codes", shape.kv_elems(), inputs.v.len())?;
@@ -524,7 +547,11 @@ mod tests {
             assert!(Fp8Variant::default_for(ma, mi).runs_on(ma, mi));
         }
         assert_eq!(Fp8Variant::default_for(8, 9), Fp8Variant::Fp8);
-        assert_eq!(Fp8Variant::default_for(9, 0), Fp8Variant::Fp8);
+        assert_eq!(Fp8Variant::default_for(9, 0), Fp8Variant::Wgmma);
+        assert_eq!(Fp8Variant::default_for(10, 0), Fp8Variant::Fp8);
+        assert!(Fp8Variant::Wgmma.runs_on(9, 0));
+        assert!(!Fp8Variant::Wgmma.runs_on(8, 9));
+        assert!(!Fp8Variant::Wgmma.runs_on(10, 0));
         assert_eq!(Fp8Variant::default_for(8, 6), Fp8Variant::Cvt);
     }
 
@@ -549,18 +576,20 @@ mod tests {
     #[test]
     fn plan_geometry_padding_and_limits() {
         let p = problem(300, 1000, 128, Causal::BottomRight);
-        let plan = plan_fp8(&p, FP8_CONFIGS[0]).unwrap();
+        let plan = plan_fp8(&p, FP8_CONFIGS[0], Fp8Variant::Fp8).unwrap();
         assert_eq!(plan.grid, (3, 8, 2));
         assert_eq!(plan.kv_pad, 1024);
         assert_eq!(plan.transpose_grid, (16, 4, 1));
         assert_eq!(plan.params.diag_offset, 700);
         assert_eq!(plan.smem_bytes as usize, 128 * 128 + 2 * 2 * 128 * 128);
+        let wg = plan_fp8(&p, FP8_CONFIGS[0], Fp8Variant::Wgmma).unwrap();
+        assert_eq!(wg.smem_bytes, plan.smem_bytes + 1024);
         assert!(matches!(
-            plan_fp8(&problem(8, 8, 96, Causal::None), FP8_CONFIGS[0]),
+            plan_fp8(&problem(8, 8, 96, Causal::None), FP8_CONFIGS[0], Fp8Variant::Fp8),
             Err(KernelError::UnsupportedHeadDim(96))
         ));
         assert!(matches!(
-            plan_fp8(&problem(8, 8, 64, Causal::None), crate::CONFIGS_D64[0]),
+            plan_fp8(&problem(8, 8, 64, Causal::None), crate::CONFIGS_D64[0], Fp8Variant::Fp8),
             Err(KernelError::UnknownConfig { .. })
         ));
         let huge = Problem::new(
@@ -568,7 +597,7 @@ mod tests {
             Causal::None,
         );
         assert!(matches!(
-            plan_fp8(&huge, FP8_CONFIGS[0]),
+            plan_fp8(&huge, FP8_CONFIGS[0], Fp8Variant::Fp8),
             Err(KernelError::IndexOverflow(_))
         ));
     }

@@ -872,7 +872,7 @@ mod fp8 {
         EmuSpec {
             inputs: None,
             p: match variant {
-                Fp8Variant::Fp8 => PRounding::E4m3 { log2_gain: 8 },
+                Fp8Variant::Fp8 | Fp8Variant::Wgmma => PRounding::E4m3 { log2_gain: 8 },
                 Fp8Variant::P16 | Fp8Variant::Cvt => PRounding::Storage(Storage::F16),
             },
             out,
@@ -973,7 +973,7 @@ mod fp8 {
     pub fn fits(gpu: &FlashAttention, d: usize) -> Vec<attn_kernels::KernelConfig> {
         FP8_CONFIGS
             .into_iter()
-            .filter(|c| fp8_smem_bytes(c, d) <= gpu.max_smem_per_block())
+            .filter(|c| fp8_smem_bytes(c, d, Fp8Variant::Wgmma) <= gpu.max_smem_per_block())
             .collect()
     }
 }

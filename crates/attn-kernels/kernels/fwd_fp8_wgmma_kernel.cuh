@@ -1,0 +1,165 @@
+// The FP8 (E4M3) forward on Hopper's warpgroup MMA (sm_90a): the `wgmma` variant.
+//
+// Hopper has no FP8 mma.sync (ptxas lowers it to f16 conversions plus HMMA, see
+// fwd_fp8_kernel.cuh and docs/PERF.md); its FP8 tensor-core math is wgmma. This kernel keeps
+// fwd_fp8_kernel.cuh's data flow — the same cp.async K/Vᵀ ring and swizzled byte tiles, the
+// same scale folding, online softmax, masking and epilogue — and replaces the two MMA loops:
+// - S = Q·Kᵀ: wgmma.m64n{BN}k32 with Q and K read from shared memory through descriptors
+//   (both K-major: rows of head-dim bytes).
+// - O += P·V: P, scaled by 2^8 and cast to E4M3 (FlashAttention-3's choice), is the register
+//   A operand; Vᵀ (fp8_prep.cuh, keys contiguous and permuted) is the K-major B operand.
+// Each warpgroup (4 warps) owns 64 query rows; the accumulators have the mma.sync layout
+// (wgmma.cuh), so each warp's 16 rows look exactly as in the mma.sync kernel.
+//
+// Synchronization per tile: cp.async wait → fence.proxy.async (cp.async writes are
+// generic-proxy, wgmma reads are async-proxy) → barrier → wgmma (fence, issue, commit, wait)
+// → softmax → wgmma P·V (fence, issue, commit, wait) → barrier before the ring slot is
+// refilled. The MMAs and the softmax of one warpgroup do not overlap; the two warpgroups of a
+// CTA and co-resident CTAs do (FlashAttention-3's ping-pong scheduling and intra-warpgroup
+// pipelining are not implemented).
+#pragma once
+#include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
+#include "epilogue.cuh"
+#include "fp8.cuh"
+#include "mask.cuh"
+#include "wgmma.cuh"
+
+namespace attn {
+
+template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS, bool CAUSAL>
+__device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ k,
+                                                     const uint8_t* __restrict__ vt,
+                                                     const float* __restrict__ q_scale,
+                                                     const float* __restrict__ k_scale,
+                                                     const float* __restrict__ v_scale,
+                                                     OutT* __restrict__ o, float* __restrict__ lse,
+                                                     const FwdParams& p, int vt_stride) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(BM == 16 * WARPS && WARPS % 4 == 0, "warpgroups of 4 warps, 64 rows each");
+    constexpr int kThreads = WARPS * 32;
+    constexpr int kNT = BN / 8; // n-tiles of S
+    constexpr int kNO = D / 8;  // n-tiles of O
+    constexpr int kKQ = D / 32; // k32 slices of Q·Kᵀ
+    constexpr int kKP = BN / 32; // k32 slices of P·V
+    static_assert(BM * D * 2 <= BM * D + 2 * STAGES * BN * D, "epilogue staging fits");
+
+    // wgmma's swizzle is a function of the address: tiles start on 1024-byte boundaries (the
+    // launcher allocates 1 KiB of slack; every tile size is a multiple of 1 KiB).
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char* base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    uint8_t* sQ = base;
+    uint8_t* sK = sQ + BM * D;
+    uint8_t* sV = sK + STAGES * BN * D; // Vᵀ tiles: D rows of BN bytes
+
+    const int q_tile = blockIdx.x;
+    const int h = blockIdx.y;
+    const int b = blockIdx.z;
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int wg = warp >> 2;
+    const int m0 = q_tile * BM;
+    const int warp_row0 = warp * 16;
+    const int kvh = h / p.group;
+    const int qh = b * p.q_heads + h;
+    const int kh = b * p.kv_heads + kvh;
+
+    const uint8_t* q_head = q + static_cast<int64_t>(qh) * p.q_len * D;
+    OutT* o_head = o + static_cast<int64_t>(qh) * p.q_len * D;
+    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(qh) * p.q_len;
+    const uint8_t* k_head = k + static_cast<int64_t>(kh) * p.kv_len * D;
+    const uint8_t* vt_head = vt + static_cast<int64_t>(kh) * D * vt_stride;
+
+    const float scale_log2 = p.scale_log2 * q_scale[qh] * k_scale[kh];
+    constexpr float kLog2Gain = 8.f;
+    const float out_scale = v_scale[kh];
+
+    const int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
+    const int lim_lo = visible_keys<CAUSAL>(m0 + warp_row0 + g, p);
+    const int lim_hi = visible_keys<CAUSAL>(m0 + warp_row0 + g + 8, p);
+    const int lim_block = visible_keys<CAUSAL>(m0, p);
+
+    auto load_kv = [&](int tile, int buf) {
+        const int key0 = tile * BN;
+        load_bytes_async<D, BN, kThreads>(sK + buf * BN * D, k_head + static_cast<int64_t>(key0) * D, D,
+                                          p.kv_len - key0, tid);
+        // Vᵀ is padded to a multiple of BN keys: every row is in bounds.
+        load_bytes_async<BN, D, kThreads>(sV + buf * BN * D, vt_head + key0, vt_stride, D, tid);
+    };
+    load_bytes_async<D, BM, kThreads>(sQ, q_head + static_cast<int64_t>(m0) * D, D, p.q_len - m0, tid);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < n_tiles) load_kv(s, s);
+        cp_async_commit();
+    }
+
+    const uint64_t desc_q = wgmma_desc<D>(smem_addr(sQ + wg * 64 * D));
+    float acc_o[kNO][4];
+#pragma unroll
+    for (int n = 0; n < kNO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
+    OnlineSoftmax<kNT, kNO> softmax;
+    softmax.init();
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int jn = j + STAGES - 1;
+        if (jn < n_tiles) load_kv(jn, jn % STAGES);
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();
+        fence_proxy_async_smem();
+        __syncthreads();
+
+        const uint64_t desc_k = wgmma_desc<D>(smem_addr(sK + (j % STAGES) * BN * D));
+        const uint64_t desc_v = wgmma_desc<BN>(smem_addr(sV + (j % STAGES) * BN * D));
+
+        float acc_s[kNT][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kKQ; ++kk) wgmma_e4m3_ss<BN>(acc_s, desc_q + 2 * kk, desc_k + 2 * kk, kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_s);
+
+        const int key0 = j * BN;
+        if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
+        softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain);
+
+        // P as k32 A operands (see fwd_fp8_kernel.cuh: Vᵀ's key permutation makes the values
+        // this thread holds the operand it needs).
+        uint32_t pa[kKP][4];
+#pragma unroll
+        for (int kk = 0; kk < kKP; ++kk) {
+            const float(&s0)[4] = acc_s[4 * kk];
+            const float(&s1)[4] = acc_s[4 * kk + 1];
+            const float(&s2)[4] = acc_s[4 * kk + 2];
+            const float(&s3)[4] = acc_s[4 * kk + 3];
+            pa[kk][0] = pack_e4m3x4(s0[0], s0[1], s1[0], s1[1]);
+            pa[kk][1] = pack_e4m3x4(s0[2], s0[3], s1[2], s1[3]);
+            pa[kk][2] = pack_e4m3x4(s2[0], s2[1], s3[0], s3[1]);
+            pa[kk][3] = pack_e4m3x4(s2[2], s2[3], s3[2], s3[3]);
+        }
+
+        wgmma_fence_operands(acc_o);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kKP; ++kk) wgmma_e4m3_rs<D>(acc_o, pa[kk], desc_v + 2 * kk);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_o);
+        __syncthreads(); // the next iteration's prefetch overwrites this tile's buffers
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // LSE is computed from m in the scaled domain; remove the 2^8 gain P carried.
+    softmax.m[0] -= kLog2Gain;
+    softmax.m[1] -= kLog2Gain;
+    write_output<OutT, D, kNO>(acc_o, softmax.m, softmax.l, reinterpret_cast<OutT*>(base), o_head, lse_head,
+                               warp_row0, m0, p.q_len, lane, out_scale);
+#else
+    __trap(); // the `wgmma` entry points exist only in sm_90a cubins
+#endif
+}
+
+} // namespace attn
