@@ -64,10 +64,28 @@ pub struct Args {
     #[arg(long)]
     once: bool,
     /// Also time the FP8 (E4M3, per-head scales, f16 out) forward: `auto` (the device's
-    /// default variant), or a comma list of fp8, p16, cvt. Implies f16 among the dtypes, so
+    /// default variant), or a comma list of wgmma, fp8, p16, cvt. Implies f16 among the dtypes, so
     /// each FP8 row carries its speedup over our f16 kernel on the same shape.
     #[arg(long)]
     fp8: Option<String>,
+    /// FP8 config name (`128_128_8_s2`, one of attn_kernels::FP8_CONFIGS; default: the
+    /// chooser's).
+    #[arg(long)]
+    fp8_config: Option<String>,
+}
+
+/// Looks an FP8 config up by [`KernelConfig::name`] (the `_s2` suffix may be omitted).
+fn fp8_config_by_name(name: &str) -> anyhow::Result<KernelConfig> {
+    attn_kernels::FP8_CONFIGS
+        .into_iter()
+        .find(|c| c.name() == name || c.name() == format!("{name}_s2"))
+        .with_context(|| {
+            let known: Vec<String> = attn_kernels::FP8_CONFIGS.iter().map(|c| c.name()).collect();
+            format!(
+                "unknown FP8 config `{name}`: expected one of {}",
+                known.join(", ")
+            )
+        })
 }
 
 /// One benchmark shape.
@@ -320,7 +338,12 @@ fn bench(
     let mut fp8_rows = Vec::new();
     for &variant in fp8_variants {
         for shape in shapes {
-            let t = time_fp8(gpu, shape, variant, args.warmup, args.samples)?;
+            let fp8_config = args
+                .fp8_config
+                .as_deref()
+                .map(fp8_config_by_name)
+                .transpose()?;
+            let t = time_fp8(gpu, shape, variant, fp8_config, args.warmup, args.samples)?;
             let name = format!("{}-fp8-{variant}", shape.name());
             write_csv(
                 &args
@@ -601,6 +624,7 @@ fn time_fp8(
     gpu: &Arc<FlashAttention>,
     shape: &BenchShape,
     variant: Fp8Variant,
+    config: Option<KernelConfig>,
     warmup: usize,
     samples: usize,
 ) -> anyhow::Result<OurTiming> {
@@ -630,7 +654,7 @@ fn time_fp8(
     }
     let mut lse = stream.alloc_zeros::<f32>(s.lse_elems())?;
     let opts = Fp8Options {
-        config: None,
+        config,
         variant: Some(variant),
     };
     let mut kernel = String::new();
@@ -831,6 +855,20 @@ mod tests {
         assert_eq!(parse_shape("1,8,512,64", Causal::None).unwrap().sq, 512);
         assert!(parse_shape("1,8,512", Causal::None).is_err());
         assert!(parse_shape("1,8,x,64", Causal::None).is_err());
+    }
+
+    #[test]
+    fn fp8_configs_by_name() {
+        assert_eq!(
+            fp8_config_by_name("64_128_4").unwrap(),
+            attn_kernels::FP8_CONFIGS[2]
+        );
+        assert_eq!(
+            fp8_config_by_name("128_128_8_s3").unwrap(),
+            attn_kernels::FP8_CONFIGS[1]
+        );
+        let err = fp8_config_by_name("64_64_4").unwrap_err().to_string();
+        assert!(err.contains("128_128_8_s2"), "{err}");
     }
 
     #[test]

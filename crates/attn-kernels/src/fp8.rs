@@ -163,11 +163,17 @@ pub fn fp8_transpose_name(head_dim: usize) -> String {
     format!("attn_fp8_v_transpose_d{head_dim}")
 }
 
-/// The default FP8 config: 128 query rows per CTA, unless that leaves most SMs idle.
-pub fn choose_fp8_config(problem: &Problem, sm_count: usize) -> KernelConfig {
+/// The default FP8 config for a variant.
+///
+/// `wgmma`: 64 query rows (one warpgroup) per CTA, always. Its MMAs and softmax do not
+/// overlap inside a warpgroup, so independent co-resident CTAs (three per SM at 148
+/// registers and 73 KiB) are what keeps the tensor cores busy: on the H200 it beat
+/// 128-row CTAs by 9 % on both benchmark shapes (docs/PERF.md). The mma.sync variants: 128
+/// rows per CTA, unless that leaves most SMs idle.
+pub fn choose_fp8_config(problem: &Problem, sm_count: usize, variant: Fp8Variant) -> KernelConfig {
     let s = problem.shape();
     let ctas = s.q_len().div_ceil(128) * s.batch() * s.q_heads();
-    if ctas < sm_count {
+    if variant == Fp8Variant::Wgmma || ctas < sm_count {
         FP8_CONFIGS[2]
     } else {
         FP8_CONFIGS[0]
@@ -309,9 +315,9 @@ pub fn per_head_scales(
 }
 
 impl FlashAttention {
-    /// The config [`FlashAttention::forward_fp8`] uses by default.
-    pub fn fp8_default_config(&self, problem: &Problem) -> KernelConfig {
-        choose_fp8_config(problem, self.sm_count())
+    /// The config [`FlashAttention::forward_fp8`] uses by default for `variant`.
+    pub fn fp8_default_config(&self, problem: &Problem, variant: Fp8Variant) -> KernelConfig {
+        choose_fp8_config(problem, self.sm_count(), variant)
     }
 
     /// Registers and static shared memory of one FP8 kernel as the driver loaded it.
@@ -359,7 +365,7 @@ impl FlashAttention {
         }
         let config = opts
             .config
-            .unwrap_or_else(|| self.fp8_default_config(problem));
+            .unwrap_or_else(|| self.fp8_default_config(problem, variant));
         let plan = plan_fp8(problem, config, variant)?;
         check_buffer("Q codes", shape.q_elems(), inputs.q.len())?;
         check_buffer("K codes", shape.kv_elems(), inputs.k.len())?;
@@ -574,6 +580,23 @@ mod tests {
     }
 
     #[test]
+    fn config_choice_per_variant() {
+        let big = problem(4096, 4096, 128, Causal::None); // 2 · 8 · 32 = 512 CTAs of 128 rows
+        let small = problem(256, 4096, 128, Causal::None); // 32 CTAs
+        assert_eq!(
+            choose_fp8_config(&big, 132, Fp8Variant::Fp8),
+            FP8_CONFIGS[0]
+        );
+        assert_eq!(
+            choose_fp8_config(&small, 132, Fp8Variant::Fp8),
+            FP8_CONFIGS[2]
+        );
+        for p in [&big, &small] {
+            assert_eq!(choose_fp8_config(p, 132, Fp8Variant::Wgmma), FP8_CONFIGS[2]);
+        }
+    }
+
+    #[test]
     fn plan_geometry_padding_and_limits() {
         let p = problem(300, 1000, 128, Causal::BottomRight);
         let plan = plan_fp8(&p, FP8_CONFIGS[0], Fp8Variant::Fp8).unwrap();
@@ -585,11 +608,19 @@ mod tests {
         let wg = plan_fp8(&p, FP8_CONFIGS[0], Fp8Variant::Wgmma).unwrap();
         assert_eq!(wg.smem_bytes, plan.smem_bytes + 1024);
         assert!(matches!(
-            plan_fp8(&problem(8, 8, 96, Causal::None), FP8_CONFIGS[0], Fp8Variant::Fp8),
+            plan_fp8(
+                &problem(8, 8, 96, Causal::None),
+                FP8_CONFIGS[0],
+                Fp8Variant::Fp8
+            ),
             Err(KernelError::UnsupportedHeadDim(96))
         ));
         assert!(matches!(
-            plan_fp8(&problem(8, 8, 64, Causal::None), crate::CONFIGS_D64[0], Fp8Variant::Fp8),
+            plan_fp8(
+                &problem(8, 8, 64, Causal::None),
+                crate::CONFIGS_D64[0],
+                Fp8Variant::Fp8
+            ),
             Err(KernelError::UnknownConfig { .. })
         ));
         let huge = Problem::new(

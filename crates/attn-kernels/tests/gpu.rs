@@ -904,7 +904,7 @@ mod fp8 {
             .unwrap_or_else(|| Fp8Variant::default_for(ma, mi));
         let block_n = opts
             .config
-            .unwrap_or_else(|| gpu.fp8_default_config(p))
+            .unwrap_or_else(|| gpu.fp8_default_config(p, variant))
             .block_n;
         let emu = forward_emulated_spec(p, &qd, &kd, &vd, &emu_spec(variant, out, block_n))
             .map_err(|e| e.to_string())?;
