@@ -290,8 +290,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     unsafe { gpu.context().disable_event_tracking() };
     if args.once {
         let shape = shapes.first().context("no shape")?;
-        for &dt in &dtypes {
-            time_ours(&gpu, shape, dt, config, 5, 1, true)?;
+        if fp8_variants.is_empty() {
+            for &dt in &dtypes {
+                time_ours(&gpu, shape, dt, config, 5, 1, true)?;
+            }
+        } else {
+            // FP8 only: the f16 launches would be profiled too.
+            let fp8_config = args
+                .fp8_config
+                .as_deref()
+                .map(fp8_config_by_name)
+                .transpose()?;
+            for &v in &fp8_variants {
+                time_fp8(&gpu, shape, v, fp8_config, 5, 1)?;
+            }
         }
         return Ok(());
     }

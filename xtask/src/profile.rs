@@ -100,6 +100,13 @@ pub struct Args {
     /// Kernel config name (passed to `bench --config`).
     #[arg(long)]
     config: Option<String>,
+    /// Profile the FP8 forward instead: a variant (wgmma, fp8, p16, cvt; passed to
+    /// `bench --fp8`). Pair it with `--kernel-regex attn_fp8_.*_<variant>` to skip the Vᵀ pass.
+    #[arg(long)]
+    fp8: Option<String>,
+    /// FP8 config name (passed to `bench --fp8-config`).
+    #[arg(long)]
+    fp8_config: Option<String>,
     /// Kernels to profile (ncu `-k regex:`).
     #[arg(long, default_value = "attn")]
     kernel_regex: String,
@@ -292,7 +299,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "{}-{}-{}{}",
         shape.map(|d| d.to_string()).join("x"),
         args.causal,
-        args.dtype,
+        args.fp8
+            .as_ref()
+            .map(|v| format!("fp8-{v}"))
+            .unwrap_or_else(|| args.dtype.clone()),
         args.config
             .as_ref()
             .map(|c| format!("-{c}"))
@@ -328,6 +338,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .args(["--dtype", &args.dtype]);
     if let Some(config) = &args.config {
         cmd.args(["--config", config]);
+    }
+    if let Some(variant) = &args.fp8 {
+        cmd.args(["--fp8", variant]);
+    }
+    if let Some(config) = &args.fp8_config {
+        cmd.args(["--fp8-config", config]);
     }
     let status = cmd
         .status()
