@@ -237,7 +237,7 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
 // path) or wgmma (both MMAs FP8 on Hopper's warpgroup MMA, fwd_fp8_wgmma_kernel.cuh).
 // src/fp8.rs (`fp8_kernel_name`) builds the same names.
 #define ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, MODE, VARIANT, CALL)                         \
-    extern "C" __global__ void __launch_bounds__(W * 32)                                           \
+    extern "C" __global__ void ATTN_FP8_BOUNDS_##VARIANT(W)                                      \
         attn_fp8_##ONAME##_d##D##_bm##BM##_bn##BN##_w##W##_s##ST##_##MODE##_##VARIANT(             \
             const uint8_t* __restrict__ q, const uint8_t* __restrict__ k,                          \
             const uint8_t* __restrict__ vt, const float* __restrict__ q_scale,                     \
@@ -252,6 +252,16 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
                    (attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, false, QK8, PV8>))              \
     ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, causal, VARIANT,                               \
                    (attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, true, QK8, PV8>))
+
+// Occupancy hint per entry: the one-warpgroup wgmma CTAs rely on co-resident CTAs to overlap
+// one CTA's softmax with another's MMAs, so they are held to 168 registers (3 CTAs of 128
+// threads per SM: 3 · 4 warps · 168 · 32 ≤ 64 Ki); everything else leaves ptxas free.
+#define ATTN_FP8_BOUNDS_fp8(W) __launch_bounds__(W * 32)
+#define ATTN_FP8_BOUNDS_p16(W) __launch_bounds__(W * 32)
+#define ATTN_FP8_BOUNDS_cvt(W) __launch_bounds__(W * 32)
+#define ATTN_FP8_BOUNDS_wgmma(W) ATTN_FP8_WGMMA_BOUNDS_##W
+#define ATTN_FP8_WGMMA_BOUNDS_4 __launch_bounds__(128, 3)
+#define ATTN_FP8_WGMMA_BOUNDS_8 __launch_bounds__(256)
 
 // The wgmma variant: sm_90a cubins only (wgmma is an arch-specific feature).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

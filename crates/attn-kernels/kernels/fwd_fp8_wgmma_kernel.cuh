@@ -77,8 +77,6 @@ __device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__
     const float out_scale = v_scale[kh];
 
     const int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
-    const int lim_lo = visible_keys<CAUSAL>(m0 + warp_row0 + g, p);
-    const int lim_hi = visible_keys<CAUSAL>(m0 + warp_row0 + g + 8, p);
     const int lim_block = visible_keys<CAUSAL>(m0, p);
 
     auto load_kv = [&](int tile, int buf) {
@@ -122,7 +120,13 @@ __device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__
         wgmma_fence_operands(acc_s);
 
         const int key0 = j * BN;
-        if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
+        if (key0 + BN > lim_block) {
+            // Row limits recomputed here (params are in constant memory): keeping them live
+            // across the loop cost the 168-register build a spill.
+            const int lim_lo = visible_keys<CAUSAL>(m0 + warp_row0 + g, p);
+            const int lim_hi = visible_keys<CAUSAL>(m0 + warp_row0 + g + 8, p);
+            apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
+        }
         softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain);
 
         // P as k32 A operands (see fwd_fp8_kernel.cuh: Vᵀ's key permutation makes the values
