@@ -880,15 +880,16 @@ mod fp8 {
         }
     }
 
-    /// Checks one FP8 run; returns (rel L2 vs unquantized, rel L2 of the quantized
-    /// reference itself) on success.
+    /// Checks one FP8 run; returns the rel L2 vs the unquantized exact result of the kernel,
+    /// of the exact result on the quantized inputs (the floor) and of the emulated kernel (the
+    /// rounding model) on success.
     pub fn check(
         gpu: &FlashAttention,
         p: &Problem,
         x: &Inputs,
         out: Dtype,
         opts: &Fp8Options,
-    ) -> Result<(f64, f64), String> {
+    ) -> Result<(f64, f64, f64), String> {
         let z = quantize_all(p, x);
         let (o, lse, kernel) = run(gpu, p, &z, out, opts);
         let (qd, kd, vd) = (
@@ -928,12 +929,19 @@ mod fp8 {
             &r_q.o.iter().map(|&x| x as f32).collect::<Vec<_>>(),
             &exact.o,
         );
-        // The quantize→dequantize inputs alone are `floor` away from the exact result; the
-        // kernel may add at most 1e-2 on top (DESIGN.md's 3e-2 is below that floor for
-        // N(0,1) inputs at per-head E4M3: see docs/PERF.md).
-        if rel > (floor + 1e-2).max(3e-2) {
+        // The quantize→dequantize inputs alone are `floor` away from the exact result
+        // (DESIGN.md's 3e-2 is below that floor for N(0,1) inputs at per-head E4M3: see
+        // docs/PERF.md). On top of it the kernel may lose what its rounding model (the
+        // emulation: P in E4M3 or f16, O in the output type) loses, plus 5e-3. A fixed margin
+        // over the floor does not work for FP8 P: on long flat rows (decode, 1000 keys) P's
+        // rounding alone adds ~1 pp, and varies with the seed.
+        let rel_emu = rel_l2(
+            &emu.o.iter().map(|&x| x as f32).collect::<Vec<_>>(),
+            &exact.o,
+        );
+        if rel > (rel_emu + 5e-3).max(3e-2) {
             return Err(format!(
-                "{ctx}: rel L2 vs unquantized {rel:.3e} > quantization floor {floor:.3e} + 1e-2"
+                "{ctx}: rel L2 vs unquantized {rel:.3e} > its rounding model's {rel_emu:.3e} + 5e-3 (quantization floor {floor:.3e})"
             ));
         }
         for (i, (&g, &w)) in lse.iter().zip(&r_q.lse).enumerate() {
@@ -946,7 +954,7 @@ mod fp8 {
                 return Err(format!("{ctx}: LSE[{i}] = {g}, quantized reference {w}"));
             }
         }
-        Ok((rel, floor))
+        Ok((rel, floor, rel_emu))
     }
 
     pub fn fp8_problem(dims: Dims, causal: Causal) -> Problem {
@@ -1002,8 +1010,8 @@ fn correctness_fp8_against_reference() {
                     variant: Some(variant),
                 };
                 match fp8::check(&gpu, &p, &x, out, &opts) {
-                    Ok((rel, floor)) => println!(
-                        "{dims:?} {causal} {variant} {out}: rel L2 {rel:.4} (quantized inputs alone: {floor:.4})"
+                    Ok((rel, floor, model)) => println!(
+                        "{dims:?} {causal} {variant} {out}: rel L2 {rel:.4} (quantized inputs alone: {floor:.4}; rounding model: {model:.4})"
                     ),
                     Err(e) => failures.push(e),
                 }
