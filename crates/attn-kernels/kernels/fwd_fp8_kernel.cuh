@@ -13,6 +13,8 @@
 // - PV_FP8: P is cast to E4M3 for O += P·V on the FP8 MMA, multiplied by 2^8 first (as
 //   FlashAttention-3 does) so that P ∈ (0, 1] lands in E4M3's normal range; the factor
 //   cancels in O = acc / l. Otherwise P stays f16 and V is widened to f16.
+// On Hopper FP8 mma.sync is not native (ptxas emulates it with f16 HMMA); the `wgmma`
+// entry points below use fwd_fp8_wgmma_kernel.cuh instead, which shares this file's data flow.
 #pragma once
 #include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
 #include "epilogue.cuh"

@@ -81,6 +81,17 @@ impl Fp8Variant {
         }
     }
 
+    /// What [`Fp8Variant::runs_on`] requires, in words (for error messages).
+    pub fn requirement(self) -> &'static str {
+        match self {
+            Fp8Variant::Cvt => "nothing beyond sm_80",
+            Fp8Variant::Fp8 | Fp8Variant::P16 => "FP8 tensor cores (sm_89+)",
+            Fp8Variant::Wgmma => {
+                "Hopper's warpgroup MMA (compute capability 9.0, the sm_90a cubin)"
+            }
+        }
+    }
+
     /// The variant [`FlashAttention::forward_fp8`] uses by default: [`Fp8Variant::Wgmma`] on
     /// Hopper (sm_90), [`Fp8Variant::Fp8`] elsewhere from sm_89 (Ada has FP8 `mma.sync`),
     /// [`Fp8Variant::Cvt`] below. On Hopper FP8 `mma.sync` is executed by a compiler-inserted
@@ -360,7 +371,9 @@ impl FlashAttention {
         if !variant.runs_on(major, minor) {
             return Err(KernelError::VariantUnavailable {
                 variant: variant.as_str(),
+                needs: variant.requirement(),
                 device: format!("{major}.{minor}"),
+                instead: Fp8Variant::default_for(major, minor).as_str(),
             });
         }
         let config = opts
@@ -577,6 +590,22 @@ mod tests {
             })
             .collect();
         assert_eq!(listed, FP8_CONFIGS);
+    }
+
+    #[test]
+    fn unavailable_variant_error_names_the_need_and_the_alternative() {
+        let (ma, mi) = (8, 9);
+        let v = Fp8Variant::Wgmma;
+        assert!(!v.runs_on(ma, mi));
+        let e = KernelError::VariantUnavailable {
+            variant: v.as_str(),
+            needs: v.requirement(),
+            device: format!("{ma}.{mi}"),
+            instead: Fp8Variant::default_for(ma, mi).as_str(),
+        }
+        .to_string();
+        assert!(e.contains("`wgmma` needs Hopper"), "{e}");
+        assert!(e.contains("use the `fp8` variant"), "{e}");
     }
 
     #[test]

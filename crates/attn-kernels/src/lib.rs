@@ -129,12 +129,16 @@ pub enum KernelError {
         reason: String,
     },
     /// An FP8 kernel variant needs instructions this device lacks.
-    #[error("FP8 variant `{variant}` needs FP8 tensor cores (sm_89+); this device is {device}: use the `cvt` variant")]
+    #[error("FP8 variant `{variant}` needs {needs}; this device is {device}: use the `{instead}` variant (its default)")]
     VariantUnavailable {
         /// The variant asked for.
         variant: &'static str,
+        /// What the variant needs (`Fp8Variant::requirement`).
+        needs: &'static str,
         /// The device's compute capability.
         device: String,
+        /// The variant this device runs by default.
+        instead: &'static str,
     },
     /// A lock was poisoned by a panic in another thread.
     #[error("internal lock poisoned by a panic in another thread")]
