@@ -1131,6 +1131,32 @@ fn correctness_fp8_outlier_rmse() {
         assert!(e < 2.4e-2, "{kernel}: RMSE {e:.3e}");
         assert!(e > rmse16, "{kernel}: FP8 cannot beat fp16 ({e:.3e})");
     }
+    // Incoherent processing (FA3 §3.3): one random Hadamard rotation on both Q and K before
+    // quantization. Attention is unchanged (the rotation is orthogonal); Q's and K's outliers
+    // are spread over the head dim. V keeps its outliers.
+    let rot = attn_quant::HadamardRotation::new(p.shape().head_dim(), seed).unwrap();
+    let (mut qr, mut kr) = (x.q.clone(), x.k.clone());
+    rot.apply(&mut qr).unwrap();
+    rot.apply(&mut kr).unwrap();
+    let xr = fp8::Inputs {
+        q: qr,
+        k: kr,
+        v: x.v.clone(),
+    };
+    let zr = fp8::quantize_all(&p, &xr);
+    let r_qr = reference::forward(&p, &deq(&zr.q), &deq(&zr.k), &deq(&zr.v)).unwrap();
+    let floor_r: Vec<f32> = r_qr.o.iter().map(|&e| e as f32).collect();
+    let (o, _, kernel) = fp8::run(&gpu, &p, &zr, Dtype::F16, &Default::default());
+    let e_rot = fp8::rmse(&o, &exact.o);
+    println!(
+        "  Hadamard-rotated Q and K: quantize→dequantize inputs {:.3e}; {kernel}: {e_rot:.3e}",
+        fp8::rmse(&floor_r, &exact.o)
+    );
+    assert!(e_rot < 2.4e-2, "{kernel} on rotated Q, K: RMSE {e_rot:.3e}");
+    assert!(
+        e_rot > rmse16,
+        "{kernel} on rotated Q, K: FP8 cannot beat fp16 ({e_rot:.3e})"
+    );
 }
 
 #[test]

@@ -100,6 +100,15 @@ pub enum QuantizeError {
         /// The value found.
         value: f32,
     },
+    /// Incoherent processing ([`crate::HadamardRotation`]) needs a power-of-two head dim.
+    #[error(
+        "head dim {head_dim} is not a power of two; the Hadamard rotation of incoherent \
+         processing needs one (64 and 128 are)"
+    )]
+    RotationHeadDim {
+        /// The head dim asked for.
+        head_dim: usize,
+    },
     /// `amax · 2^margin / max` does not fit in an f32 scale.
     #[error(
         "group {group}: amax {amax:e} with margin {margin} needs a scale above f32::MAX; \

@@ -48,6 +48,7 @@ mod format;
 mod granularity;
 mod quantize;
 mod report;
+mod rotate;
 
 pub use error::QuantizeError;
 pub use format::Fp8Format;
@@ -57,6 +58,7 @@ pub use quantize::{
     quantize_with, quantize_with_scales, scale_from_amax, Fp8Tensor, QuantInput, QuantOptions,
 };
 pub use report::{error_report, QuantErrorReport, QuantErrorStats};
+pub use rotate::HadamardRotation;
 
 /// The `[B, H, S, D]` dimensions of Q (and O) of an attention problem, for [`quantize`].
 pub fn q_dims(shape: &attn_ref::AttnShape) -> [usize; 4] {
