@@ -267,10 +267,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         d => vec![Dtype::parse(d)?],
     };
     let gpu = crate::forward::gpu()?;
-    let (ma, mi) = gpu.compute_capability();
     let fp8_variants: Vec<Fp8Variant> = match args.fp8.as_deref() {
         None => Vec::new(),
-        Some("auto") => vec![Fp8Variant::default_for(ma, mi)],
+        Some("auto") => vec![gpu.fp8_default_variant()],
         Some(list) => list
             .split(',')
             .map(|v| Fp8Variant::parse(v.trim()))

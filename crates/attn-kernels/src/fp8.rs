@@ -7,7 +7,8 @@
 //! (kernels/fp8_prep.cuh) into a workspace the launcher owns; both launches go to the same
 //! stream, so timing one forward times both.
 //!
-//! Four variants of the kernel (the default per device: [`Fp8Variant::default_for`]):
+//! Four variants of the kernel (the default per device:
+//! [`FlashAttention::fp8_default_variant`]):
 //! [`Fp8Variant::Wgmma`] (Hopper: both MMAs on `wgmma.m64nNk32.e4m3`, P cast to E4M3 after a
 //! 2⁸ gain), [`Fp8Variant::Fp8`] (the same math on `mma.m16n8k32.e4m3`, native on Ada),
 //! [`Fp8Variant::P16`] (P·V in f16) and [`Fp8Variant::Cvt`] (codes widened to f16 in
@@ -214,7 +215,7 @@ pub struct Fp8DeviceInputs<'a> {
 pub struct Fp8Options {
     /// Overrides [`choose_fp8_config`]; must be one of [`FP8_CONFIGS`].
     pub config: Option<KernelConfig>,
-    /// Overrides [`Fp8Variant::default_for`].
+    /// Overrides [`FlashAttention::fp8_default_variant`].
     pub variant: Option<Fp8Variant>,
 }
 
@@ -326,6 +327,29 @@ pub fn per_head_scales(
 }
 
 impl FlashAttention {
+    /// Whether this device and this build's cubins run `variant`: [`Fp8Variant::runs_on`],
+    /// and for `wgmma` also an sm_90a cubin (a build with `ATTN_CUDA_ARCHS=90` has none: the
+    /// plain sm_90 target has no wgmma).
+    pub fn fp8_variant_available(&self, variant: Fp8Variant) -> bool {
+        let (major, minor) = self.compute_capability();
+        variant.runs_on(major, minor)
+            && (variant != Fp8Variant::Wgmma
+                || crate::cubin::select(&fp8_unit_name(Dtype::F16, 128), false, major, minor)
+                    .is_some_and(|c| c.arch == "90a"))
+    }
+
+    /// The variant [`FlashAttention::forward_fp8`] uses by default on this device:
+    /// [`Fp8Variant::default_for`], or `fp8` on Hopper when the build lacks the sm_90a cubin.
+    pub fn fp8_default_variant(&self) -> Fp8Variant {
+        let (major, minor) = self.compute_capability();
+        let v = Fp8Variant::default_for(major, minor);
+        if v == Fp8Variant::Wgmma && !self.fp8_variant_available(v) {
+            Fp8Variant::Fp8
+        } else {
+            v
+        }
+    }
+
     /// The config [`FlashAttention::forward_fp8`] uses by default for `variant`.
     pub fn fp8_default_config(&self, problem: &Problem, variant: Fp8Variant) -> KernelConfig {
         choose_fp8_config(problem, self.sm_count(), variant)
@@ -365,15 +389,13 @@ impl FlashAttention {
         let shape = problem.shape();
         let d = shape.head_dim();
         let (major, minor) = self.compute_capability();
-        let variant = opts
-            .variant
-            .unwrap_or_else(|| Fp8Variant::default_for(major, minor));
-        if !variant.runs_on(major, minor) {
+        let variant = opts.variant.unwrap_or_else(|| self.fp8_default_variant());
+        if !self.fp8_variant_available(variant) {
             return Err(KernelError::VariantUnavailable {
                 variant: variant.as_str(),
                 needs: variant.requirement(),
                 device: format!("{major}.{minor}"),
-                instead: Fp8Variant::default_for(major, minor).as_str(),
+                instead: self.fp8_default_variant().as_str(),
             });
         }
         let config = opts

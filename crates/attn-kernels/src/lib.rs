@@ -296,7 +296,7 @@ impl Attention for Fp8Backend {
         let variant = self
             .opts
             .variant
-            .unwrap_or_else(|| Fp8Variant::default_for(ma, mi));
+            .unwrap_or_else(|| self.gpu.fp8_default_variant());
         format!("fp8-e4m3-{variant}-{}-sm{ma}{mi}", self.out)
     }
 

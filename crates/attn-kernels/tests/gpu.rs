@@ -765,10 +765,9 @@ mod fp8 {
 
     /// Variants this device runs.
     pub fn variants(gpu: &FlashAttention) -> Vec<Fp8Variant> {
-        let (ma, mi) = gpu.compute_capability();
         Fp8Variant::ALL
             .into_iter()
-            .filter(|v| v.runs_on(ma, mi))
+            .filter(|&v| gpu.fp8_variant_available(v))
             .collect()
     }
 
@@ -899,10 +898,7 @@ mod fp8 {
         );
         let exact = reference::forward(p, &x.q, &x.k, &x.v).map_err(|e| e.to_string())?;
         let r_q = reference::forward(p, &qd, &kd, &vd).map_err(|e| e.to_string())?;
-        let (ma, mi) = gpu.compute_capability();
-        let variant = opts
-            .variant
-            .unwrap_or_else(|| Fp8Variant::default_for(ma, mi));
+        let variant = opts.variant.unwrap_or_else(|| gpu.fp8_default_variant());
         let block_n = opts
             .config
             .unwrap_or_else(|| gpu.fp8_default_config(p, variant))
@@ -1319,6 +1315,38 @@ fn validation_fp8_errors_launch_nothing() {
         ),
         Err(KernelError::UnsupportedHeadDim(96))
     ));
+    // Variants this device or build cannot run are refused before anything is launched.
+    for variant in attn_kernels::Fp8Variant::ALL {
+        if gpu.fp8_variant_available(variant) {
+            continue;
+        }
+        let r = gpu.forward_fp8(
+            &p,
+            &fp8::device_inputs(&q, &k, &v, &good),
+            &mut o,
+            None,
+            &attn_kernels::Fp8Options {
+                config: None,
+                variant: Some(variant),
+            },
+        );
+        assert!(
+            matches!(r, Err(KernelError::VariantUnavailable { .. })),
+            "{variant}: {r:?}"
+        );
+    }
+    // Hopper with the sm_90a cubin defaults to the warpgroup-MMA kernel; without it, to fp8.
+    if gpu.compute_capability() == (9, 0) {
+        let has_90a = attn_kernels::cubin::embedded()
+            .iter()
+            .any(|c| c.arch == "90a" && c.unit == "fwd_fp8_f16_d128");
+        let expected = if has_90a {
+            attn_kernels::Fp8Variant::Wgmma
+        } else {
+            attn_kernels::Fp8Variant::Fp8
+        };
+        assert_eq!(gpu.fp8_default_variant(), expected);
+    }
     let back = s.clone_dtoh(&o).unwrap();
     assert!(back.iter().all(|x| x.is_nan()), "a rejected launch wrote O");
 }
