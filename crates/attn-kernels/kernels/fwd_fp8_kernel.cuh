@@ -18,26 +18,11 @@
 #pragma once
 #include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
 #include "epilogue.cuh"
-#include "fp8.cuh"
+#include "fp8_block.cuh"
 #include "fp8_prep.cuh"
 #include "fwd_fp8_wgmma_kernel.cuh"
-#include "mask.cuh"
 
 namespace attn {
-
-template <int D, int BM, int BN, int STAGES, int WARPS> struct Fp8Config {
-    static constexpr int kThreads = WARPS * 32;
-    static constexpr int kNT = BN / 8;  // n-tiles of S
-    static constexpr int kNO = D / 8;   // n-tiles of O
-    static constexpr int kKQ = D / 32;  // 32-byte k-slices of Q·Kᵀ
-    static constexpr int kKP = BN / 32; // 32-key k-slices of P·V
-    static constexpr int kSmemBytes = BM * D + 2 * STAGES * BN * D;
-    static_assert(BM == 16 * WARPS, "each warp owns 16 rows");
-    static_assert(BN % 64 == 0 && D % 64 == 0, "tile sizes");
-    static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
-    // The epilogue stages O (2-byte elements) over the Q and K buffers.
-    static_assert(BM * D * 2 <= kSmemBytes, "epilogue staging fits");
-};
 
 template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool QK_FP8,
           bool PV_FP8>
@@ -49,54 +34,26 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
                                                float* __restrict__ lse, const FwdParams& p, int vt_stride) {
     using Cfg = Fp8Config<D, BM, BN, STAGES, WARPS>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    uint8_t* sQ = smem_raw;
-    uint8_t* sK = sQ + BM * D;
-    uint8_t* sV = sK + STAGES * BN * D; // Vᵀ tiles: D rows of BN bytes
-
-    const int q_tile = blockIdx.x;
-    const int h = blockIdx.y;
-    const int b = blockIdx.z;
+    const Fp8Block<OutT, D, BM, BN, STAGES, WARPS> blk(smem_raw, q, k, vt, p, vt_stride);
     const int tid = threadIdx.x;
     const int warp = tid >> 5;
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int t = lane & 3;
-    const int m0 = q_tile * BM;
+    const int m0 = blk.m0;
     const int warp_row0 = warp * 16;
-    const int kvh = h / p.group;
-    const int qh = b * p.q_heads + h;
-    const int kh = b * p.kv_heads + kvh;
-
-    const uint8_t* q_head = q + static_cast<int64_t>(qh) * p.q_len * D;
-    OutT* o_head = o + static_cast<int64_t>(qh) * p.q_len * D;
-    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(qh) * p.q_len;
-    const uint8_t* k_head = k + static_cast<int64_t>(kh) * p.kv_len * D;
-    const uint8_t* vt_head = vt + static_cast<int64_t>(kh) * D * vt_stride;
 
     // Descales. Converted operands carry 2^-8 each (fp8.cuh).
-    const float qk_descale = q_scale[qh] * k_scale[kh] * (QK_FP8 ? 1.f : kCvtScale * kCvtScale);
+    const float qk_descale = q_scale[blk.qh] * k_scale[blk.kh] * (QK_FP8 ? 1.f : kCvtScale * kCvtScale);
     const float scale_log2 = p.scale_log2 * qk_descale;
     constexpr float kLog2Gain = PV_FP8 ? 8.f : 0.f;
-    const float out_scale = v_scale[kh] * (PV_FP8 ? 1.f : kCvtScale);
+    const float out_scale = v_scale[blk.kh] * (PV_FP8 ? 1.f : kCvtScale);
 
     const int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
     const int lim_lo = visible_keys<CAUSAL>(m0 + warp_row0 + g, p);
     const int lim_hi = visible_keys<CAUSAL>(m0 + warp_row0 + g + 8, p);
     const int lim_block = visible_keys<CAUSAL>(m0, p);
-
-    auto load_kv = [&](int tile, int buf) {
-        const int key0 = tile * BN;
-        load_bytes_async<D, BN, Cfg::kThreads>(sK + buf * BN * D, k_head + static_cast<int64_t>(key0) * D, D,
-                                               p.kv_len - key0, tid);
-        // Vᵀ is padded to a multiple of BN keys: every row is in bounds.
-        load_bytes_async<BN, D, Cfg::kThreads>(sV + buf * BN * D, vt_head + key0, vt_stride, D, tid);
-    };
-    load_bytes_async<D, BM, Cfg::kThreads>(sQ, q_head + static_cast<int64_t>(m0) * D, D, p.q_len - m0, tid);
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < n_tiles) load_kv(s, s);
-        cp_async_commit();
-    }
+    blk.start(n_tiles, p, tid);
 
     // Q fragments, kept in registers: raw codes (k32 A layout) or widened to f16 (two k16
     // A operands per 32-byte slice).
@@ -109,7 +66,7 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
 
     for (int j = 0; j < n_tiles; ++j) {
         const int jn = j + STAGES - 1;
-        if (jn < n_tiles) load_kv(jn, jn % STAGES);
+        if (jn < n_tiles) blk.load_kv(jn, jn % STAGES, p, tid);
         cp_async_commit();
         cp_async_wait<STAGES - 1>();
         __syncthreads();
@@ -118,7 +75,7 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
 #pragma unroll
             for (int kk = 0; kk < Cfg::kKQ; ++kk) {
                 uint32_t r[4];
-                ldmatrix_x4(r, smem_addr(sQ + swz_bytes<D>(warp_row0 + (lane & 15), 2 * kk + (lane >> 4))));
+                ldmatrix_x4(r, smem_addr(blk.sQ + swz_bytes<D>(warp_row0 + (lane & 15), 2 * kk + (lane >> 4))));
                 if constexpr (QK_FP8) {
 #pragma unroll
                     for (int i = 0; i < 4; ++i) qf[kk][i] = r[i];
@@ -138,8 +95,8 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
             }
         }
 
-        const uint8_t* tK = sK + (j % STAGES) * BN * D;
-        const uint8_t* tV = sV + (j % STAGES) * BN * D;
+        const uint8_t* tK = blk.k_tile(j % STAGES);
+        const uint8_t* tV = blk.v_tile(j % STAGES);
         const int mi = lane >> 3;
 
         float acc_s[Cfg::kNT][4];
@@ -228,8 +185,8 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
     // LSE is computed from m in the scaled domain; remove the 2^8 gain P carried.
     softmax.m[0] -= kLog2Gain;
     softmax.m[1] -= kLog2Gain;
-    write_output<OutT, D, Cfg::kNO>(acc_o, softmax.m, softmax.l, reinterpret_cast<OutT*>(smem_raw), o_head,
-                                    lse_head, warp_row0, m0, p.q_len, lane, out_scale);
+    write_output<OutT, D, Cfg::kNO>(acc_o, softmax.m, softmax.l, reinterpret_cast<OutT*>(smem_raw), blk.o_head(o, p),
+                                    blk.lse_head(lse, p), warp_row0, m0, p.q_len, lane, out_scale);
 }
 
 } // namespace attn

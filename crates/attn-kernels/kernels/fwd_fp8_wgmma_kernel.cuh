@@ -20,8 +20,7 @@
 #pragma once
 #include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
 #include "epilogue.cuh"
-#include "fp8.cuh"
-#include "mask.cuh"
+#include "fp8_block.cuh"
 #include "wgmma.cuh"
 
 namespace attn {
@@ -35,65 +34,34 @@ __device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__
                                                      OutT* __restrict__ o, float* __restrict__ lse,
                                                      const FwdParams& p, int vt_stride) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(BM == 16 * WARPS && WARPS % 4 == 0, "warpgroups of 4 warps, 64 rows each");
-    constexpr int kThreads = WARPS * 32;
-    constexpr int kNT = BN / 8; // n-tiles of S
-    constexpr int kNO = D / 8;  // n-tiles of O
-    constexpr int kKQ = D / 32; // k32 slices of Q·Kᵀ
-    constexpr int kKP = BN / 32; // k32 slices of P·V
-    static_assert(BM * D * 2 <= BM * D + 2 * STAGES * BN * D, "epilogue staging fits");
+    using Cfg = Fp8Config<D, BM, BN, STAGES, WARPS>;
+    static_assert(WARPS % 4 == 0, "warpgroups of 4 warps, 64 rows each");
+    constexpr int kNT = Cfg::kNT;
+    constexpr int kNO = Cfg::kNO;
 
     // wgmma's swizzle is a function of the address: tiles start on 1024-byte boundaries (the
     // launcher allocates 1 KiB of slack; every tile size is a multiple of 1 KiB).
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char* base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-    uint8_t* sQ = base;
-    uint8_t* sK = sQ + BM * D;
-    uint8_t* sV = sK + STAGES * BN * D; // Vᵀ tiles: D rows of BN bytes
-
-    const int q_tile = blockIdx.x;
-    const int h = blockIdx.y;
-    const int b = blockIdx.z;
+    const Fp8Block<OutT, D, BM, BN, STAGES, WARPS> blk(base, q, k, vt, p, vt_stride);
     const int tid = threadIdx.x;
     const int warp = tid >> 5;
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int t = lane & 3;
     const int wg = warp >> 2;
-    const int m0 = q_tile * BM;
+    const int m0 = blk.m0;
     const int warp_row0 = warp * 16;
-    const int kvh = h / p.group;
-    const int qh = b * p.q_heads + h;
-    const int kh = b * p.kv_heads + kvh;
 
-    const uint8_t* q_head = q + static_cast<int64_t>(qh) * p.q_len * D;
-    OutT* o_head = o + static_cast<int64_t>(qh) * p.q_len * D;
-    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(qh) * p.q_len;
-    const uint8_t* k_head = k + static_cast<int64_t>(kh) * p.kv_len * D;
-    const uint8_t* vt_head = vt + static_cast<int64_t>(kh) * D * vt_stride;
-
-    const float scale_log2 = p.scale_log2 * q_scale[qh] * k_scale[kh];
+    const float scale_log2 = p.scale_log2 * q_scale[blk.qh] * k_scale[blk.kh];
     constexpr float kLog2Gain = 8.f;
-    const float out_scale = v_scale[kh];
+    const float out_scale = v_scale[blk.kh];
 
     const int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
     const int lim_block = visible_keys<CAUSAL>(m0, p);
+    blk.start(n_tiles, p, tid);
 
-    auto load_kv = [&](int tile, int buf) {
-        const int key0 = tile * BN;
-        load_bytes_async<D, BN, kThreads>(sK + buf * BN * D, k_head + static_cast<int64_t>(key0) * D, D,
-                                          p.kv_len - key0, tid);
-        // Vᵀ is padded to a multiple of BN keys: every row is in bounds.
-        load_bytes_async<BN, D, kThreads>(sV + buf * BN * D, vt_head + key0, vt_stride, D, tid);
-    };
-    load_bytes_async<D, BM, kThreads>(sQ, q_head + static_cast<int64_t>(m0) * D, D, p.q_len - m0, tid);
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < n_tiles) load_kv(s, s);
-        cp_async_commit();
-    }
-
-    const uint64_t desc_q = wgmma_desc<D>(smem_addr(sQ + wg * 64 * D));
+    const uint64_t desc_q = wgmma_desc<D>(smem_addr(blk.sQ + wg * 64 * D));
     float acc_o[kNO][4];
 #pragma unroll
     for (int n = 0; n < kNO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
@@ -102,19 +70,19 @@ __device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__
 
     for (int j = 0; j < n_tiles; ++j) {
         const int jn = j + STAGES - 1;
-        if (jn < n_tiles) load_kv(jn, jn % STAGES);
+        if (jn < n_tiles) blk.load_kv(jn, jn % STAGES, p, tid);
         cp_async_commit();
         cp_async_wait<STAGES - 1>();
         fence_proxy_async_smem();
         __syncthreads();
 
-        const uint64_t desc_k = wgmma_desc<D>(smem_addr(sK + (j % STAGES) * BN * D));
-        const uint64_t desc_v = wgmma_desc<BN>(smem_addr(sV + (j % STAGES) * BN * D));
+        const uint64_t desc_k = wgmma_desc<D>(smem_addr(blk.k_tile(j % STAGES)));
+        const uint64_t desc_v = wgmma_desc<BN>(smem_addr(blk.v_tile(j % STAGES)));
 
         float acc_s[kNT][4];
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kKQ; ++kk) wgmma_e4m3_ss<BN>(acc_s, desc_q + 2 * kk, desc_k + 2 * kk, kk > 0);
+        for (int kk = 0; kk < Cfg::kKQ; ++kk) wgmma_e4m3_ss<BN>(acc_s, desc_q + 2 * kk, desc_k + 2 * kk, kk > 0);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(acc_s);
@@ -131,9 +99,9 @@ __device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__
 
         // P as k32 A operands (see fwd_fp8_kernel.cuh: Vᵀ's key permutation makes the values
         // this thread holds the operand it needs).
-        uint32_t pa[kKP][4];
+        uint32_t pa[Cfg::kKP][4];
 #pragma unroll
-        for (int kk = 0; kk < kKP; ++kk) {
+        for (int kk = 0; kk < Cfg::kKP; ++kk) {
             const float(&s0)[4] = acc_s[4 * kk];
             const float(&s1)[4] = acc_s[4 * kk + 1];
             const float(&s2)[4] = acc_s[4 * kk + 2];
@@ -147,7 +115,7 @@ __device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__
         wgmma_fence_operands(acc_o);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kKP; ++kk) wgmma_e4m3_rs<D>(acc_o, pa[kk], desc_v + 2 * kk);
+        for (int kk = 0; kk < Cfg::kKP; ++kk) wgmma_e4m3_rs<D>(acc_o, pa[kk], desc_v + 2 * kk);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(acc_o);
@@ -159,7 +127,7 @@ __device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__
     // LSE is computed from m in the scaled domain; remove the 2^8 gain P carried.
     softmax.m[0] -= kLog2Gain;
     softmax.m[1] -= kLog2Gain;
-    write_output<OutT, D, kNO>(acc_o, softmax.m, softmax.l, reinterpret_cast<OutT*>(base), o_head, lse_head,
+    write_output<OutT, D, kNO>(acc_o, softmax.m, softmax.l, reinterpret_cast<OutT*>(base), blk.o_head(o, p), blk.lse_head(lse, p),
                                warp_row0, m0, p.q_len, lane, out_scale);
 #else
     __trap(); // the `wgmma` entry points exist only in sm_90a cubins

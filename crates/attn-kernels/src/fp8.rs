@@ -49,7 +49,7 @@ impl Fp8Variant {
         Fp8Variant::Cvt,
     ];
 
-    /// The entry-point suffix (`fp8`, `p16`, `cvt`).
+    /// The entry-point suffix (`wgmma`, `fp8`, `p16`, `cvt`).
     pub fn as_str(self) -> &'static str {
         match self {
             Fp8Variant::Fp8 => "fp8",
@@ -178,9 +178,9 @@ pub fn fp8_transpose_name(head_dim: usize) -> String {
 /// The default FP8 config for a variant.
 ///
 /// `wgmma`: 64 query rows (one warpgroup) per CTA, always. Its MMAs and softmax do not
-/// overlap inside a warpgroup, so independent co-resident CTAs (three per SM at 148
-/// registers and 73 KiB) are what keeps the tensor cores busy: on the H200 it beat
-/// 128-row CTAs by 9 % on both benchmark shapes (docs/PERF.md). The mma.sync variants: 128
+/// overlap inside a warpgroup, so independent co-resident CTAs (three per SM: at most 168
+/// registers, 73 KiB) are what keeps the tensor cores busy: on the H200 it beat 128-row CTAs
+/// by 9 % before, and 14-17 % after, the register cap (docs/PERF.md). The mma.sync variants: 128
 /// rows per CTA, unless that leaves most SMs idle.
 pub fn choose_fp8_config(problem: &Problem, sm_count: usize, variant: Fp8Variant) -> KernelConfig {
     let s = problem.shape();
