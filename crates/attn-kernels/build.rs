@@ -1,6 +1,11 @@
-//! Compiles every kernel unit (`kernels/units/*.cu`) into one cubin per arch with nvcc and
-//! embeds them (DESIGN.md §5). Without nvcc the crate still builds: the generated table is
-//! empty and every launch returns `KernelError::KernelsNotBuilt`.
+//! Generates one CUDA compile unit per catalog entry (`src/catalog.rs`: family, arch, dtype,
+//! head-dim bucket), compiles each with nvcc for its own arch only, and embeds the cubins
+//! and their ptxas reports. Without nvcc the crate still builds: the generated table is empty
+//! and every launch returns `KernelError::KernelsNotBuilt`.
+//!
+//! Development filters (CI and the bundle build everything they are asked for):
+//! `ATTN_CUDA_ARCHS=90a` (archs, `;` or `,` separated) and `ATTN_HEAD_DIMS=128` (head-dim
+//! buckets).
 
 use std::{
     env, fs,
@@ -13,10 +18,16 @@ use std::{
 #[allow(dead_code)]
 mod nvcc;
 
+#[path = "src/catalog.rs"]
+#[allow(dead_code)]
+mod catalog;
+
 struct Job {
     unit: String,
-    arch: String,
+    arch: &'static str,
     debug: bool,
+    /// Rough compile cost, to start the longest jobs first.
+    cost: usize,
     src: PathBuf,
     out: PathBuf,
     log: PathBuf,
@@ -30,19 +41,37 @@ fn main() {
     let workspace_root = manifest.join("../..");
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-changed=build/nvcc.rs");
-    for var in ["NVCC", "CUDA_HOME", "CUDA_PATH", "ATTN_CUDA_ARCHS"] {
+    println!("cargo:rerun-if-changed=src/catalog.rs");
+    for var in [
+        "NVCC",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "ATTN_CUDA_ARCHS",
+        "ATTN_HEAD_DIMS",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let debug = env::var_os("CARGO_FEATURE_DEBUG_KERNELS").is_some();
-    let archs = nvcc::parse_archs(
+    let mut archs = Vec::new();
+    for a in nvcc::parse_archs(
         &env::var("ATTN_CUDA_ARCHS").unwrap_or_else(|_| nvcc::DEFAULT_ARCHS.to_string()),
-    );
-
-    let mut units: Vec<PathBuf> = fs::read_dir(kernels.join("units"))
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    units.retain(|p| p.extension().is_some_and(|e| e == "cu"));
-    units.sort();
+    ) {
+        match catalog::Arch::parse(&a) {
+            Some(arch) => archs.push(arch),
+            None => panic!("ATTN_CUDA_ARCHS: unknown arch `{a}` (known: 80, 89, 90a)"),
+        }
+    }
+    let head_dims: Vec<usize> = env::var("ATTN_HEAD_DIMS")
+        .unwrap_or_default()
+        .split([';', ','])
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("ATTN_HEAD_DIMS: `{s}` is not a number"))
+        })
+        .collect();
+    let units = catalog::units(&archs, &head_dims);
 
     let generated = out_dir.join("cubins.rs");
     let Some(nvcc_path) = nvcc::find_nvcc(&workspace_root) else {
@@ -60,33 +89,42 @@ fn main() {
 
     let ptxas_dir = out_dir.join("ptxas");
     let cubin_dir = out_dir.join("cubins");
-    fs::create_dir_all(&ptxas_dir).expect("create OUT_DIR/ptxas");
-    fs::create_dir_all(&cubin_dir).expect("create OUT_DIR/cubins");
+    let src_dir = out_dir.join("units");
+    for d in [&ptxas_dir, &cubin_dir, &src_dir] {
+        fs::create_dir_all(d).expect("create OUT_DIR subdirectory");
+    }
 
     let mut jobs = Vec::new();
     for unit in &units {
-        let stem = unit
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("unit")
-            .to_string();
-        for arch in &archs {
-            for dbg in [false, true] {
-                if dbg && !debug {
-                    continue;
-                }
-                let tag = if dbg { "debug" } else { "release" };
-                jobs.push(Job {
-                    unit: stem.clone(),
-                    arch: arch.clone(),
-                    debug: dbg,
-                    src: unit.clone(),
-                    out: cubin_dir.join(format!("{stem}.sm_{arch}.{tag}.cubin")),
-                    log: ptxas_dir.join(format!("{stem}.sm_{arch}.{tag}.log")),
-                });
+        let stem = unit.name();
+        let arch = unit.arch.nvcc_name();
+        for dbg in [false, true] {
+            if dbg && !debug {
+                continue;
             }
+            let Some(source) = catalog::unit_source(unit, dbg) else {
+                continue;
+            };
+            let tag = if dbg { "debug" } else { "release" };
+            let cost = source.lines().count() * unit.head_dim.max(64) * if dbg { 15 } else { 1 };
+            let src = src_dir.join(format!("{stem}.{tag}.cu"));
+            // Rewritten only when changed, so nvcc's inputs keep their timestamps.
+            if fs::read_to_string(&src).ok().as_deref() != Some(source.as_str()) {
+                fs::write(&src, source).expect("write a generated unit");
+            }
+            jobs.push(Job {
+                unit: stem.clone(),
+                arch,
+                debug: dbg,
+                cost,
+                src,
+                out: cubin_dir.join(format!("{stem}.sm_{arch}.{tag}.cubin")),
+                log: ptxas_dir.join(format!("{stem}.sm_{arch}.{tag}.log")),
+            });
         }
     }
+    // Longest first, so that the last job to finish is a short one.
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.cost));
 
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
@@ -122,7 +160,7 @@ fn compile(nvcc_path: &Path, include: &Path, job: &Job) -> Result<(), String> {
             &nvcc::RELEASE_FLAGS[..]
         })
         .arg("-gencode")
-        .arg(nvcc::gencode(&job.arch))
+        .arg(nvcc::gencode(job.arch))
         .arg("-I")
         .arg(include)
         .arg(&job.src)

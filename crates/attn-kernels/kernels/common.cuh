@@ -21,7 +21,21 @@ struct FwdParams {
     float scale_log2; // softmax scale * log2(e): the softmax runs in base 2 (exp2 is one MUFU op)
     float scale;      // softmax scale, for debug dumps in the natural-log domain
     int n_splits;     // split-KV kernels: key splits per query block (grid.x = q_tiles * n_splits)
+    int head_dim;     // the problem's D; the kernel's bucket may be larger (columns past D are
+                      // zero-filled on load and skipped on store)
+    // Element strides (batch, head, row) of each tensor; the last dim is contiguous. Any
+    // layout: [B,H,S,D], [B,S,H,D], views into a larger KV cache.
+    int64_t q_stride[3];
+    int64_t k_stride[3];
+    int64_t v_stride[3];
+    int64_t o_stride[3];
 };
+
+// Start of head h of batch b in a tensor with strides `st` (batch, head, row).
+template <typename T>
+__device__ __forceinline__ T* head_ptr(T* base, const int64_t (&st)[3], int b, int h) {
+    return base + static_cast<int64_t>(b) * st[0] + static_cast<int64_t>(h) * st[1];
+}
 
 constexpr float kLn2 = 0.693147180559945309f;
 

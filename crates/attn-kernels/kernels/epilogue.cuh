@@ -6,12 +6,14 @@
 
 namespace attn {
 
-template <typename T, int D, int NO>
+// PITCH: the staging tile's row pitch (elements); NO = DK / 8 n-tiles of the accumulator, of
+// which the first d_chunks columns of 8 are stored to rows of stride o_row_stride.
+template <typename T, int PITCH, int NO>
 __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)[2],
                                              const float (&l_partial)[2], T* q_tile_smem,
                                              T* __restrict__ o_head, float* __restrict__ lse_head,
                                              int warp_row0, int q_row0, int q_len, int lane,
-                                             float out_scale = 1.f) {
+                                             int64_t o_row_stride, int d_chunks, float out_scale = 1.f) {
     const int g = lane >> 2;
     const int t = lane & 3;
 #pragma unroll
@@ -27,18 +29,18 @@ __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)
 #pragma unroll
         for (int n = 0; n < NO; ++n) {
             const uint32_t packed = StorageTraits<T>::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-            *reinterpret_cast<uint32_t*>(q_tile_smem + swz<D>(row, n) + 2 * t) = packed;
+            *reinterpret_cast<uint32_t*>(q_tile_smem + swz<PITCH>(row, n) + 2 * t) = packed;
         }
     }
     __syncwarp();
-    constexpr int kChunksPerRow = D / 8;
+    constexpr int kChunksPerRow = NO;
 #pragma unroll
     for (int i = lane; i < 16 * kChunksPerRow; i += 32) {
         const int row = warp_row0 + i / kChunksPerRow;
         const int c = i % kChunksPerRow;
-        if (q_row0 + row < q_len) {
-            const uint4 v = *reinterpret_cast<const uint4*>(q_tile_smem + swz<D>(row, c));
-            *reinterpret_cast<uint4*>(o_head + static_cast<int64_t>(q_row0 + row) * D + c * 8) = v;
+        if (q_row0 + row < q_len && c < d_chunks) {
+            const uint4 v = *reinterpret_cast<const uint4*>(q_tile_smem + swz<PITCH>(row, c));
+            *reinterpret_cast<uint4*>(o_head + static_cast<int64_t>(q_row0 + row) * o_row_stride + c * 8) = v;
         }
     }
 }

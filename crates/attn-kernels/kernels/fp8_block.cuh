@@ -44,8 +44,8 @@ template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS> struct Fp
         m0 = blockIdx.x * BM;
         qh = blockIdx.z * p.q_heads + blockIdx.y;
         kh = blockIdx.z * p.kv_heads + blockIdx.y / p.group;
-        q_head = q + static_cast<int64_t>(qh) * p.q_len * D;
-        k_head = k + static_cast<int64_t>(kh) * p.kv_len * D;
+        q_head = head_ptr(q, p.q_stride, blockIdx.z, blockIdx.y);
+        k_head = head_ptr(k, p.k_stride, blockIdx.z, blockIdx.y / p.group);
         vt_head = vt + static_cast<int64_t>(kh) * D * vt_stride;
     }
 
@@ -54,7 +54,7 @@ template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS> struct Fp
         return sQ + BM * D + STAGES * BN * D + buf * BN * D;
     }
     __device__ __forceinline__ OutT* o_head(OutT* o, const FwdParams& p) const {
-        return o + static_cast<int64_t>(qh) * p.q_len * D;
+        return head_ptr(o, p.o_stride, blockIdx.z, blockIdx.y);
     }
     // Null when no LSE is written.
     __device__ __forceinline__ float* lse_head(float* lse, const FwdParams& p) const {
@@ -65,7 +65,7 @@ template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS> struct Fp
     // one of its rows is in bounds.
     __device__ __forceinline__ void load_kv(int tile, int buf, const FwdParams& p, int tid) const {
         const int key0 = tile * BN;
-        load_bytes_async<D, BN, Cfg::kThreads>(k_tile(buf), k_head + static_cast<int64_t>(key0) * D, D,
+        load_bytes_async<D, BN, Cfg::kThreads>(k_tile(buf), k_head + key0 * p.k_stride[2], p.k_stride[2],
                                                p.kv_len - key0, tid);
         load_bytes_async<BN, D, Cfg::kThreads>(v_tile(buf), vt_head + key0, vt_stride, D, tid);
     }
@@ -73,7 +73,7 @@ template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS> struct Fp
     // Issues the Q tile and the first STAGES - 1 K/Vᵀ tiles, one cp.async group per stage
     // (the Q tile rides in the first).
     __device__ __forceinline__ void start(int n_tiles, const FwdParams& p, int tid) const {
-        load_bytes_async<D, BM, Cfg::kThreads>(sQ, q_head + static_cast<int64_t>(m0) * D, D, p.q_len - m0, tid);
+        load_bytes_async<D, BM, Cfg::kThreads>(sQ, q_head + m0 * p.q_stride[2], p.q_stride[2], p.q_len - m0, tid);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (s < n_tiles) load_kv(s, s, p, tid);

@@ -24,20 +24,22 @@ __host__ __device__ constexpr int fp8_key_of_slot(int j) {
 
 constexpr int kVtKeys = 64; // keys per CTA of the transpose
 
-// grid (kv_pad / 64, B·H_kv); 256 threads. v: [B·H_kv, kv_len, D]; vt: [B·H_kv, D, kv_pad].
+// grid (kv_pad / 64, B·H_kv); 256 threads. v: head (b, h) at b·stride[0] + h·stride[1], rows
+// stride[2] apart (any layout); vt: [B·H_kv, D, kv_pad].
 template <int D>
 __device__ __forceinline__ void fp8_v_transpose(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt,
-                                                int kv_len, int kv_pad) {
+                                                int kv_len, int kv_pad, int kv_heads, int64_t batch_stride,
+                                                int64_t head_stride, int64_t row_stride) {
     __shared__ __align__(16) uint8_t tile[kVtKeys][D + 4];
     const int key0 = blockIdx.x * kVtKeys;
     const int64_t bh = blockIdx.y;
-    const uint8_t* src = v + bh * kv_len * D;
+    const uint8_t* src = v + (bh / kv_heads) * batch_stride + (bh % kv_heads) * head_stride;
     constexpr int kChunksPerRow = D / 16;
     for (int i = threadIdx.x; i < kVtKeys * kChunksPerRow; i += blockDim.x) {
         const int r = i / kChunksPerRow, c = i % kChunksPerRow;
         const int key = key0 + r;
         uint4 x = make_uint4(0, 0, 0, 0);
-        if (key < kv_len) x = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(key) * D + c * 16);
+        if (key < kv_len) x = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(key) * row_stride + c * 16);
         const uint32_t w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) *reinterpret_cast<uint32_t*>(&tile[r][c * 16 + 4 * j]) = w[j];
@@ -60,9 +62,10 @@ __device__ __forceinline__ void fp8_v_transpose(const uint8_t* __restrict__ v, u
 
 } // namespace attn
 
-#define ATTN_FP8_V_TRANSPOSE_ENTRY(D)                                                             \
-    extern "C" __global__ void __launch_bounds__(256)                                             \
-        attn_fp8_v_transpose_d##D(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt,       \
-                                  int kv_len, int kv_pad) {                                       \
-        attn::fp8_v_transpose<D>(v, vt, kv_len, kv_pad);                                          \
+#define ATTN_FP8_V_TRANSPOSE_ENTRY(NAME, D)                                                         \
+    extern "C" __global__ void __launch_bounds__(256)                                               \
+        NAME(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt, int kv_len, int kv_pad,       \
+             int kv_heads, int64_t batch_stride, int64_t head_stride, int64_t row_stride) {         \
+        attn::fp8_v_transpose<D>(v, vt, kv_len, kv_pad, kv_heads, batch_stride, head_stride,        \
+                                 row_stride);                                                       \
     }

@@ -186,76 +186,38 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
     softmax.m[0] -= kLog2Gain;
     softmax.m[1] -= kLog2Gain;
     write_output<OutT, D, Cfg::kNO>(acc_o, softmax.m, softmax.l, reinterpret_cast<OutT*>(smem_raw), blk.o_head(o, p),
-                                    blk.lse_head(lse, p), warp_row0, m0, p.q_len, lane, out_scale);
+                                    blk.lse_head(lse, p), warp_row0, m0, p.q_len, lane, p.o_stride[2], D / 8, out_scale);
 }
 
 } // namespace attn
 
-// Entry points: attn_fp8_<out>_d<D>_bm<BM>_bn<BN>_w<W>_s<ST>_<full|causal>_<variant>, with
-// variant fp8 (both MMAs FP8 mma.sync), p16 (P·V in f16), cvt (no FP8 hardware: the sm_80
-// path) or wgmma (both MMAs FP8 on Hopper's warpgroup MMA, fwd_fp8_wgmma_kernel.cuh).
-// src/fp8.rs (`fp8_kernel_name`) builds the same names.
-#define ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, MODE, VARIANT, CALL)                         \
-    extern "C" __global__ void ATTN_FP8_BOUNDS_##VARIANT(W)                                      \
-        attn_fp8_##ONAME##_d##D##_bm##BM##_bn##BN##_w##W##_s##ST##_##MODE##_##VARIANT(             \
-            const uint8_t* __restrict__ q, const uint8_t* __restrict__ k,                          \
-            const uint8_t* __restrict__ vt, const float* __restrict__ q_scale,                     \
-            const float* __restrict__ k_scale, const float* __restrict__ v_scale,                  \
-            OutT* __restrict__ o, float* __restrict__ lse, const attn::FwdParams p,                \
-            int vt_stride) {                                                                       \
-        CALL(q, k, vt, q_scale, k_scale, v_scale, o, lse, p, vt_stride);                           \
+// Entry points, one per (out type, D, config, mask, variant), named by src/catalog.rs (which
+// generates the instantiation lines): fp8 (both MMAs FP8 mma.sync), p16 (P·V in f16), cvt
+// (no FP8 hardware: the sm_80 path) or wgmma (both MMAs FP8 on Hopper's warpgroup MMA,
+// fwd_fp8_wgmma_kernel.cuh). The catalog instantiates each variant only for the archs that
+// have its instructions.
+#define ATTN_FP8_ENTRY(NAME, BOUNDS, OutT, CALL)                                                 \
+    extern "C" __global__ void BOUNDS NAME(                                                      \
+        const uint8_t* __restrict__ q, const uint8_t* __restrict__ k,                            \
+        const uint8_t* __restrict__ vt, const float* __restrict__ q_scale,                       \
+        const float* __restrict__ k_scale, const float* __restrict__ v_scale,                    \
+        OutT* __restrict__ o, float* __restrict__ lse, const attn::FwdParams p, int vt_stride) { \
+        CALL(q, k, vt, q_scale, k_scale, v_scale, o, lse, p, vt_stride);                         \
     }
-
-#define ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, VARIANT, QK8, PV8)                       \
-    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, full, VARIANT,                                 \
-                   (attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, false, QK8, PV8>))              \
-    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, causal, VARIANT,                               \
-                   (attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, true, QK8, PV8>))
-
-// Occupancy hint per entry: the one-warpgroup wgmma CTAs rely on co-resident CTAs to overlap
-// one CTA's softmax with another's MMAs, so they are held to 168 registers (3 CTAs of 128
-// threads per SM: 3 · 4 warps · 168 · 32 ≤ 64 Ki); everything else leaves ptxas free.
-#define ATTN_FP8_BOUNDS_fp8(W) __launch_bounds__(W * 32)
-#define ATTN_FP8_BOUNDS_p16(W) __launch_bounds__(W * 32)
-#define ATTN_FP8_BOUNDS_cvt(W) __launch_bounds__(W * 32)
-#define ATTN_FP8_BOUNDS_wgmma(W) ATTN_FP8_WGMMA_BOUNDS_##W
+#define ATTN_FP8_ENTRY_FP8(NAME, OutT, D, BM, BN, ST, W, CAUSAL) \
+    ATTN_FP8_ENTRY(NAME, __launch_bounds__(W * 32), OutT,        \
+                   (attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, CAUSAL, true, true>))
+#define ATTN_FP8_ENTRY_P16(NAME, OutT, D, BM, BN, ST, W, CAUSAL) \
+    ATTN_FP8_ENTRY(NAME, __launch_bounds__(W * 32), OutT,        \
+                   (attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, CAUSAL, true, false>))
+#define ATTN_FP8_ENTRY_CVT(NAME, OutT, D, BM, BN, ST, W, CAUSAL) \
+    ATTN_FP8_ENTRY(NAME, __launch_bounds__(W * 32), OutT,        \
+                   (attn::fwd_fp8_kernel<OutT, D, BM, BN, ST, W, CAUSAL, false, false>))
+// The one-warpgroup wgmma CTAs rely on co-resident CTAs to overlap one CTA's softmax with
+// another's MMAs, so they are held to 168 registers (3 CTAs of 128 threads per SM:
+// 3 · 4 warps · 168 · 32 ≤ 64 Ki); eight-warp CTAs leave ptxas free.
 #define ATTN_FP8_WGMMA_BOUNDS_4 __launch_bounds__(128, 3)
 #define ATTN_FP8_WGMMA_BOUNDS_8 __launch_bounds__(256)
-
-// The wgmma variant: sm_90a cubins only (wgmma is an arch-specific feature).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define ATTN_FP8_WGMMA(ONAME, OutT, D, BM, BN, ST, W)                                             \
-    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, full, wgmma,                                   \
-                   (attn::fwd_fp8_wgmma_kernel<OutT, D, BM, BN, ST, W, false>))                  \
-    ATTN_FP8_ENTRY(ONAME, OutT, D, BM, BN, ST, W, causal, wgmma,                                 \
-                   (attn::fwd_fp8_wgmma_kernel<OutT, D, BM, BN, ST, W, true>))
-#else
-#define ATTN_FP8_WGMMA(ONAME, OutT, D, BM, BN, ST, W)
-#endif
-
-// FP8 MMA variants exist only where the hardware does (sm_89+); cvt everywhere.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
-#define ATTN_FP8_NATIVE(ONAME, OutT, D, BM, BN, ST, W)
-#else
-#define ATTN_FP8_NATIVE(ONAME, OutT, D, BM, BN, ST, W)                   \
-    ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, fp8, true, true)     \
-    ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, p16, true, false)    \
-    ATTN_FP8_WGMMA(ONAME, OutT, D, BM, BN, ST, W)
-#endif
-
-// The debug build (tile dumps) has no FP8 entry points: the unit compiles to an empty cubin.
-#ifdef ATTN_DEBUG
-#define ATTN_FP8_CONFIG(ONAME, OutT, D, BM, BN, ST, W)
-#else
-#define ATTN_FP8_CONFIG(ONAME, OutT, D, BM, BN, ST, W)                     \
-    ATTN_FP8_NATIVE(ONAME, OutT, D, BM, BN, ST, W)                         \
-    ATTN_FP8_VARIANT(ONAME, OutT, D, BM, BN, ST, W, cvt, false, false)
-#endif
-
-// The FP8 configs (BLOCK_M, BLOCK_N, stages, warps): 16 rows per warp; src/fp8.rs:
-// FP8_CONFIGS holds the same list.
-#define ATTN_FP8_CONFIGS(ONAME, OutT, D)                \
-    ATTN_FP8_CONFIG(ONAME, OutT, D, 128, 128, 2, 8)     \
-    ATTN_FP8_CONFIG(ONAME, OutT, D, 128, 128, 3, 8)     \
-    ATTN_FP8_CONFIG(ONAME, OutT, D, 64, 128, 2, 4)      \
-    ATTN_FP8_CONFIG(ONAME, OutT, D, 128, 64, 2, 8)
+#define ATTN_FP8_ENTRY_WGMMA(NAME, OutT, D, BM, BN, ST, W, CAUSAL) \
+    ATTN_FP8_ENTRY(NAME, ATTN_FP8_WGMMA_BOUNDS_##W, OutT,          \
+                   (attn::fwd_fp8_wgmma_kernel<OutT, D, BM, BN, ST, W, CAUSAL>))

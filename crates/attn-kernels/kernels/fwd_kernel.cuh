@@ -14,30 +14,36 @@
 
 namespace attn {
 
-template <typename T, int D, int BM, int BN, int STAGES, int WARPS>
+// DK: the head-dim bucket the kernel is specialized for (a multiple of 32); the problem's own
+// D ≤ DK is a runtime scalar (p.head_dim): columns past it are zero-filled on load and never
+// stored, so one kernel serves every D of its bucket without host copies.
+template <typename T, int DK, int BM, int BN, int STAGES, int WARPS>
 struct FwdConfig {
     static constexpr int kWarps = WARPS;
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kMT = BM / (16 * WARPS); // m16 tiles per warp: 1 or 2 (FA2 uses 2)
     static constexpr int kRowsPerWarp = 16 * kMT;
     static constexpr int kNT = BN / 8;   // n-tiles of S per m-tile
-    static constexpr int kNO = D / 8;    // n-tiles of O per m-tile
-    static constexpr int kKQ = D / 16;   // k-steps of Q·Kᵀ
+    static constexpr int kNO = DK / 8;   // n-tiles of O per m-tile
+    static constexpr int kKQ = DK / 16;  // k-steps of Q·Kᵀ
+    static constexpr int kPitch = smem_pitch<DK>(); // shared-memory row pitch (elements)
     static constexpr int kKP = BN / 16;  // k-steps of P·V
     // With one m-tile per warp Q stays in registers; with two, each K/V fragment loaded from
     // shared memory feeds two MMAs (half the ldmatrix traffic per flop) and Q is re-read
-    // from shared memory instead, which keeps the register count under 255.
-    static constexpr bool kQInRegs = kMT == 1;
-    static constexpr int kSmemElems = BM * D + 2 * STAGES * BN * D;
+    // from shared memory instead, which keeps the register count under 255. Above D = 128
+    // the O accumulator alone takes DK/2 registers, so Q is re-read there too (as
+    // FlashAttention-2 does for every head dim).
+    static constexpr bool kQInRegs = kMT == 1 && DK <= 128;
+    static constexpr int kSmemElems = (BM + 2 * STAGES * BN) * kPitch;
     static constexpr int kSmemBytes = kSmemElems * 2;
     static_assert(BM % (16 * WARPS) == 0 && (kMT == 1 || kMT == 2), "BM = 16 or 32 rows per warp");
-    static_assert(BN % 16 == 0 && D % 64 == 0, "tile sizes");
+    static_assert(BN % 16 == 0 && DK % 32 == 0 && DK <= 256, "tile sizes");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
 };
 
 // SPLIT: the key range of a query block is split over p.n_splits CTAs (flash-decoding's
 // split-KV, Dao et al. 2023), for grids too small to fill the chip; see split_combine.cuh.
-template <typename T, int D, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool BREAK_RESCALE,
+template <typename T, int DK, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool BREAK_RESCALE,
           bool SPLIT>
 __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                            const T* __restrict__ v, T* __restrict__ o,
@@ -45,12 +51,13 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
                                            const int* __restrict__ dump_tiles, float* __restrict__ ws_o,
                                            float* __restrict__ ws_ml, unsigned int* __restrict__ counters,
                                            const FwdParams& p) {
-    using Cfg = FwdConfig<T, D, BM, BN, STAGES, WARPS>;
+    using Cfg = FwdConfig<T, DK, BM, BN, STAGES, WARPS>;
     constexpr int MT = Cfg::kMT;
+    constexpr int DP = Cfg::kPitch;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T* sQ = reinterpret_cast<T*>(smem_raw);
-    T* sK = sQ + BM * D;
-    T* sV = sK + STAGES * BN * D;
+    T* sK = sQ + BM * DP;
+    T* sV = sK + STAGES * BN * DP;
 
     const int q_tile = SPLIT ? blockIdx.x / p.n_splits : blockIdx.x;
     const int split = SPLIT ? blockIdx.x % p.n_splits : 0;
@@ -65,11 +72,12 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     const int warp_row0 = warp * Cfg::kRowsPerWarp;
     const int kvh = h / p.group;
 
-    const T* q_head = q + static_cast<int64_t>(b * p.q_heads + h) * p.q_len * D;
-    T* o_head = o + static_cast<int64_t>(b * p.q_heads + h) * p.q_len * D;
+    const T* q_head = head_ptr(q, p.q_stride, b, h);
+    T* o_head = head_ptr(o, p.o_stride, b, h);
     float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
-    const T* k_head = k + static_cast<int64_t>(b * p.kv_heads + kvh) * p.kv_len * D;
-    const T* v_head = v + static_cast<int64_t>(b * p.kv_heads + kvh) * p.kv_len * D;
+    const T* k_head = head_ptr(k, p.k_stride, b, kvh);
+    const T* v_head = head_ptr(v, p.v_stride, b, kvh);
+    const int d_chunks = p.head_dim >> 3;
 
 #ifdef ATTN_DEBUG
     const int slot = dump == nullptr ? -1 : dump_slot<BM, BN>(p, dump_tiles, b, h, q_tile);
@@ -95,14 +103,16 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 
     // Prologue: Q and the first STAGES-1 K/V tiles. One commit group per tile, always
     // committed (possibly empty) so that wait_group counts stay uniform.
-    load_tile_async<T, D, BM, Cfg::kThreads>(sQ, q_head, m0, p.q_len, tid);
+    load_tile_async<T, DK, BM, Cfg::kThreads>(sQ, q_head, m0, p.q_len, p.q_stride[2], d_chunks, tid);
+    auto load_kv = [&](int buf, int key0) {
+        load_tile_async<T, DK, BN, Cfg::kThreads>(sK + buf * BN * DP, k_head, key0, p.kv_len, p.k_stride[2],
+                                                  d_chunks, tid);
+        load_tile_async<T, DK, BN, Cfg::kThreads>(sV + buf * BN * DP, v_head, key0, p.kv_len, p.v_stride[2],
+                                                  d_chunks, tid);
+    };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < n_tiles) {
-            const int key0 = (t_begin + s) * BN;
-            load_tile_async<T, D, BN, Cfg::kThreads>(sK + s * BN * D, k_head, key0, p.kv_len, tid);
-            load_tile_async<T, D, BN, Cfg::kThreads>(sV + s * BN * D, v_head, key0, p.kv_len, tid);
-        }
+        if (s < n_tiles) load_kv(s, (t_begin + s) * BN);
         cp_async_commit();
     }
 
@@ -110,7 +120,7 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     auto load_q = [&](uint32_t (&frag)[4], int mt, int kk) {
         const int row = warp_row0 + mt * 16 + (lane & 15);
         const int chunk = 2 * kk + (lane >> 4);
-        ldmatrix_x4(frag, smem_addr(sQ + swz<D>(row, chunk)));
+        ldmatrix_x4(frag, smem_addr(sQ + swz<DP>(row, chunk)));
     };
     uint32_t qf[Cfg::kQInRegs ? Cfg::kKQ : 1][4];
     float acc_o[MT][Cfg::kNO][4];
@@ -124,12 +134,7 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 
     for (int j = 0; j < n_tiles; ++j) {
         const int jn = j + STAGES - 1;
-        if (jn < n_tiles) {
-            const int buf = jn % STAGES;
-            const int key0 = (t_begin + jn) * BN;
-            load_tile_async<T, D, BN, Cfg::kThreads>(sK + buf * BN * D, k_head, key0, p.kv_len, tid);
-            load_tile_async<T, D, BN, Cfg::kThreads>(sV + buf * BN * D, v_head, key0, p.kv_len, tid);
-        }
+        if (jn < n_tiles) load_kv(jn % STAGES, (t_begin + jn) * BN);
         cp_async_commit();
         cp_async_wait<STAGES - 1>();
         __syncthreads();
@@ -141,8 +146,8 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
             }
         }
 
-        const T* tK = sK + (j % STAGES) * BN * D;
-        const T* tV = sV + (j % STAGES) * BN * D;
+        const T* tK = sK + (j % STAGES) * BN * DP;
+        const T* tV = sV + (j % STAGES) * BN * DP;
 
         // S = Q·Kᵀ (raw dot products, f32); each K fragment feeds all MT m-tiles.
         float acc_s[MT][Cfg::kNT][4];
@@ -169,7 +174,7 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
                 const int key = (n + (mi >> 1)) * 8 + (lane & 7);
                 const int chunk = 2 * kk + (mi & 1);
                 uint32_t bk[4];
-                ldmatrix_x4(bk, smem_addr(tK + swz<D>(key, chunk)));
+                ldmatrix_x4(bk, smem_addr(tK + swz<DP>(key, chunk)));
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     Mma<T>::run(acc_s[mt][n], qa[mt], bk[0], bk[1]);
@@ -216,7 +221,7 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
                 const int key = 16 * kk + (mi & 1) * 8 + (lane & 7);
                 const int chunk = n + (mi >> 1);
                 uint32_t bv[4];
-                ldmatrix_x4_trans(bv, smem_addr(tV + swz<D>(key, chunk)));
+                ldmatrix_x4_trans(bv, smem_addr(tV + swz<DP>(key, chunk)));
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     Mma<T>::run(acc_o[mt][n], pa[mt], bv[0], bv[1]);
@@ -231,69 +236,44 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 
     if constexpr (SPLIT) {
         const int64_t block = (static_cast<int64_t>(b * p.q_heads + h) * gridDim.x) / p.n_splits + q_tile;
-        float* my_o = ws_o + (block * p.n_splits + split) * (BM * D);
+        float* my_o = ws_o + (block * p.n_splits + split) * (BM * DK);
         float* my_ml = ws_ml + (block * p.n_splits + split) * (BM * 2);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-            write_partial<D, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, my_o, my_ml,
+            write_partial<DK, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, my_o, my_ml,
                                        warp_row0 + mt * 16, lane);
-        split_combine<T, D, BM, Cfg::kThreads>(ws_o + block * p.n_splits * (BM * D),
-                                               ws_ml + block * p.n_splits * (BM * 2),
-                                               counters + block, p.n_splits, o_head, lse_head, m0,
-                                               p.q_len, tid);
+        split_combine<T, DK, BM, Cfg::kThreads>(ws_o + block * p.n_splits * (BM * DK),
+                                                ws_ml + block * p.n_splits * (BM * 2),
+                                                counters + block, p.n_splits, o_head, lse_head, m0,
+                                                p.q_len, p.o_stride[2], p.head_dim, tid);
     } else {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-            write_output<T, D, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, sQ, o_head, lse_head,
-                                         warp_row0 + mt * 16, m0, p.q_len, lane);
+            write_output<T, DP, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, sQ, o_head, lse_head,
+                                          warp_row0 + mt * 16, m0, p.q_len, lane, p.o_stride[2], d_chunks);
     }
 }
 
 } // namespace attn
 
-// One extern "C" entry point per (dtype, D, config, causal); the Rust launcher builds the
-// same name (src/config.rs: `kernel_name`).
-#define ATTN_FWD_ENTRY_IMPL(TNAME, T, D, BM, BN, ST, W, MODE, CAUSAL, BREAK, SPLIT)                \
+// One extern "C" entry point per (dtype, bucket, config, mode): src/catalog.rs generates the
+// instantiation units (one line of this macro per entry) and the launcher looks kernels up by
+// the same names, so the name is an argument here. Release entries take no debug arguments;
+// the debug build (ATTN_DEBUG: tile dumps) appends the dump buffer and its tile list.
+#ifdef ATTN_DEBUG
+#define ATTN_FWD_DEBUG_PARAMS , float *__restrict__ dump, const int *__restrict__ dump_tiles
+#define ATTN_FWD_DEBUG_ARGS dump, dump_tiles
+#else
+#define ATTN_FWD_DEBUG_PARAMS
+#define ATTN_FWD_DEBUG_ARGS nullptr, nullptr
+#endif
+#define ATTN_FWD_ENTRY(NAME, T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT)                           \
     extern "C" __global__ void __launch_bounds__(W * 32)                                           \
-        attn_fwd_##TNAME##_d##D##_bm##BM##_bn##BN##_w##W##_s##ST##_##MODE(                         \
-            const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,             \
-            T* __restrict__ o, float* __restrict__ lse, float* __restrict__ dump,                  \
-            const int* __restrict__ dump_tiles, float* __restrict__ ws_o,                          \
-            float* __restrict__ ws_ml, unsigned int* __restrict__ counters,                        \
-            const attn::FwdParams p) {                                                             \
-        attn::fwd_kernel<T, D, BM, BN, ST, W, CAUSAL, BREAK, SPLIT>(q, k, v, o, lse, dump,          \
-                                                                   dump_tiles, ws_o, ws_ml,        \
-                                                                   counters, p);                   \
+        NAME(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,            \
+             T* __restrict__ o, float* __restrict__ lse, float* __restrict__ ws_o,                 \
+             float* __restrict__ ws_ml, unsigned int* __restrict__ counters,                       \
+             const attn::FwdParams p ATTN_FWD_DEBUG_PARAMS) {                                      \
+        attn::fwd_kernel<T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT>(q, k, v, o, lse,              \
+                                                                    ATTN_FWD_DEBUG_ARGS, ws_o,     \
+                                                                    ws_ml, counters, p);           \
     }
-#define ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, MODE, CAUSAL, BREAK) \
-    ATTN_FWD_ENTRY_IMPL(TNAME, T, D, BM, BN, ST, W, MODE, CAUSAL, BREAK, false)
-
-// Split-KV entry points (release build only) for the configs small grids use.
-#ifdef ATTN_DEBUG
-#define ATTN_FWD_SPLIT_CONFIG(TNAME, T, D, BM, BN, ST, W)
-#else
-#define ATTN_FWD_SPLIT_CONFIG(TNAME, T, D, BM, BN, ST, W)                           \
-    ATTN_FWD_ENTRY_IMPL(TNAME, T, D, BM, BN, ST, W, full_split, false, false, true)  \
-    ATTN_FWD_ENTRY_IMPL(TNAME, T, D, BM, BN, ST, W, causal_split, true, false, true)
-#endif
-
-#ifdef ATTN_DEBUG
-#define ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST, W) \
-    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, broken_rescale, false, true)
-#else
-#define ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST, W)
-#endif
-
-#define ATTN_FWD_CONFIG_ENTRIES(TNAME, T, D, BM, BN, ST, W)          \
-    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, full, false, false)   \
-    ATTN_FWD_ENTRY(TNAME, T, D, BM, BN, ST, W, causal, true, false)  \
-    ATTN_FWD_DEBUG_ENTRIES(TNAME, T, D, BM, BN, ST, W)
-
-// DBG = 1: also in the debug build; DBG = 0: release only.
-#define ATTN_FWD_CONFIG_DBG1(TNAME, T, D, BM, BN, ST, W) ATTN_FWD_CONFIG_ENTRIES(TNAME, T, D, BM, BN, ST, W)
-#ifdef ATTN_DEBUG
-#define ATTN_FWD_CONFIG_DBG0(TNAME, T, D, BM, BN, ST, W)
-#else
-#define ATTN_FWD_CONFIG_DBG0(TNAME, T, D, BM, BN, ST, W) ATTN_FWD_CONFIG_ENTRIES(TNAME, T, D, BM, BN, ST, W)
-#endif
-#define ATTN_FWD_CONFIG(TNAME, T, D, BM, BN, ST, W, DBG) ATTN_FWD_CONFIG_DBG##DBG(TNAME, T, D, BM, BN, ST, W)

@@ -34,7 +34,7 @@ template <typename T, int D, int BM, int NTHREADS>
 __device__ __forceinline__ void split_combine(const float* ws_o, const float* ws_ml,
                                               unsigned int* counter, int n_splits,
                                               T* __restrict__ o_head, float* __restrict__ lse_head,
-                                              int m0, int q_len, int tid) {
+                                              int m0, int q_len, int64_t o_row_stride, int head_dim, int tid) {
     __shared__ unsigned int is_last;
     __threadfence(); // this split's partials are visible device-wide before the ticket
     __syncthreads();
@@ -64,7 +64,7 @@ __device__ __forceinline__ void split_combine(const float* ws_o, const float* ws
     for (int i = tid; i < BM * D / 2; i += NTHREADS) {
         const int row = (2 * i) / D;
         const int d = (2 * i) % D;
-        if (m0 + row >= q_len) continue;
+        if (m0 + row >= q_len || d >= head_dim) continue;
         float a0 = 0.f, a1 = 0.f;
         for (int s = 0; s < n_splits; ++s) {
             const float w = exp2f(__ldcg(ws_ml + s * BM * 2 + 2 * row) - row_max[row]);
@@ -73,7 +73,7 @@ __device__ __forceinline__ void split_combine(const float* ws_o, const float* ws
             a1 += w * x.y;
         }
         const uint32_t packed = StorageTraits<T>::pack(a0 * row_inv[row], a1 * row_inv[row]);
-        *reinterpret_cast<uint32_t*>(o_head + static_cast<int64_t>(m0 + row) * D + d) = packed;
+        *reinterpret_cast<uint32_t*>(o_head + static_cast<int64_t>(m0 + row) * o_row_stride + d) = packed;
     }
     if (tid == 0) *counter = 0u; // ready for the next launch
 }

@@ -5,7 +5,7 @@ use attn_ref::{Problem, Tile, TileId};
 
 use crate::{
     launch::{DumpArgs, LaunchExtras},
-    FlashAttention, ForwardOptions, HostOutput, KernelError, KernelMode, StorageType,
+    FlashAttention, Forward, ForwardOptions, HostOutput, KernelError, KernelMode, StorageType,
 };
 
 /// Which debug kernel to run.
@@ -42,16 +42,21 @@ impl FlashAttention {
     ) -> Result<DebugOutput<T>, KernelError> {
         let shape = problem.shape();
         shape.check_qkv_lens(q.len(), k.len(), v.len())?;
+        let debug_configs = crate::config::debug_configs_for(shape.head_dim());
         let cfg = match opts.config {
             Some(c) => c,
             None => Some(self.default_config(problem))
-                .filter(|c| crate::config::DEBUG_CONFIGS.contains(c))
-                .unwrap_or(crate::config::DEBUG_CONFIGS[0]),
+                .filter(|c| debug_configs.contains(c))
+                .or_else(|| debug_configs.first().copied())
+                .ok_or_else(|| KernelError::UnknownConfig {
+                    name: format!("any (debug build, head_dim {})", shape.head_dim()),
+                    known: "debug kernels exist for head dims 64 and 128".into(),
+                })?,
         };
-        if !crate::config::DEBUG_CONFIGS.contains(&cfg) {
+        if !debug_configs.contains(&cfg) {
             return Err(KernelError::UnknownConfig {
                 name: format!("{} (debug build)", cfg.name()),
-                known: crate::config::DEBUG_CONFIGS
+                known: debug_configs
                     .iter()
                     .map(|c| c.name())
                     .collect::<Vec<_>>()
@@ -113,16 +118,12 @@ impl FlashAttention {
             }),
         };
         let launch = self.launch(
-            problem,
-            &dq,
-            &dk,
-            &dv,
-            &mut o,
-            Some(&mut lse),
-            &ForwardOptions {
-                config: Some(cfg),
-                ..Default::default()
-            },
+            Forward::bhsd(problem, &dq, &dk, &dv, &mut o, Some(&mut lse)).with_options(
+                ForwardOptions {
+                    config: Some(cfg),
+                    ..Default::default()
+                },
+            ),
             extras,
         )?;
         let o = s.clone_dtoh(&o).map_err(err("downloading O"))?;

@@ -130,7 +130,7 @@ mod tests {
                 "rank {} outside the top 3",
                 r.rank
             );
-            assert!(crate::config::SUPPORTED_HEAD_DIMS.contains(&r.head_dim));
+            assert!(r.config.check_head_dim(r.head_dim).is_ok(), "{:?}", r);
         }
     }
 

@@ -1,4 +1,5 @@
-//! The safe launcher: validation, module loading, the one `unsafe` launch.
+//! The safe launcher: validation, the per-device kernel cache, per-stream launchers and the
+//! one `unsafe` launch.
 
 use std::{
     collections::HashMap,
@@ -7,20 +8,20 @@ use std::{
 
 use attn_ref::{AttnError, Causal, Problem};
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig,
-    PushKernelArg,
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaViewMut,
+    DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
 use crate::{
-    config::{
-        choose_config, choose_splits, kernel_name, kernel_name_split, unit_name, KernelConfig,
-        KernelMode, MAX_SPLITS, SPLIT_CONFIGS, SUPPORTED_HEAD_DIMS,
-    },
-    cubin, Dtype, KernelError,
+    catalog::{fwd_entry_name, UnitKey},
+    config::{choose_config, choose_splits, has_split, unit_key, Arch, KernelConfig, KernelMode, MAX_SPLITS},
+    cubin,
+    tensor::{check_tensor, ranges_overlap, Strides, Tensor, TensorMut},
+    Dtype, KernelError,
 };
 
 /// Scalars of one launch, mirrored from `attn::FwdParams` in kernels/common.cuh (same field
-/// order, all 4-byte fields).
+/// order: twelve 4-byte fields, then twelve 8-byte strides).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct FwdParams {
@@ -35,10 +36,28 @@ pub(crate) struct FwdParams {
     pub scale_log2: f32,
     pub scale: f32,
     pub n_splits: i32,
+    pub head_dim: i32,
+    pub q_stride: [i64; 3],
+    pub k_stride: [i64; 3],
+    pub v_stride: [i64; 3],
+    pub o_stride: [i64; 3],
 }
 
-// SAFETY: plain-old-data with the C layout of `attn::FwdParams` (eleven 4-byte fields).
+// SAFETY: plain-old-data with the C layout of `attn::FwdParams` (twelve 4-byte fields, so the
+// 8-byte strides start 8-byte aligned at offset 48 in both languages).
 unsafe impl DeviceRepr for FwdParams {}
+
+impl FwdParams {
+    /// Sets the element strides of the four tensors.
+    pub(crate) fn with_strides(mut self, q: Strides, k: Strides, v: Strides, o: Strides) -> Self {
+        let st = |s: Strides| [s.batch as i64, s.head as i64, s.row as i64];
+        self.q_stride = st(q);
+        self.k_stride = st(k);
+        self.v_stride = st(v);
+        self.o_stride = st(o);
+        self
+    }
+}
 
 /// Element types the kernels store: [`half::f16`] and [`half::bf16`].
 pub trait StorageType:
@@ -123,16 +142,128 @@ pub struct FunctionResources {
     pub static_smem: i32,
 }
 
-/// A device, a stream and the loaded attention kernels.
-pub struct FlashAttention {
+/// The kernels of one device: its properties and every module and function loaded so far.
+/// Shared (`Arc`) by all [`FlashAttention`] launchers of the device, so each cubin is loaded
+/// once however many streams launch from it.
+pub struct KernelCache {
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
     major: i32,
     minor: i32,
     sm_count: usize,
     max_smem_optin: usize,
     modules: Mutex<HashMap<(String, bool), Arc<CudaModule>>>,
     functions: Mutex<FunctionCache>,
+}
+
+/// Loaded kernels by (entry point, debug build), with their shared-memory limit raised.
+type FunctionCache = HashMap<(String, bool), CudaFunction>;
+
+impl std::fmt::Debug for KernelCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelCache")
+            .field("compute_capability", &(self.major, self.minor))
+            .field("sm_count", &self.sm_count)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KernelCache {
+    /// The cache of a context's device (nothing is loaded until a kernel is first used).
+    pub fn new(ctx: Arc<CudaContext>) -> Result<Arc<Self>, KernelError> {
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver("reading the compute capability"))?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver("reading the SM count"))? as usize;
+        let max_smem_optin =
+            ctx.attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )
+            .map_err(driver("reading the shared-memory limit"))? as usize;
+        Ok(Arc::new(Self {
+            ctx,
+            major,
+            minor,
+            sm_count,
+            max_smem_optin,
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Loads (once) the kernel `name` of `unit` (any arch: the device's is chosen) and
+    /// raises its dynamic shared-memory limit. Returns the function and the cubin's arch.
+    pub(crate) fn function(
+        &self,
+        unit: &UnitKey,
+        name: &str,
+        debug: bool,
+        smem: usize,
+    ) -> Result<(CudaFunction, &'static str), KernelError> {
+        let image = cubin::select(unit, debug, self.major, self.minor).ok_or_else(|| {
+            if cubin::embedded().is_empty() {
+                KernelError::KernelsNotBuilt
+            } else if debug && !cubin::embedded().iter().any(|c| c.debug) {
+                KernelError::DebugKernelsNotBuilt
+            } else {
+                let stem = UnitKey {
+                    arch: Arch::Sm80,
+                    ..*unit
+                }
+                .name();
+                let family = stem.split("_sm").next().unwrap_or("");
+                KernelError::NoCubinForArch {
+                    device: format!("{}.{}", self.major, self.minor),
+                    available: cubin::embedded()
+                        .iter()
+                        .filter(|c| c.unit.starts_with(family) && c.debug == debug)
+                        .map(|c| format!("sm_{}", c.arch))
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }
+            }
+        })?;
+        let key = (name.to_string(), debug);
+        let mut functions = self.functions.lock().map_err(|_| KernelError::Poisoned)?;
+        if let Some(f) = functions.get(&key) {
+            return Ok((f.clone(), image.arch));
+        }
+        let module = {
+            let mut modules = self.modules.lock().map_err(|_| KernelError::Poisoned)?;
+            match modules.get(&(image.unit.to_string(), debug)) {
+                Some(m) => m.clone(),
+                None => {
+                    let m = self
+                        .ctx
+                        .load_module(cudarc::nvrtc::Ptx::from_binary(image.image.to_vec()))
+                        .map_err(driver("loading the cubin"))?;
+                    modules.insert((image.unit.to_string(), debug), m.clone());
+                    m
+                }
+            }
+        };
+        let f = module
+            .load_function(name)
+            .map_err(|_| KernelError::MissingKernel(name.to_string()))?;
+        f.set_attribute(
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )
+        .map_err(driver("raising the dynamic shared-memory limit"))?;
+        functions.insert(key, f.clone());
+        Ok((f, image.arch))
+    }
+}
+
+/// A launcher: a device's [`KernelCache`] and one stream. Cheap to make ([`Self::fork`],
+/// [`Self::on_stream`]); one launcher may also be shared by many threads (every method takes
+/// `&self`; launches from several threads are queued on its stream in some order).
+pub struct FlashAttention {
+    cache: Arc<KernelCache>,
+    stream: Arc<CudaStream>,
     workspace: Mutex<Option<SplitWorkspace>>,
     /// The FP8 forward's Vᵀ buffer (src/fp8.rs), grown on demand.
     pub(crate) fp8_vt: Mutex<Option<CudaSlice<u8>>>,
@@ -146,14 +277,10 @@ struct SplitWorkspace {
     counters: CudaSlice<u32>,
 }
 
-/// Loaded kernels by (entry point, debug build), with their shared-memory limit raised.
-type FunctionCache = HashMap<(String, bool), CudaFunction>;
-
 impl std::fmt::Debug for FlashAttention {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FlashAttention")
-            .field("compute_capability", &(self.major, self.minor))
-            .field("sm_count", &self.sm_count)
+            .field("cache", &self.cache)
             .finish_non_exhaustive()
     }
 }
@@ -170,6 +297,125 @@ pub fn driver_available() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// One forward pass, described whole: the problem, the device tensors and the options.
+/// Q `[B, Hq, Sq, D]`, K and V `[B, Hkv, Sk, D]`, O like Q, each with any strides
+/// ([`Tensor`]); LSE `[B, Hq, Sq]` contiguous f32 when wanted.
+#[derive(Debug)]
+pub struct Forward<'a, T> {
+    /// Shapes, mask and softmax scale.
+    pub problem: &'a Problem,
+    /// Queries.
+    pub q: Tensor<'a, T>,
+    /// Keys.
+    pub k: Tensor<'a, T>,
+    /// Values.
+    pub v: Tensor<'a, T>,
+    /// Output (written).
+    pub o: TensorMut<'a, T>,
+    /// Row log-sum-exp (natural log), `[B, Hq, Sq]`, when wanted.
+    pub lse: Option<CudaViewMut<'a, f32>>,
+    /// Config and split overrides.
+    pub options: ForwardOptions,
+}
+
+impl<'a, T> Forward<'a, T> {
+    /// Whole contiguous `[B, H, S, D]` buffers, default options.
+    pub fn bhsd(
+        problem: &'a Problem,
+        q: &'a CudaSlice<T>,
+        k: &'a CudaSlice<T>,
+        v: &'a CudaSlice<T>,
+        o: &'a mut CudaSlice<T>,
+        lse: Option<&'a mut CudaSlice<f32>>,
+    ) -> Self {
+        let s = problem.shape();
+        let (qd, kd) = (dims_q(s), dims_kv(s));
+        Self {
+            problem,
+            q: Tensor::bhsd(q, qd),
+            k: Tensor::bhsd(k, kd),
+            v: Tensor::bhsd(v, kd),
+            o: TensorMut::bhsd(o, qd),
+            lse: lse.map(|l| l.as_view_mut()),
+            options: ForwardOptions::default(),
+        }
+    }
+
+    /// The same with `options`.
+    pub fn with_options(mut self, options: ForwardOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+/// `[B, Hq, Sq, D]`.
+pub fn dims_q(s: &attn_ref::AttnShape) -> [usize; 4] {
+    [s.batch(), s.q_heads(), s.q_len(), s.head_dim()]
+}
+
+/// `[B, Hkv, Sk, D]`.
+pub fn dims_kv(s: &attn_ref::AttnShape) -> [usize; 4] {
+    [s.batch(), s.kv_heads(), s.kv_len(), s.head_dim()]
+}
+
+/// Device pointers of a launch's tensors, after validation; the guards make cudarc order
+/// the launch after pending writes and record the launch's reads/writes when dropped.
+pub(crate) struct BoundTensors {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub o: u64,
+    pub lse: u64,
+}
+
+/// Validates Q, K, V, O (and LSE) against the problem and each other. Pure over addresses
+/// and lengths, so it is testable without a device.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_tensors(
+    problem: &Problem,
+    elem_bytes: [usize; 2],
+    q: ([usize; 4], Strides, usize, u64),
+    k: ([usize; 4], Strides, usize, u64),
+    v: ([usize; 4], Strides, usize, u64),
+    o: ([usize; 4], Strides, usize, u64),
+    lse: Option<(usize, u64)>,
+) -> Result<(), KernelError> {
+    let s = problem.shape();
+    let [in_bytes, out_bytes] = elem_bytes;
+    let (qd, kd) = (dims_q(s), dims_kv(s));
+    let cq = check_tensor("Q", qd, q.0, q.1, q.2, in_bytes, q.3, false)?;
+    let ck = check_tensor("K", kd, k.0, k.1, k.2, in_bytes, k.3, false)?;
+    let cv = check_tensor("V", kd, v.0, v.1, v.2, in_bytes, v.3, false)?;
+    let co = check_tensor("O", qd, o.0, o.1, o.2, out_bytes, o.3, true)?;
+    let o_range = (o.3, (co.extent * out_bytes) as u64);
+    let inputs = [
+        ("Q", q.3, (cq.extent * in_bytes) as u64),
+        ("K", k.3, (ck.extent * in_bytes) as u64),
+        ("V", v.3, (cv.extent * in_bytes) as u64),
+    ];
+    for (name, addr, len) in inputs {
+        if ranges_overlap(o_range.0, o_range.1, addr, len) {
+            return Err(KernelError::Overlap {
+                output: "O",
+                input: name,
+            });
+        }
+    }
+    if let Some((len, addr)) = lse {
+        check_buffer("LSE", s.lse_elems(), len)?;
+        let bytes = (s.lse_elems() * 4) as u64;
+        for (name, a, l) in inputs.into_iter().chain([("O", o_range.0, o_range.1)]) {
+            if ranges_overlap(addr, bytes, a, l) {
+                return Err(KernelError::Overlap {
+                    output: "LSE",
+                    input: name,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 impl FlashAttention {
     /// Opens device `ordinal` with a new stream of its own (not the legacy default stream,
     /// which cannot be captured into a CUDA graph and serializes with all other work).
@@ -182,43 +428,40 @@ impl FlashAttention {
         Self::with_stream(stream)
     }
 
-    /// Uses an existing stream (and its context).
+    /// Uses an existing stream (and its context) with a new kernel cache.
     pub fn with_stream(stream: Arc<CudaStream>) -> Result<Self, KernelError> {
-        let ctx = stream.context().clone();
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(driver("reading the compute capability"))?;
-        let sm_count = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(driver("reading the SM count"))? as usize;
-        let max_smem_optin =
-            ctx.attribute(
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-            )
-            .map_err(driver("reading the shared-memory limit"))? as usize;
-        Ok(Self {
-            ctx,
+        let cache = KernelCache::new(stream.context().clone())?;
+        Ok(Self::on_stream(cache, stream))
+    }
+
+    /// A launcher on `stream` sharing an existing cache (of the stream's device).
+    pub fn on_stream(cache: Arc<KernelCache>, stream: Arc<CudaStream>) -> Self {
+        Self {
+            cache,
             stream,
-            major,
-            minor,
-            sm_count,
-            max_smem_optin,
-            modules: Mutex::new(HashMap::new()),
-            functions: Mutex::new(HashMap::new()),
             workspace: Mutex::new(None),
             fp8_vt: Mutex::new(None),
-        })
+        }
     }
 
-    /// A second handle on the same device with its own new stream (for concurrent launches).
+    /// A second launcher on the same device and kernel cache with its own new stream (for
+    /// concurrent launches).
     pub fn fork(&self) -> Result<Self, KernelError> {
-        let stream = self.ctx.new_stream().map_err(driver("creating a stream"))?;
-        Self::with_stream(stream)
+        let stream = self
+            .cache
+            .ctx
+            .new_stream()
+            .map_err(driver("creating a stream"))?;
+        Ok(Self::on_stream(self.cache.clone(), stream))
     }
 
+    /// The device's kernel cache.
+    pub fn cache(&self) -> &Arc<KernelCache> {
+        &self.cache
+    }
     /// The context.
     pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+        &self.cache.ctx
     }
     /// The stream launches go to.
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -226,95 +469,47 @@ impl FlashAttention {
     }
     /// Compute capability (major, minor).
     pub fn compute_capability(&self) -> (i32, i32) {
-        (self.major, self.minor)
+        (self.cache.major, self.cache.minor)
     }
     /// Number of SMs.
     pub fn sm_count(&self) -> usize {
-        self.sm_count
+        self.cache.sm_count
     }
     /// Largest dynamic shared memory one CTA may opt into.
     pub fn max_smem_per_block(&self) -> usize {
-        self.max_smem_optin
+        self.cache.max_smem_optin
     }
 
     /// The config [`FlashAttention::forward`] uses for `problem` by default.
     pub fn default_config(&self, problem: &Problem) -> KernelConfig {
         let s = problem.shape();
         crate::elite::lookup(problem, &self.arch_label())
-            .filter(|c| c.smem_bytes(s.head_dim()) <= self.max_smem_optin)
+            .filter(|c| c.smem_bytes(s.head_dim()) <= self.max_smem_per_block())
             .unwrap_or_else(|| {
                 choose_config(
                     s.batch(),
                     s.q_heads(),
                     s.q_len(),
                     s.head_dim(),
-                    self.sm_count,
-                    self.max_smem_optin,
+                    self.sm_count(),
+                    self.max_smem_per_block(),
                 )
             })
     }
 
     fn arch_label(&self) -> String {
-        format!("sm_{}{}", self.major, self.minor)
+        let (ma, mi) = self.compute_capability();
+        format!("sm_{ma}{mi}")
     }
 
-    /// Loads (once) the kernel `name` of `unit` and raises its dynamic shared-memory limit.
     pub(crate) fn function(
         &self,
-        unit: &str,
+        unit: &UnitKey,
         name: &str,
         debug: bool,
         smem: usize,
     ) -> Result<(CudaFunction, &'static str), KernelError> {
-        let image = cubin::select(unit, debug, self.major, self.minor).ok_or_else(|| {
-            if cubin::embedded().is_empty() {
-                KernelError::KernelsNotBuilt
-            } else if debug && !cubin::embedded().iter().any(|c| c.debug) {
-                KernelError::DebugKernelsNotBuilt
-            } else {
-                KernelError::NoCubinForArch {
-                    device: format!("{}.{}", self.major, self.minor),
-                    available: cubin::embedded()
-                        .iter()
-                        .filter(|c| c.unit == unit)
-                        .map(|c| format!("sm_{}", c.arch))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                }
-            }
-        })?;
-        let key = (name.to_string(), debug);
-        if let Some(f) = self.lock_functions()?.get(&key) {
-            return Ok((f.clone(), image.arch));
-        }
-        let module = {
-            let mut modules = self.modules.lock().map_err(|_| KernelError::Poisoned)?;
-            match modules.get(&(unit.to_string(), debug)) {
-                Some(m) => m.clone(),
-                None => {
-                    let m = self
-                        .ctx
-                        .load_module(cudarc::nvrtc::Ptx::from_binary(image.image.to_vec()))
-                        .map_err(driver("loading the cubin"))?;
-                    modules.insert((unit.to_string(), debug), m.clone());
-                    m
-                }
-            }
-        };
-        let f = module
-            .load_function(name)
-            .map_err(|_| KernelError::MissingKernel(name.to_string()))?;
-        f.set_attribute(
-            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem as i32,
-        )
-        .map_err(driver("raising the dynamic shared-memory limit"))?;
-        self.lock_functions()?.insert(key, f.clone());
-        Ok((f, image.arch))
-    }
-
-    fn lock_functions(&self) -> Result<std::sync::MutexGuard<'_, FunctionCache>, KernelError> {
-        self.functions.lock().map_err(|_| KernelError::Poisoned)
+        self.cache.function(unit, name, debug, smem)
     }
 
     /// Registers and static shared memory of one kernel as the driver loaded it.
@@ -330,69 +525,51 @@ impl FlashAttention {
         } else {
             KernelMode::Full
         };
-        let name = kernel_name(dtype, head_dim, config, mode);
-        let (f, _) = self.function(
-            &unit_name(dtype, head_dim),
-            &name,
-            false,
-            config.smem_bytes(head_dim),
-        )?;
+        let unit = unit_key(Arch::Sm80, dtype, head_dim)?;
+        let name = fwd_entry_name(&unit, config, mode, false);
+        let (f, _) = self.function(&unit, &name, false, config.smem_bytes(head_dim))?;
         function_resources(&f)
     }
 
     /// Runs the forward pass: `o = softmax(scale · q·kᵀ + mask) · v`, and the row LSE into
     /// `lse` when given. Everything is validated before the launch; on error nothing is
     /// launched and nothing is written. The launch is asynchronous on [`Self::stream`].
-    // The argument list is the attention signature itself (Q, K, V in; O, LSE out).
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward<T: StorageType>(
-        &self,
-        problem: &Problem,
-        q: &CudaSlice<T>,
-        k: &CudaSlice<T>,
-        v: &CudaSlice<T>,
-        o: &mut CudaSlice<T>,
-        lse: Option<&mut CudaSlice<f32>>,
-        opts: &ForwardOptions,
-    ) -> Result<LaunchInfo, KernelError> {
-        self.launch(problem, q, k, v, o, lse, opts, LaunchExtras::default())
+    pub fn forward<T: StorageType>(&self, args: Forward<'_, T>) -> Result<LaunchInfo, KernelError> {
+        self.launch(args, LaunchExtras::default())
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch<T: StorageType>(
         &self,
-        problem: &Problem,
-        q: &CudaSlice<T>,
-        k: &CudaSlice<T>,
-        v: &CudaSlice<T>,
-        o: &mut CudaSlice<T>,
-        lse: Option<&mut CudaSlice<f32>>,
-        opts: &ForwardOptions,
+        args: Forward<'_, T>,
         extras: LaunchExtras<'_>,
     ) -> Result<LaunchInfo, KernelError> {
+        let Forward {
+            problem,
+            q,
+            k,
+            v,
+            mut o,
+            mut lse,
+            options: opts,
+        } = args;
         let shape = problem.shape();
         let d = shape.head_dim();
+        let debug = extras.dump.is_some();
+        let unit = unit_key(Arch::Sm80, T::DTYPE, d)?;
         let config = opts.config.unwrap_or_else(|| self.default_config(problem));
         // Debug launches (tile dumps, planted bugs) never split: dumps are per query block.
-        let splits = if extras.dump.is_some() || extras.mode.is_some() {
+        let splits = if debug || extras.mode.is_some() {
             Some(1)
         } else {
             opts.splits
         };
-        let plan = plan_launch(problem, config, splits, self.sm_count)?;
-        check_buffer("Q", shape.q_elems(), q.len())?;
-        check_buffer("K", shape.kv_elems(), k.len())?;
-        check_buffer("V", shape.kv_elems(), v.len())?;
-        check_buffer("O", shape.o_elems(), o.len())?;
-        if let Some(l) = &lse {
-            check_buffer("LSE", shape.lse_elems(), l.len())?;
-        }
+        let plan = plan_launch(problem, config, splits, self.sm_count())?;
         let cfg = plan.config;
-        if plan.smem_bytes as usize > self.max_smem_optin {
+        if plan.smem_bytes as usize > self.max_smem_per_block() {
             return Err(KernelError::ConfigTooLarge {
                 config: cfg.name(),
                 smem: plan.smem_bytes as usize,
-                limit: self.max_smem_optin,
+                limit: self.max_smem_per_block(),
             });
         }
         let mode = match (extras.mode, problem.causal()) {
@@ -401,14 +578,40 @@ impl FlashAttention {
             (None, _) => KernelMode::Causal,
         };
         let split = plan.params.n_splits > 1;
-        let name = kernel_name_split(T::DTYPE, d, &cfg, mode, split);
-        let (func, arch) = self.function(
-            &unit_name(T::DTYPE, d),
-            &name,
-            extras.dump.is_some(),
-            plan.smem_bytes as usize,
+        let name = fwd_entry_name(&unit, &cfg, mode, split);
+        let (func, arch) = self.function(&unit, &name, debug, plan.smem_bytes as usize)?;
+        let stream = &self.stream;
+        let (q_ptr, _q_guard) = q.view.device_ptr(stream);
+        let (k_ptr, _k_guard) = k.view.device_ptr(stream);
+        let (v_ptr, _v_guard) = v.view.device_ptr(stream);
+        let o_len = o.view.len();
+        let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
+        let mut lse_bound = match lse.as_mut() {
+            Some(l) => {
+                let len = l.len();
+                let (p, g) = l.device_ptr_mut(stream);
+                Some((len, p, g))
+            }
+            None => None,
+        };
+        let bytes = std::mem::size_of::<T>();
+        check_tensors(
+            problem,
+            [bytes, bytes],
+            (q.dims, q.strides, q.view.len(), q_ptr),
+            (k.dims, k.strides, k.view.len(), k_ptr),
+            (v.dims, v.strides, v.view.len(), v_ptr),
+            (o.dims, o.strides, o_len, o_ptr),
+            lse_bound.as_ref().map(|(len, p, _)| (*len, *p)),
         )?;
-        let mut params = plan.params;
+        let ptrs = BoundTensors {
+            q: q_ptr,
+            k: k_ptr,
+            v: v_ptr,
+            o: o_ptr,
+            lse: lse_bound.as_mut().map_or(0, |(_, p, _)| *p),
+        };
+        let mut params = plan.params.with_strides(q.strides, k.strides, v.strides, o.strides);
         params.dump_count = extras.dump.as_ref().map_or(0, |d| d.count);
         let launch_cfg = LaunchConfig {
             grid_dim: plan.grid,
@@ -421,9 +624,10 @@ impl FlashAttention {
             let blocks = plan.grid.0 as usize / plan.params.n_splits as usize
                 * plan.grid.1 as usize
                 * plan.grid.2 as usize;
+            let bucket = unit.head_dim;
             let rows = blocks * plan.params.n_splits as usize * cfg.block_m;
             let fits = ws_guard.as_ref().is_some_and(|w| {
-                w.o.len() >= rows * d && w.ml.len() >= rows * 2 && w.counters.len() >= blocks
+                w.o.len() >= rows * bucket && w.ml.len() >= rows * 2 && w.counters.len() >= blocks
             });
             if !fits {
                 let alloc = |what| {
@@ -432,47 +636,50 @@ impl FlashAttention {
                         source,
                     }
                 };
+                *ws_guard = None; // free the old workspace first
                 *ws_guard = Some(SplitWorkspace {
-                    o: self
-                        .stream
-                        .alloc_zeros(rows * d)
+                    o: stream
+                        .alloc_zeros(rows * bucket)
                         .map_err(alloc("allocating the split-KV workspace"))?,
-                    ml: self
-                        .stream
+                    ml: stream
                         .alloc_zeros(rows * 2)
                         .map_err(alloc("allocating the split-KV workspace"))?,
-                    counters: self
-                        .stream
+                    counters: stream
                         .alloc_zeros(blocks)
                         .map_err(alloc("allocating the split-KV counters"))?,
                 });
             }
         }
-        let mut builder = self.stream.launch_builder(&func);
-        builder.arg(q).arg(k).arg(v).arg(o);
-        match lse {
-            Some(l) => builder.arg(l),
-            None => builder.arg(&null),
-        };
-        match extras.dump {
-            Some(d) => builder.arg(d.buffer).arg(d.tiles),
-            None => builder.arg(&null).arg(&null),
-        };
+        let mut builder = stream.launch_builder(&func);
+        builder
+            .arg(&ptrs.q)
+            .arg(&ptrs.k)
+            .arg(&ptrs.v)
+            .arg(&ptrs.o)
+            .arg(&ptrs.lse);
         match ws_guard.as_mut().filter(|_| split) {
             Some(w) => builder.arg(&mut w.o).arg(&mut w.ml).arg(&mut w.counters),
             None => builder.arg(&null).arg(&null).arg(&null),
         };
         builder.arg(&params);
-        // SAFETY: the argument list matches ATTN_FWD_ENTRY_IMPL (q, k, v, o, lse, dump,
-        // dump_tiles, ws_o, ws_ml, counters, FwdParams by value); every buffer length was
-        // checked against the shape above, the grid covers exactly ceil(Sq/BM)·splits × Hq × B
-        // blocks whose reads and writes the kernel bounds by q_len/kv_len, the split workspace
-        // holds blocks·splits·BM rows and one counter per block (zeroed, and reset by the
-        // kernel), 32-bit index ranges were checked in `plan_launch`, null pointers are passed
-        // only where the kernel does not read them (lse tested for null; dump and workspace
-        // only in debug / split entry points), and the dynamic shared-memory size was raised
-        // on the function and fits the device.
+        if let Some(d) = extras.dump {
+            builder.arg(d.buffer).arg(d.tiles);
+        }
+        // SAFETY: the argument list matches ATTN_FWD_ENTRY (q, k, v, o, lse, ws_o, ws_ml,
+        // counters, FwdParams by value, and in debug cubins dump, dump_tiles). Every tensor
+        // was checked above: its dims are the problem's, every element its strides name lies
+        // inside its view, views start 16-byte aligned with 16-byte-multiple strides (the
+        // kernel's vector loads), O names no element twice and overlaps no input, and LSE
+        // holds B·Hq·Sq floats. The guards keep cudarc's stream ordering for the raw pointers
+        // until after the launch. The grid covers ceil(Sq/BM)·splits × Hq × B blocks whose
+        // reads and writes the kernel bounds by q_len/kv_len/head_dim; the split workspace
+        // holds blocks·splits·BM rows of the bucket's width and one counter per block (zeroed,
+        // reset by the kernel); 32-bit index ranges were checked in `plan_launch`; null
+        // pointers are passed only where the kernel does not read them (lse is tested for
+        // null; the workspace only in split entry points); the dynamic shared-memory size was
+        // raised on the function and fits the device.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the kernel"))?;
+        drop(lse_bound);
         Ok(LaunchInfo {
             kernel: name,
             arch,
@@ -541,17 +748,12 @@ pub(crate) fn plan_launch(
 ) -> Result<LaunchPlan, KernelError> {
     let s = problem.shape();
     let d = s.head_dim();
-    if !SUPPORTED_HEAD_DIMS.contains(&d) {
-        return Err(KernelError::UnsupportedHeadDim(d));
-    }
+    crate::config::bucket_for(d)?;
     let i32_max = i32::MAX as usize;
-    // In-kernel offsets inside one head are 32-bit (row · D); head bases are 64-bit.
     let overflow = |what: &'static str, v: Option<usize>, limit: usize| match v {
         Some(x) if x <= limit => Ok(()),
         _ => Err(KernelError::IndexOverflow(what)),
     };
-    overflow("q_len · head_dim", s.q_len().checked_mul(d), i32_max)?;
-    overflow("kv_len · head_dim", s.kv_len().checked_mul(d), i32_max)?;
     overflow(
         "batch · q_heads",
         s.batch().checked_mul(s.q_heads()),
@@ -566,6 +768,7 @@ pub(crate) fn plan_launch(
     let n_splits = match splits {
         None => choose_splits(
             &config,
+            d,
             q_tiles * s.batch() * s.q_heads(),
             key_tiles,
             sm_count,
@@ -574,7 +777,7 @@ pub(crate) fn plan_launch(
             return Err(AttnError::InvalidArgument("splits must be at least 1".into()).into())
         }
         Some(1) => 1,
-        Some(n) if !SPLIT_CONFIGS.contains(&config) => {
+        Some(n) if !has_split(&config, d) => {
             return Err(AttnError::InvalidArgument(format!(
                 "config {} has no split-KV kernels ({n} splits asked)",
                 config.name()
@@ -621,6 +824,28 @@ pub(crate) fn fwd_params(problem: &Problem, n_splits: i32) -> FwdParams {
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
         scale: scale as f32,
         n_splits,
+        head_dim: s.head_dim() as i32,
+        // Contiguous [B, H, S, D] until the launcher sets the tensors' own strides.
+        q_stride: [
+            (s.q_heads() * s.q_len() * s.head_dim()) as i64,
+            (s.q_len() * s.head_dim()) as i64,
+            s.head_dim() as i64,
+        ],
+        k_stride: [
+            (s.kv_heads() * s.kv_len() * s.head_dim()) as i64,
+            (s.kv_len() * s.head_dim()) as i64,
+            s.head_dim() as i64,
+        ],
+        v_stride: [
+            (s.kv_heads() * s.kv_len() * s.head_dim()) as i64,
+            (s.kv_len() * s.head_dim()) as i64,
+            s.head_dim() as i64,
+        ],
+        o_stride: [
+            (s.q_heads() * s.q_len() * s.head_dim()) as i64,
+            (s.q_len() * s.head_dim()) as i64,
+            s.head_dim() as i64,
+        ],
     }
 }
 
@@ -635,7 +860,7 @@ mod tests {
 
     #[test]
     fn plan_geometry_and_scalars() {
-        let cfg = crate::CONFIGS_D64[1];
+        let cfg = crate::config::cfg(64, 64, 4, 2);
         let p = problem(100, 300, 64, Causal::BottomRight);
         let plan = plan_launch(&p, cfg, Some(1), 132).unwrap();
         assert_eq!(plan.grid, (2, 8, 2));
@@ -664,7 +889,7 @@ mod tests {
 
     #[test]
     fn split_plans() {
-        let cfg = crate::CONFIGS_D64[1];
+        let cfg = crate::config::cfg(64, 64, 4, 2);
         let p = Problem::new(
             AttnShape::self_attention(1, 8, 512, 64).unwrap(),
             Causal::None,
@@ -675,39 +900,144 @@ mod tests {
         assert_eq!(plan.grid, (8 * 4, 8, 1));
         assert_eq!(plan_launch(&p, cfg, Some(1), 132).unwrap().grid, (8, 8, 1));
         assert!(plan_launch(&p, cfg, Some(0), 132).is_err());
-        assert!(plan_launch(&p, crate::CONFIGS_D64[2], Some(2), 132).is_err());
+        assert!(plan_launch(&p, crate::config::cfg(128, 64, 8, 2), Some(2), 132).is_err());
     }
 
     #[test]
     fn unsupported_head_dims_are_typed_errors() {
-        for d in [1, 32, 96, 256] {
+        for d in [1, 4, 59, 111, 264] {
             let err = plan_launch(
                 &problem(8, 8, d, Causal::None),
-                crate::CONFIGS_D64[0],
+                crate::config::cfg(32, 64, 2, 2),
                 None,
                 132,
             )
             .unwrap_err();
-            assert!(matches!(err, KernelError::UnsupportedHeadDim(x) if x == d));
+            assert!(
+                matches!(err, KernelError::UnsupportedHeadDim { head_dim, .. } if head_dim == d),
+                "{err}"
+            );
+        }
+        // Every D % 8 == 0 up to 256 plans, in its bucket's configs.
+        for d in (8..=256).step_by(8) {
+            let plan = plan_launch(
+                &problem(8, 8, d, Causal::None),
+                crate::config::cfg(64, 64, 4, 2),
+                None,
+                132,
+            )
+            .unwrap();
+            assert_eq!(plan.params.head_dim, d as i32);
         }
     }
 
     #[test]
     fn index_overflow_is_rejected_before_launch() {
         let p = Problem::new(
-            AttnShape::new(1, 1, 1, 20_000_000, 8, 128).unwrap(),
+            AttnShape::new(1, 1, 1, 2_000_000_000, 200_000_000, 128).unwrap(),
             Causal::None,
         );
-        let err = plan_launch(&p, crate::CONFIGS_D64[0], None, 132).unwrap_err();
+        let err = plan_launch(&p, crate::config::cfg(32, 64, 2, 2), None, 132).unwrap_err();
         assert!(matches!(err, KernelError::IndexOverflow(_)), "{err}");
         let p = Problem::new(
             AttnShape::new(1, 70_000, 1, 8, 8, 64).unwrap(),
             Causal::None,
         );
         assert!(matches!(
-            plan_launch(&p, crate::CONFIGS_D64[0], None, 132),
+            plan_launch(&p, crate::config::cfg(32, 64, 2, 2), None, 132),
             Err(KernelError::IndexOverflow(_))
         ));
+    }
+
+    #[test]
+    fn tensors_are_checked_against_the_problem_and_each_other() {
+        use crate::tensor::Layout;
+        let p = problem(100, 300, 64, Causal::None);
+        let s = p.shape();
+        let (qd, kd) = (dims_q(s), dims_kv(s));
+        let (qn, kn) = (s.q_elems(), s.kv_elems());
+        let t = |dims: [usize; 4], layout: Layout, len: usize, addr: u64| {
+            (dims, layout.strides(dims), len, addr)
+        };
+        // Separate buffers, both layouts: fine.
+        for layout in [Layout::Bhsd, Layout::Bshd] {
+            let ok = check_tensors(
+                &p,
+                [2, 2],
+                t(qd, layout, qn, 0x10000),
+                t(kd, layout, kn, 0x100000),
+                t(kd, layout, kn, 0x200000),
+                t(qd, layout, qn, 0x300000),
+                Some((s.lse_elems(), 0x400000)),
+            );
+            assert!(ok.is_ok(), "{layout}: {ok:?}");
+        }
+        // O over Q: an overlap error naming both.
+        let e = check_tensors(
+            &p,
+            [2, 2],
+            t(qd, Layout::Bhsd, qn, 0x10000),
+            t(kd, Layout::Bhsd, kn, 0x100000),
+            t(kd, Layout::Bhsd, kn, 0x200000),
+            t(qd, Layout::Bhsd, qn, 0x10000 + 64),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, KernelError::Overlap { output: "O", input: "Q" }),
+            "{e}"
+        );
+        // LSE inside V.
+        let e = check_tensors(
+            &p,
+            [2, 2],
+            t(qd, Layout::Bhsd, qn, 0x10000),
+            t(kd, Layout::Bhsd, kn, 0x100000),
+            t(kd, Layout::Bhsd, kn, 0x200000),
+            t(qd, Layout::Bhsd, qn, 0x300000),
+            Some((s.lse_elems(), 0x200000 + 16)),
+        )
+        .unwrap_err();
+        assert!(matches!(e, KernelError::Overlap { output: "LSE", input: "V" }), "{e}");
+        // K given Q's dims; a short LSE.
+        assert!(matches!(
+            check_tensors(
+                &p,
+                [2, 2],
+                t(qd, Layout::Bhsd, qn, 0x10000),
+                t(qd, Layout::Bhsd, qn, 0x100000),
+                t(kd, Layout::Bhsd, kn, 0x200000),
+                t(qd, Layout::Bhsd, qn, 0x300000),
+                None,
+            ),
+            Err(KernelError::InvalidTensor { tensor: "K", .. })
+        ));
+        assert!(matches!(
+            check_tensors(
+                &p,
+                [2, 2],
+                t(qd, Layout::Bhsd, qn, 0x10000),
+                t(kd, Layout::Bhsd, kn, 0x100000),
+                t(kd, Layout::Bhsd, kn, 0x200000),
+                t(qd, Layout::Bhsd, qn, 0x300000),
+                Some((s.lse_elems() - 1, 0x400000)),
+            ),
+            Err(KernelError::BufferLength { .. })
+        ));
+    }
+
+    #[test]
+    fn strides_reach_the_params() {
+        use crate::tensor::Layout;
+        let p = problem(100, 300, 64, Causal::None);
+        let s = p.shape();
+        let plan = plan_launch(&p, crate::config::cfg(64, 64, 4, 2), Some(1), 132).unwrap();
+        // The default params are contiguous [B, H, S, D].
+        assert_eq!(plan.params.q_stride, [8 * 100 * 64, 100 * 64, 64]);
+        let st = Layout::Bshd.strides(dims_kv(s));
+        let params = plan.params.with_strides(st, st, st, st);
+        assert_eq!(params.k_stride, [300 * 2 * 64, 64, 2 * 64]);
+        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8);
     }
 
     #[test]

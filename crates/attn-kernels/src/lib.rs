@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod catalog;
 pub mod config;
 pub mod cubin;
 #[cfg(feature = "debug-kernels")]
@@ -34,18 +35,20 @@ pub mod debug;
 pub mod elite;
 pub mod fp8;
 mod launch;
+pub mod tensor;
 
 use std::sync::Arc;
 
 use attn_ref::{Attention, AttnError, AttnOutput, BackendError, Problem};
 
-pub use config::{
-    configs_for, Dtype, KernelConfig, KernelMode, CONFIGS_D128, CONFIGS_D64, SUPPORTED_HEAD_DIMS,
-};
-pub use fp8::{Fp8DeviceInputs, Fp8Options, Fp8Variant, FP8_CONFIGS, FP8_HEAD_DIMS};
+pub use catalog::{FP8_HEAD_DIMS, FP8_TILES as FP8_CONFIGS, FWD_HEAD_DIM_BUCKETS};
+pub use config::{bucket_for, configs_for, Dtype, KernelConfig, KernelMode};
+pub use fp8::{Fp8Forward, Fp8Options, Fp8Scales, Fp8Variant};
 pub use launch::{
-    driver_available, FlashAttention, ForwardOptions, FunctionResources, LaunchInfo, StorageType,
+    dims_kv, dims_q, driver_available, FlashAttention, Forward, ForwardOptions,
+    FunctionResources, KernelCache, LaunchInfo, StorageType,
 };
+pub use tensor::{Layout, Strides, Tensor, TensorMut};
 
 /// Everything that can go wrong before or during a launch.
 #[derive(Debug, thiserror::Error)]
@@ -72,9 +75,38 @@ pub enum KernelError {
     /// The cubin lacks an expected entry point (a stale build).
     #[error("kernel `{0}` is not in the cubin; the build is stale or the config list changed")]
     MissingKernel(String),
-    /// Head dim without a compiled kernel.
-    #[error("head_dim {0} is not supported; supported: 64, 128")]
-    UnsupportedHeadDim(usize),
+    /// A head dim no kernel takes.
+    #[error("head_dim {head_dim} is not supported; supported: {supported}")]
+    UnsupportedHeadDim {
+        /// The head dim asked for.
+        head_dim: usize,
+        /// The supported set, in words.
+        supported: &'static str,
+    },
+    /// A tensor whose dims, strides or extent do not fit the problem or its view.
+    #[error("{tensor}: {reason}")]
+    InvalidTensor {
+        /// Which tensor.
+        tensor: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A tensor that breaks the kernels' 16-byte vector-load alignment.
+    #[error("{tensor} is misaligned: {reason}")]
+    Misaligned {
+        /// Which tensor.
+        tensor: &'static str,
+        /// What is misaligned and how to fix it.
+        reason: String,
+    },
+    /// An output shares memory with an input (or with the other output).
+    #[error("{output} overlaps {input} in device memory: outputs must not alias inputs")]
+    Overlap {
+        /// The output.
+        output: &'static str,
+        /// The tensor it overlaps.
+        input: &'static str,
+    },
     /// An unknown dtype spelling.
     #[error("unknown dtype `{0}`: expected f16 or bf16")]
     UnknownDtype(String),
@@ -157,8 +189,9 @@ pub struct HostOutput<T> {
 }
 
 impl FlashAttention {
-    /// Host convenience: uploads `q`, `k`, `v`, runs [`FlashAttention::forward`] with the
-    /// default config, and downloads O and LSE (synchronizing the stream).
+    /// Host convenience: uploads contiguous `[B, H, S, D]` `q`, `k`, `v`, runs
+    /// [`FlashAttention::forward`] with the default config into a NaN-poisoned O, and
+    /// downloads O and LSE (synchronizing the stream).
     pub fn forward_host<T: StorageType>(
         &self,
         problem: &Problem,
@@ -185,13 +218,16 @@ impl FlashAttention {
         let dq = s.clone_htod(q).map_err(err("uploading Q"))?;
         let dk = s.clone_htod(k).map_err(err("uploading K"))?;
         let dv = s.clone_htod(v).map_err(err("uploading V"))?;
+        // Poisoned, so that anything the kernel fails to write shows as NaN.
         let mut o = s
-            .alloc_zeros::<T>(shape.o_elems())
+            .clone_htod(&vec![T::from_f32(f32::NAN); shape.o_elems()])
             .map_err(err("allocating O"))?;
         let mut lse = s
-            .alloc_zeros::<f32>(shape.lse_elems())
+            .clone_htod(&vec![f32::NAN; shape.lse_elems()])
             .map_err(err("allocating LSE"))?;
-        let launch = self.forward(problem, &dq, &dk, &dv, &mut o, Some(&mut lse), opts)?;
+        let launch = self.forward(
+            Forward::bhsd(problem, &dq, &dk, &dv, &mut o, Some(&mut lse)).with_options(opts.clone()),
+        )?;
         let o = s.clone_dtoh(&o).map_err(err("downloading O"))?;
         let lse = s.clone_dtoh(&lse).map_err(err("downloading LSE"))?;
         Ok(HostOutput { o, lse, launch })

@@ -1,6 +1,0 @@
-// Compile unit: forward kernels for f16 storage, head dim 128, every named config.
-#include "../fwd_kernel.cuh"
-#include "../configs.cuh"
-
-ATTN_FWD_CONFIGS_D128(f16, __half)
-ATTN_FWD_SPLIT_CONFIGS(f16, __half, 128)

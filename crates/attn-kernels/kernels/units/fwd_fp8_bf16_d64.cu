@@ -1,4 +1,0 @@
-// Compile unit: FP8 (E4M3) forward kernels writing bf16, head dim 64, every FP8 config.
-#include "../fwd_fp8_kernel.cuh"
-
-ATTN_FP8_CONFIGS(bf16, __nv_bfloat16, 64)

@@ -1,4 +1,0 @@
-// Compile unit: FP8 (E4M3) forward kernels writing f16, head dim 128, every FP8 config.
-#include "../fwd_fp8_kernel.cuh"
-
-ATTN_FP8_CONFIGS(f16, __half, 128)

@@ -1,0 +1,517 @@
+//! The kernel catalog: the single source of which kernels exist.
+//!
+//! A kernel is named by a [`UnitKey`] (family, arch, storage type, head-dim bucket) plus a
+//! tile config and an entry [`Variant`]. The tile table below (the role of
+//! FlashAttention-3's `hopper/tile_size.h`, here in Rust) decides which configs each unit
+//! instantiates. `build.rs` includes this file (`#[path]`), generates one CUDA compile unit
+//! per [`UnitKey`] from it — compiled only for that unit's arch — and the launcher looks
+//! kernels up by the same names. Nothing about which kernels exist is written twice.
+//!
+//! This module has no dependencies (build scripts include it verbatim): errors and device
+//! logic live in `config.rs` and `launch.rs`.
+
+use std::fmt::Write as _;
+
+/// A GPU architecture the kernels are compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Arch {
+    /// Ampere (A100): `mma.sync`, `cp.async`; the cubin also runs on sm_86/87.
+    Sm80,
+    /// Ada (L4, L40): adds FP8 `mma.sync`; 99 KiB of shared memory per block.
+    Sm89,
+    /// Hopper with its arch-specific features (`wgmma`, TMA, `setmaxnreg`).
+    Sm90a,
+}
+
+impl Arch {
+    /// Every arch, oldest first.
+    pub const ALL: [Arch; 3] = [Arch::Sm80, Arch::Sm89, Arch::Sm90a];
+
+    /// As given to nvcc and in `ATTN_CUDA_ARCHS`: `80`, `89`, `90a`.
+    pub fn nvcc_name(self) -> &'static str {
+        match self {
+            Arch::Sm80 => "80",
+            Arch::Sm89 => "89",
+            Arch::Sm90a => "90a",
+        }
+    }
+
+    /// Parses `80`, `sm_89`, `90a`.
+    pub fn parse(s: &str) -> Option<Arch> {
+        match s.trim().trim_start_matches("sm_") {
+            "80" => Some(Arch::Sm80),
+            "89" => Some(Arch::Sm89),
+            "90a" => Some(Arch::Sm90a),
+            _ => None,
+        }
+    }
+
+    /// Largest dynamic shared memory one block may opt into on the arch's flagship part
+    /// (A100 163 KiB, Ada 99 KiB, H100 227 KiB). Configs above it are not instantiated; the
+    /// launcher still checks the device's own limit (an sm_86 part runs the sm_80 cubin
+    /// with 99 KiB).
+    pub fn max_smem(self) -> usize {
+        match self {
+            Arch::Sm80 => 166_912,
+            Arch::Sm89 => 101_376,
+            Arch::Sm90a => 232_448,
+        }
+    }
+
+    /// Whether a device of compute capability (major, minor) runs this arch's cubin: the
+    /// same major and an equal or older minor (SASS is compatible within a major), and an
+    /// arch-specific `a` build only on exactly its own arch.
+    pub fn runs_on(self, major: i32, minor: i32) -> bool {
+        match self {
+            Arch::Sm80 => major == 8 && minor >= 0,
+            Arch::Sm89 => major == 8 && minor >= 9,
+            Arch::Sm90a => major == 9 && minor == 0,
+        }
+    }
+}
+
+/// A family of kernels sharing one mainloop source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// The f16/bf16 forward (`kernels/fwd_kernel.cuh`, `mma.sync`).
+    Fwd,
+    /// The FP8 E4M3 forward writing f16/bf16 (`kernels/fwd_fp8_kernel.cuh`).
+    Fp8Fwd,
+    /// The FP8 forward's Vᵀ pass (`kernels/fp8_prep.cuh`).
+    Fp8Prep,
+}
+
+/// Storage type of Q, K, V and O (of O only, for [`Family::Fp8Fwd`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Elem {
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Elem {
+    /// `f16` / `bf16`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Elem::F16 => "f16",
+            Elem::Bf16 => "bf16",
+        }
+    }
+    fn cuda_type(self) -> &'static str {
+        match self {
+            Elem::F16 => "__half",
+            Elem::Bf16 => "__nv_bfloat16",
+        }
+    }
+}
+
+/// One compile unit: everything of one (family, arch, storage type, head-dim bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UnitKey {
+    /// The family.
+    pub family: Family,
+    /// The arch it is compiled for (and only for).
+    pub arch: Arch,
+    /// Storage type (output type for FP8; f16 for the prep unit, which ignores it).
+    pub elem: Elem,
+    /// Head-dim bucket the kernels are specialized for (0 for the prep unit, which holds
+    /// every FP8 head dim).
+    pub head_dim: usize,
+}
+
+impl UnitKey {
+    /// The unit's name, also the cubin's: `fwd_sm90a_f16_d128`, `fp8_sm90a_bf16_d64`,
+    /// `fp8prep_sm89`.
+    pub fn name(&self) -> String {
+        match self.family {
+            Family::Fwd => format!(
+                "fwd_sm{}_{}_d{}",
+                self.arch.nvcc_name(),
+                self.elem.as_str(),
+                self.head_dim
+            ),
+            Family::Fp8Fwd => format!(
+                "fp8_sm{}_{}_d{}",
+                self.arch.nvcc_name(),
+                self.elem.as_str(),
+                self.head_dim
+            ),
+            Family::Fp8Prep => format!("fp8prep_sm{}", self.arch.nvcc_name()),
+        }
+    }
+}
+
+/// One tile configuration: (BLOCK_M, BLOCK_N, warps, stages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tile {
+    /// Query rows per CTA.
+    pub block_m: usize,
+    /// Keys per pipeline tile.
+    pub block_n: usize,
+    /// Warps per CTA.
+    pub warps: usize,
+    /// Depth of the K/V ring.
+    pub stages: usize,
+}
+
+/// Shorthand for the tables.
+pub const fn tile(block_m: usize, block_n: usize, warps: usize, stages: usize) -> Tile {
+    Tile {
+        block_m,
+        block_n,
+        warps,
+        stages,
+    }
+}
+
+impl Tile {
+    /// `{block_m}_{block_n}_{warps}_s{stages}` (e.g. `64_64_4_s2`).
+    pub fn name(&self) -> String {
+        format!(
+            "{}_{}_{}_s{}",
+            self.block_m, self.block_n, self.warps, self.stages
+        )
+    }
+    /// `bm64_bn64_w4_s2`, the part of an entry name.
+    fn entry_part(&self) -> String {
+        format!(
+            "bm{}_bn{}_w{}_s{}",
+            self.block_m, self.block_n, self.warps, self.stages
+        )
+    }
+}
+
+/// Head-dim buckets of the f16/bf16 forward: the kernels are specialized for these; any
+/// other `D % 8 == 0, 8 ≤ D ≤ 256` runs the next bucket's kernel with the missing columns
+/// zero-filled on load and skipped on store (FlashAttention-2's set of head dims).
+pub const FWD_HEAD_DIM_BUCKETS: [usize; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
+
+/// Head dims of the FP8 forward (exact, no padding: the FP8 swizzle needs 64-byte rows).
+pub const FP8_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// The bucket a head dim runs in, or `None` if the f16/bf16 forward cannot take it.
+pub fn fwd_bucket(head_dim: usize) -> Option<usize> {
+    if head_dim % 8 != 0 || head_dim < 8 {
+        return None;
+    }
+    FWD_HEAD_DIM_BUCKETS
+        .iter()
+        .copied()
+        .find(|&b| b >= head_dim)
+}
+
+/// Shared-memory row pitch (elements) of a bucket: the XOR swizzle (`kernels/load.cuh`)
+/// permutes 16-byte chunks in groups of 8, so rows are padded to a multiple of 64 elements.
+/// The padding chunks are never read.
+pub const fn smem_pitch(bucket: usize) -> usize {
+    bucket.div_ceil(64) * 64
+}
+
+/// Dynamic shared memory of an f16/bf16 forward CTA: the Q tile and `stages` K and V tiles.
+pub const fn fwd_smem_bytes(tile: &Tile, bucket: usize) -> usize {
+    (tile.block_m + 2 * tile.stages * tile.block_n) * smem_pitch(bucket) * 2
+}
+
+/// What one tile config of the f16/bf16 forward is compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FwdTileEntry {
+    /// The config.
+    pub tile: Tile,
+    /// Also in the debug build (`-G`, tile dumps): debug cubins are ~15× larger, so only
+    /// one config per rows-per-warp kind.
+    pub debug: bool,
+    /// Also has split-KV entry points (flash-decoding) for grids too small for the chip.
+    pub split: bool,
+}
+
+const fn e(tile: Tile, debug: bool, split: bool) -> FwdTileEntry {
+    FwdTileEntry { tile, debug, split }
+}
+
+/// The tile table of the f16/bf16 forward per head-dim bucket, before the per-arch
+/// shared-memory filter. D = 64 and 128 keep every config the sweep measured (elite.tsv);
+/// the other buckets carry FlashAttention-2's choices for that head dim (128×64 or 128×32
+/// blocks, 4–8 warps) plus the small split-KV configs. D = 128 has no 32-rows-per-warp
+/// config with BLOCK_N = 64: it needs more than 255 registers and spills; from D = 160 on,
+/// Q is re-read from shared memory each k-step (kernels/fwd_kernel.cuh) and every config has
+/// 16 rows per warp.
+pub fn fwd_tiles(bucket: usize) -> &'static [FwdTileEntry] {
+    const D32: [FwdTileEntry; 5] = [
+        e(tile(32, 64, 2, 2), false, true),
+        e(tile(64, 64, 4, 2), false, true),
+        e(tile(128, 64, 4, 2), false, false),
+        e(tile(128, 128, 8, 2), false, false),
+        e(tile(128, 128, 4, 2), false, false),
+    ];
+    const D64: [FwdTileEntry; 8] = [
+        e(tile(32, 64, 2, 2), false, true),
+        e(tile(64, 64, 4, 2), true, true),
+        e(tile(128, 64, 8, 2), false, false),
+        e(tile(64, 64, 4, 3), false, false),
+        e(tile(128, 64, 4, 2), false, false),
+        e(tile(128, 32, 4, 2), true, false),
+        e(tile(64, 64, 2, 2), false, false),
+        e(tile(128, 128, 8, 2), false, false),
+    ];
+    const D96: [FwdTileEntry; 5] = [
+        e(tile(32, 64, 2, 2), false, true),
+        e(tile(64, 64, 4, 2), false, true),
+        e(tile(128, 64, 8, 2), false, false),
+        e(tile(128, 32, 4, 2), false, false),
+        e(tile(128, 128, 8, 2), false, false),
+    ];
+    const D128: [FwdTileEntry; 6] = [
+        e(tile(32, 64, 2, 2), false, true),
+        e(tile(64, 64, 4, 2), true, true),
+        e(tile(128, 64, 8, 2), false, false),
+        e(tile(64, 64, 4, 3), false, false),
+        e(tile(128, 32, 4, 2), true, false),
+        e(tile(128, 128, 8, 2), false, false),
+    ];
+    const D160_256: [FwdTileEntry; 5] = [
+        e(tile(32, 64, 2, 2), false, true),
+        e(tile(64, 64, 4, 2), false, true),
+        e(tile(128, 64, 8, 2), false, false),
+        e(tile(128, 32, 8, 2), false, false),
+        e(tile(64, 32, 4, 2), false, false),
+    ];
+    match bucket {
+        32 => &D32,
+        64 => &D64,
+        96 => &D96,
+        128 => &D128,
+        160 | 192 | 224 | 256 => &D160_256,
+        _ => &[],
+    }
+}
+
+/// The configs of `bucket` instantiated for `arch` (those that fit its shared memory).
+pub fn fwd_tiles_for(arch: Arch, bucket: usize) -> Vec<FwdTileEntry> {
+    fwd_tiles(bucket)
+        .iter()
+        .copied()
+        .filter(|t| fwd_smem_bytes(&t.tile, bucket) <= arch.max_smem())
+        .collect()
+}
+
+/// Configs of the FP8 forward (16 query rows per warp).
+pub const FP8_TILES: [Tile; 4] = [
+    tile(128, 128, 8, 2),
+    tile(128, 128, 8, 3),
+    tile(64, 128, 4, 2),
+    tile(128, 64, 8, 2),
+];
+
+/// Which entry point of an f16/bf16 forward config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FwdMode {
+    /// No mask.
+    Full,
+    /// Causal mask (either alignment: the diagonal offset is a runtime scalar).
+    Causal,
+    /// Debug builds only: `Full` without the online-softmax rescale, a planted bug for the
+    /// oracle's tests.
+    BrokenRescale,
+}
+
+impl FwdMode {
+    fn suffix(self) -> &'static str {
+        match self {
+            FwdMode::Full => "full",
+            FwdMode::Causal => "causal",
+            FwdMode::BrokenRescale => "broken_rescale",
+        }
+    }
+}
+
+/// The variant of an FP8 forward entry (how its two MMAs run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fp8Mma {
+    /// Both on FP8 `mma.sync` (sm_89+).
+    Fp8,
+    /// Q·Kᵀ on FP8 `mma.sync`, P·V in f16.
+    P16,
+    /// Operands widened to f16 in registers (the sm_80 path).
+    Cvt,
+    /// Both on Hopper's FP8 `wgmma` (sm_90a).
+    Wgmma,
+}
+
+impl Fp8Mma {
+    /// The entry-name suffix and CLI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fp8Mma::Fp8 => "fp8",
+            Fp8Mma::P16 => "p16",
+            Fp8Mma::Cvt => "cvt",
+            Fp8Mma::Wgmma => "wgmma",
+        }
+    }
+
+    /// Whether `arch`'s cubin holds this variant.
+    pub fn compiled_for(self, arch: Arch) -> bool {
+        match self {
+            Fp8Mma::Cvt => true,
+            Fp8Mma::Fp8 | Fp8Mma::P16 => arch >= Arch::Sm89,
+            Fp8Mma::Wgmma => arch == Arch::Sm90a,
+        }
+    }
+}
+
+/// The extern "C" name of an f16/bf16 forward entry.
+pub fn fwd_entry_name(unit: &UnitKey, tile: &Tile, mode: FwdMode, split: bool) -> String {
+    format!(
+        "attn_fwd_{}_d{}_{}_{}{}",
+        unit.elem.as_str(),
+        unit.head_dim,
+        tile.entry_part(),
+        mode.suffix(),
+        if split { "_split" } else { "" }
+    )
+}
+
+/// The extern "C" name of an FP8 forward entry.
+pub fn fp8_entry_name(unit: &UnitKey, tile: &Tile, causal: bool, mma: Fp8Mma) -> String {
+    format!(
+        "attn_fp8_{}_d{}_{}_{}_{}",
+        unit.elem.as_str(),
+        unit.head_dim,
+        tile.entry_part(),
+        if causal { "causal" } else { "full" },
+        mma.as_str()
+    )
+}
+
+/// The extern "C" name of the FP8 Vᵀ pass for a head dim.
+pub fn fp8_transpose_entry_name(head_dim: usize) -> String {
+    format!("attn_fp8_v_transpose_d{head_dim}")
+}
+
+/// Every compile unit of the catalog for `archs` (every arch when empty), optionally only
+/// the given head dims (a development filter; an empty filter keeps all).
+pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
+    let keep_d = |d: usize| head_dims.is_empty() || head_dims.contains(&d);
+    let mut out = Vec::new();
+    for &arch in &Arch::ALL {
+        if !archs.is_empty() && !archs.contains(&arch) {
+            continue;
+        }
+        for elem in [Elem::F16, Elem::Bf16] {
+            for &d in FWD_HEAD_DIM_BUCKETS.iter().filter(|&&d| keep_d(d)) {
+                out.push(UnitKey {
+                    family: Family::Fwd,
+                    arch,
+                    elem,
+                    head_dim: d,
+                });
+            }
+            for &d in FP8_HEAD_DIMS.iter().filter(|&&d| keep_d(d)) {
+                out.push(UnitKey {
+                    family: Family::Fp8Fwd,
+                    arch,
+                    elem,
+                    head_dim: d,
+                });
+            }
+        }
+        out.push(UnitKey {
+            family: Family::Fp8Prep,
+            arch,
+            elem: Elem::F16,
+            head_dim: 0,
+        });
+    }
+    out
+}
+
+/// The CUDA source of one unit's cubin, release (`debug == false`) or debug. The debug
+/// build holds only the f16/bf16 forward's debug configs (with tile dumps and the planted
+/// bug); `None` means the unit has no debug cubin.
+pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
+    let mut s = format!(
+        "// Generated by attn-kernels' build.rs from src/catalog.rs ({}, sm_{}, {}): do not edit.\n",
+        unit.name(),
+        unit.arch.nvcc_name(),
+        if debug { "debug" } else { "release" }
+    );
+    match unit.family {
+        Family::Fwd => {
+            s.push_str("#include \"fwd_kernel.cuh\"\n\n");
+            let ty = unit.elem.cuda_type();
+            let d = unit.head_dim;
+            let mut any = false;
+            for t in fwd_tiles_for(unit.arch, d) {
+                if debug && !t.debug {
+                    continue;
+                }
+                any = true;
+                let c = &t.tile;
+                let mut modes = vec![(FwdMode::Full, false), (FwdMode::Causal, false)];
+                if debug {
+                    modes.push((FwdMode::BrokenRescale, false));
+                } else if t.split {
+                    modes.push((FwdMode::Full, true));
+                    modes.push((FwdMode::Causal, true));
+                }
+                for (mode, split) in modes {
+                    let _ = writeln!(
+                        s,
+                        "ATTN_FWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {}, {}, {})",
+                        fwd_entry_name(unit, c, mode, split),
+                        c.block_m,
+                        c.block_n,
+                        c.stages,
+                        c.warps,
+                        mode == FwdMode::Causal,
+                        mode == FwdMode::BrokenRescale,
+                        split
+                    );
+                }
+            }
+            any.then_some(s)
+        }
+        Family::Fp8Fwd => {
+            if debug {
+                return None;
+            }
+            s.push_str("#include \"fwd_fp8_kernel.cuh\"\n\n");
+            let ty = unit.elem.cuda_type();
+            let d = unit.head_dim;
+            for c in &FP8_TILES {
+                for mma in [Fp8Mma::Fp8, Fp8Mma::P16, Fp8Mma::Cvt, Fp8Mma::Wgmma] {
+                    if !mma.compiled_for(unit.arch) {
+                        continue;
+                    }
+                    for causal in [false, true] {
+                        let _ = writeln!(
+                            s,
+                            "ATTN_FP8_ENTRY_{}({}, {ty}, {d}, {}, {}, {}, {}, {causal})",
+                            mma.as_str().to_uppercase(),
+                            fp8_entry_name(unit, c, causal, mma),
+                            c.block_m,
+                            c.block_n,
+                            c.stages,
+                            c.warps,
+                        );
+                    }
+                }
+            }
+            Some(s)
+        }
+        Family::Fp8Prep => {
+            if debug {
+                return None;
+            }
+            s.push_str("#include \"fp8_prep.cuh\"\n\n");
+            for d in FP8_HEAD_DIMS {
+                let _ = writeln!(
+                    s,
+                    "ATTN_FP8_V_TRANSPOSE_ENTRY({}, {d})",
+                    fp8_transpose_entry_name(d)
+                );
+            }
+            Some(s)
+        }
+    }
+}
