@@ -15,8 +15,8 @@ use std::{
 
 use anyhow::{bail, Context};
 use attn_kernels::{
-    Dtype, FlashAttention, ForwardOptions, Fp8DeviceInputs, Fp8Options, Fp8Variant, KernelConfig,
-    StorageType,
+    dims_kv, dims_q, Dtype, FlashAttention, Forward, ForwardOptions, Fp8Forward, Fp8Options,
+    Fp8Scales, Fp8Variant, KernelConfig, Layout, StorageType, Tensor, TensorMut,
 };
 use attn_ref::{AttnShape, Causal, Problem};
 use cudarc::driver::{sys, CudaSlice, CudaStream};
@@ -72,6 +72,10 @@ pub struct Args {
     /// chooser's).
     #[arg(long)]
     fp8_config: Option<String>,
+    /// Memory layout of our kernel's Q, K, V and O: bhsd (contiguous [B,H,S,D]) or bshd
+    /// ([B,S,H,D], strided heads). SDPA always runs on contiguous [B,H,S,D].
+    #[arg(long, default_value = "bhsd")]
+    layout: String,
 }
 
 /// Looks an FP8 config up by [`KernelConfig::name`] (the `_s2` suffix may be omitted).
@@ -283,6 +287,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .as_deref()
         .map(KernelConfig::by_name)
         .transpose()?;
+    let layout = Layout::parse(&args.layout)?;
     // SAFETY: the benchmark issues all its work on one stream, so cudarc's cross-stream
     // event tracking is not needed; without it, no event records enter the timed region or
     // the captured CUDA graphs.
@@ -291,7 +296,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let shape = shapes.first().context("no shape")?;
         if fp8_variants.is_empty() {
             for &dt in &dtypes {
-                time_ours(&gpu, shape, dt, config, 5, 1, true)?;
+                time_ours(&gpu, shape, dt, config, layout, 5, 1, true)?;
             }
         } else {
             // FP8 only: the f16 launches would be profiled too.
@@ -329,7 +334,17 @@ fn bench(
     let mut ours = Vec::new();
     for &dt in dtypes {
         for shape in shapes {
-            let t = time_ours(gpu, shape, dt, config, args.warmup, args.samples, false)?;
+            let layout = Layout::parse(&args.layout)?;
+            let t = time_ours(
+                gpu,
+                shape,
+                dt,
+                config,
+                layout,
+                args.warmup,
+                args.samples,
+                false,
+            )?;
             let name = format!("{}-{}", shape.name(), dt);
             write_csv(
                 &args
@@ -485,18 +500,20 @@ fn randn_device<T: StorageType>(
     Ok(stream.clone_htod(&host)?)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn time_ours(
     gpu: &Arc<FlashAttention>,
     shape: &BenchShape,
     dtype: Dtype,
     config: Option<KernelConfig>,
+    layout: Layout,
     warmup: usize,
     samples: usize,
     once: bool,
 ) -> anyhow::Result<OurTiming> {
     match dtype {
-        Dtype::F16 => time_typed::<half::f16>(gpu, shape, config, warmup, samples, once),
-        Dtype::Bf16 => time_typed::<half::bf16>(gpu, shape, config, warmup, samples, once),
+        Dtype::F16 => time_typed::<half::f16>(gpu, shape, config, layout, warmup, samples, once),
+        Dtype::Bf16 => time_typed::<half::bf16>(gpu, shape, config, layout, warmup, samples, once),
     }
 }
 
@@ -506,6 +523,7 @@ fn time_typed<T: StorageType>(
     gpu: &Arc<FlashAttention>,
     shape: &BenchShape,
     config: Option<KernelConfig>,
+    layout: Layout,
     warmup: usize,
     samples: usize,
     once: bool,
@@ -533,7 +551,16 @@ fn time_typed<T: StorageType>(
     let mut kernel = String::new();
     let mut launch = |i: usize| -> anyhow::Result<()> {
         let (q, k, v, o) = &mut sets[i % n_sets];
-        let info = gpu.forward(&p, q, k, v, o, Some(&mut lse), &opts)?;
+        let (qd, kd) = (dims_q(&s), dims_kv(&s));
+        let info = gpu.forward(Forward {
+            problem: &p,
+            q: Tensor::contiguous(q.as_view(), qd, layout),
+            k: Tensor::contiguous(k.as_view(), kd, layout),
+            v: Tensor::contiguous(v.as_view(), kd, layout),
+            o: TensorMut::contiguous(o.as_view_mut(), qd, layout),
+            lse: Some(lse.as_view_mut()),
+            options: opts.clone(),
+        })?;
         if kernel.is_empty() {
             kernel = format!("{} ({})", info.kernel, info.config.name());
         }
@@ -671,15 +698,20 @@ fn time_fp8(
     let mut kernel = String::new();
     let mut launch = |i: usize| -> anyhow::Result<()> {
         let (q, k, v, o) = &mut sets[i % n_sets];
-        let inputs = Fp8DeviceInputs {
-            q: &q.0,
-            k: &k.0,
-            v: &v.0,
-            q_scale: &q.1,
-            k_scale: &k.1,
-            v_scale: &v.1,
-        };
-        let info = gpu.forward_fp8(&p, &inputs, o, Some(&mut lse), &opts)?;
+        let info = gpu.forward_fp8(Fp8Forward {
+            problem: &p,
+            q: Tensor::bhsd(&q.0, qd),
+            k: Tensor::bhsd(&k.0, kd),
+            v: Tensor::bhsd(&v.0, kd),
+            scales: Fp8Scales {
+                q: q.1.as_view(),
+                k: k.1.as_view(),
+                v: v.1.as_view(),
+            },
+            o: TensorMut::bhsd(o, qd),
+            lse: Some(lse.as_view_mut()),
+            options: opts,
+        })?;
         if kernel.is_empty() {
             kernel = format!("{} ({}) + Vt pass", info.kernel, info.config.name());
         }

@@ -101,13 +101,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     std::fs::write(out.join("scripts/sdpa_bench.py"), crate::bench::SDPA_SCRIPT)?;
-    // What `gate --from-bundle` reads: kernel sources (ptxas stage), the budget, the
-    // committed ptxas snapshots and the performance baseline.
-    copy_dir(
-        &root.join("crates/attn-kernels/kernels"),
-        &out.join("kernels"),
-        |_| true,
-    )?;
+    // What `gate --from-bundle` reads: the budget, the committed ptxas snapshots (the
+    // reports themselves are embedded in the binaries) and the performance baseline.
     copy(
         &root.join("crates/attn-kernels/ptxas-budget.json"),
         &out.join("ptxas-budget.json"),

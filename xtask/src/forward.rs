@@ -7,7 +7,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use attn_kernels::{Dtype, FlashAttention, ForwardOptions, KernelConfig};
+use attn_kernels::{Dtype, FlashAttention, ForwardOptions, KernelConfig, Layout};
 use attn_ref::{AttnOutput, AttnShape, Causal, Problem, Tile};
 
 use crate::npy;
@@ -42,6 +42,10 @@ pub struct Args {
     /// Optional LSE output `[B, Hq, Sq]` (f32).
     #[arg(long)]
     lse: Option<PathBuf>,
+    /// Layout of Q, K, V and O: bhsd (`[B, H, S, D]`) or bshd (`[B, S, H, D]`; the kernel
+    /// reads and writes it in place, strided).
+    #[arg(long, default_value = "bhsd")]
+    layout: String,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -53,8 +57,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             bail!("{name}: uint8 input; expected f16, f32 or f64");
         }
     }
-    let [b, hq, sq, d] = q.shape4("--q")?;
-    let [bk, hkv, sk, dk] = k.shape4("--k")?;
+    let layout = Layout::parse(&args.layout)?;
+    let as_bhsd = |[a, b, c, d]: [usize; 4]| match layout {
+        Layout::Bhsd => [a, b, c, d],
+        Layout::Bshd => [a, c, b, d],
+    };
+    let [b, hq, sq, d] = as_bhsd(q.shape4("--q")?);
+    let [bk, hkv, sk, dk] = as_bhsd(k.shape4("--k")?);
     if v.shape != k.shape {
         bail!(
             "--v shape {:?} differs from --k shape {:?}",
@@ -75,16 +84,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         problem = problem.with_scale(s)?;
     }
     let to32 = |x: &[f64]| x.iter().map(|&e| e as f32).collect::<Vec<f32>>();
-    let run = run_gpu(
+    let run = run_gpu_layout(
         &problem,
         &to32(&q.data),
         &to32(&k.data),
         &to32(&v.data),
         &args.dtype,
         args.config.as_deref(),
-        &[],
+        layout,
     )?;
-    let oshape = [b, hq, sq, d];
+    let oshape = match layout {
+        Layout::Bhsd => [b, hq, sq, d],
+        Layout::Bshd => [b, sq, hq, d],
+    };
     if args.dtype == "f16" {
         let h: Vec<half::f16> = run
             .output
@@ -126,6 +138,51 @@ pub struct GpuRun {
     pub tiles: Vec<Tile>,
     /// The kernel that ran.
     pub kernel: String,
+}
+
+/// [`run_gpu`] on buffers in `layout` (no tile dumps): the kernel runs on the strided
+/// layout directly and O comes back in it.
+pub fn run_gpu_layout(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    dtype: &str,
+    config: Option<&str>,
+    layout: Layout,
+) -> anyhow::Result<GpuRun> {
+    if layout == Layout::Bhsd {
+        return run_gpu(problem, q, k, v, dtype, config, &[]);
+    }
+    let dtype = Dtype::parse(dtype)?;
+    problem.shape().check_qkv_lens(q.len(), k.len(), v.len())?;
+    let gpu = gpu()?;
+    let opts = ForwardOptions {
+        config: config.map(KernelConfig::by_name).transpose()?,
+        ..Default::default()
+    };
+    macro_rules! go {
+        ($t:ty) => {{
+            let cvt = |x: &[f32]| x.iter().map(|&e| <$t>::from_f32(e)).collect::<Vec<$t>>();
+            let out = gpu.forward_host_layout(problem, &cvt(q), &cvt(k), &cvt(v), layout, &opts)?;
+            (
+                out.o.iter().map(|e| e.to_f32()).collect::<Vec<f32>>(),
+                out.lse,
+                out.launch,
+            )
+        }};
+    }
+    let (o, lse, launch) = match dtype {
+        Dtype::F16 => go!(half::f16),
+        Dtype::Bf16 => go!(half::bf16),
+    };
+    Ok(GpuRun {
+        output: AttnOutput { o, lse },
+        block_m: launch.config.block_m,
+        block_n: launch.config.block_n,
+        tiles: Vec::new(),
+        kernel: format!("{} ({})", launch.kernel, launch.config.name()),
+    })
 }
 
 /// Runs the GPU kernel once on host inputs (f32 values, rounded to `dtype` = "f16"|"bf16").

@@ -111,8 +111,6 @@ pub fn probe_gpu() -> Result<String, String> {
 struct Layout {
     source: Source,
     out_dir: PathBuf,
-    kernels_dir: PathBuf,
-    ptxas_work_dir: PathBuf,
     budget: PathBuf,
     snapshots: PathBuf,
     baseline: PathBuf,
@@ -127,8 +125,6 @@ impl Layout {
                     .out_dir
                     .clone()
                     .unwrap_or_else(|| dir.join("target/gate")),
-                kernels_dir: dir.join("kernels"),
-                ptxas_work_dir: dir.join("target/ptxas"),
                 budget: dir.join("ptxas-budget.json"),
                 snapshots: dir.join("ptxas-snapshots"),
                 baseline: args
@@ -144,9 +140,6 @@ impl Layout {
                         .out_dir
                         .clone()
                         .unwrap_or_else(|| root.join("target/gate")),
-                    kernels_dir: root.join("crates/attn-kernels/kernels"),
-                    // Shares `cargo xtask ptxas`'s cache.
-                    ptxas_work_dir: root.join("target/ptxas"),
                     budget: ptxas::default_budget(&root),
                     snapshots: ptxas::snapshot::workspace_dir(&root),
                     baseline: args
@@ -258,16 +251,8 @@ fn stage_build(layout: &Layout, root: &Path, test_binary: &mut Option<PathBuf>) 
 /// ptxas report of the release kernels, held to the budget and the committed snapshots.
 fn stage_ptxas(layout: &Layout) -> Outcome {
     let run = || -> anyhow::Result<Outcome> {
-        let root = match &layout.source {
-            Source::Cargo(r) | Source::Bundle(r) => r.clone(),
-        };
-        let nvcc_path = ptxas::require_nvcc(&root)?;
-        let archs = ptxas::archs_from(None)?;
-        let paths = ptxas::Paths {
-            kernels_dir: layout.kernels_dir.clone(),
-            work_dir: layout.ptxas_work_dir.clone(),
-        };
-        let collected = ptxas::collect(&nvcc_path, &paths, &archs, ptxas::Mode::Release, true)?;
+        let archs = ptxas::archs_from(None, ptxas::Mode::Release)?;
+        let collected = ptxas::collect(&archs, ptxas::Mode::Release)?;
         let table_path = layout.out_dir.join("ptxas.txt");
         std::fs::write(&table_path, ptxas::render_table(&collected))
             .with_context(|| format!("writing {}", table_path.display()))?;

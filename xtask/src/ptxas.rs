@@ -1,18 +1,15 @@
-//! `cargo xtask ptxas`: compiles every kernel unit for every arch with `-Xptxas=-v`, parses
-//! what ptxas reports (registers, barriers, shared/constant memory, stack, spills) and prints a
-//! table or JSON; `--check` holds the release build to the committed budget.
+//! `cargo xtask ptxas`: parses what ptxas reported (registers, barriers, shared/constant
+//! memory, stack, spills) when attn-kernels' build compiled the catalog — the logs are
+//! embedded with the cubins, so nothing is compiled twice — and prints a table or JSON;
+//! `--check` holds the release build to the committed budget.
 
 pub mod budget;
 pub mod parse;
 pub mod snapshot;
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use anyhow::{bail, Context};
-use rayon::prelude::*;
+use anyhow::bail;
 use serde::Serialize;
 
 use crate::nvcc;
@@ -21,8 +18,8 @@ use parse::{Diagnostic, PtxasOutput, ResourceReport, Severity, Unparsed};
 /// Arguments of `cargo xtask ptxas`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Archs to compile for (comma or semicolon separated, `sm_` optional); default
-    /// `ATTN_CUDA_ARCHS`, else 80;89;90a.
+    /// Archs to report (comma or semicolon separated, `sm_` optional); default: every arch
+    /// the build embedded (`ATTN_CUDA_ARCHS` at build time, else 80;89;90a).
     #[arg(long)]
     arch: Option<String>,
     /// Release flags (`-O3 -DNDEBUG`); the default.
@@ -40,9 +37,6 @@ pub struct Args {
     /// Budget file (default crates/attn-kernels/ptxas-budget.json).
     #[arg(long)]
     budget: Option<PathBuf>,
-    /// Recompile even when a cached report for the same sources, flags and nvcc exists.
-    #[arg(long)]
-    no_cache: bool,
 }
 
 /// Which flag set the kernels are compiled with.
@@ -53,21 +47,6 @@ pub enum Mode {
     Release,
     /// `DEBUG_FLAGS`.
     Debug,
-}
-
-impl Mode {
-    fn flags(self) -> &'static [&'static str] {
-        match self {
-            Mode::Release => &nvcc::RELEASE_FLAGS,
-            Mode::Debug => &nvcc::DEBUG_FLAGS,
-        }
-    }
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Release => "release",
-            Mode::Debug => "debug",
-        }
-    }
 }
 
 /// A parsed kernel report with the compile unit it came from.
@@ -107,25 +86,6 @@ pub struct Collected {
     pub unparsed: Vec<Located<Unparsed>>,
 }
 
-/// Where the kernels live and where work files go.
-#[derive(Debug, Clone)]
-pub struct Paths {
-    /// `crates/attn-kernels/kernels` (include dir; units under `units/`).
-    pub kernels_dir: PathBuf,
-    /// Scratch dir for cubins and the report cache (`target/ptxas`).
-    pub work_dir: PathBuf,
-}
-
-impl Paths {
-    /// The paths inside the workspace.
-    pub fn workspace(root: &Path) -> Self {
-        Paths {
-            kernels_dir: root.join("crates/attn-kernels/kernels"),
-            work_dir: root.join("target/ptxas"),
-        }
-    }
-}
-
 /// The workspace root (xtask's parent directory, as built).
 pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -137,10 +97,15 @@ pub fn default_budget(root: &Path) -> PathBuf {
     root.join("crates/attn-kernels/ptxas-budget.json")
 }
 
-/// The archs to compile: `--arch`, else `ATTN_CUDA_ARCHS`, else the default list.
-pub fn archs_from(arg: Option<&str>) -> anyhow::Result<Vec<String>> {
-    let env = std::env::var("ATTN_CUDA_ARCHS").ok();
-    let list = arg.or(env.as_deref()).unwrap_or(nvcc::DEFAULT_ARCHS);
+/// The archs to report: `--arch`, else every arch this build embedded.
+pub fn archs_from(arg: Option<&str>, mode: Mode) -> anyhow::Result<Vec<String>> {
+    let built = built_archs(mode);
+    let Some(list) = arg else {
+        if built.is_empty() {
+            bail!("{}", not_built(mode));
+        }
+        return Ok(built);
+    };
     let archs = nvcc::parse_archs(list);
     if archs.is_empty() {
         bail!("no archs in `{list}`: expected e.g. 80,89,90a");
@@ -150,169 +115,59 @@ pub fn archs_from(arg: Option<&str>) -> anyhow::Result<Vec<String>> {
         if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
             bail!("`{a}` is not an arch: expected e.g. 80, 89, 90a or sm_90a");
         }
+        if !built.contains(a) {
+            bail!(
+                "sm_{a} was not built (built: {}): rebuild with ATTN_CUDA_ARCHS including {a}",
+                if built.is_empty() {
+                    "none".to_string()
+                } else {
+                    built.join(", ")
+                }
+            );
+        }
     }
     Ok(archs)
 }
 
-/// Finds nvcc or says how to get it (without installing anything: for the gate on a GPU
-/// host, which has its own toolkit and no network).
-pub fn require_nvcc(root: &Path) -> anyhow::Result<PathBuf> {
-    nvcc::find_nvcc(root).ok_or_else(|| {
-        anyhow::anyhow!(
-            "nvcc not found (looked at NVCC, CUDA_HOME/CUDA_PATH, PATH, /usr/local/cuda and \
-             target/cuda-venv): run `cargo xtask setup-cuda` to install the pinned CUDA 13.0 \
-             compiler"
-        )
-    })
-}
-
-/// The compile units (`units/*.cu`), sorted by name.
-pub fn units(kernels_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let dir = kernels_dir.join("units");
-    let mut units: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| format!("listing kernel units in {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "cu"))
-        .collect();
-    units.sort();
-    if units.is_empty() {
-        bail!("no kernel units (*.cu) in {}", dir.display());
-    }
-    Ok(units)
-}
-
-/// Hash of every source file under the kernels dir, so an edited header invalidates the cache.
-fn hash_sources(dir: &Path, hasher: &mut DefaultHasher) -> anyhow::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            hash_sources(&path, hasher)?;
-        } else {
-            path.hash(hasher);
-            std::fs::read(&path)
-                .with_context(|| format!("reading {}", path.display()))?
-                .hash(hasher);
-        }
-    }
-    Ok(())
-}
-
-/// Compiles one unit for one arch and returns ptxas's stderr (from the cache when the
-/// sources, flags, arch and nvcc binary are unchanged).
-fn compile(
-    nvcc_path: &Path,
-    paths: &Paths,
-    sources_hash: u64,
-    unit: &Path,
-    arch: &str,
-    mode: Mode,
-    use_cache: bool,
-) -> anyhow::Result<String> {
-    let stem = unit
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .context("unit file name is not UTF-8")?;
-    let mut args: Vec<String> = vec!["-cubin".into()];
-    args.extend(nvcc::COMMON_FLAGS.iter().map(|s| s.to_string()));
-    args.extend(mode.flags().iter().map(|s| s.to_string()));
-    args.extend(["-gencode".to_string(), nvcc::gencode(arch)]);
-    args.extend(["-I".to_string(), paths.kernels_dir.display().to_string()]);
-
-    let mut hasher = DefaultHasher::new();
-    sources_hash.hash(&mut hasher);
-    (nvcc_path, &args, unit).hash(&mut hasher);
-    if let Ok(meta) = std::fs::metadata(nvcc_path) {
-        (meta.len(), meta.modified().ok()).hash(&mut hasher);
-    }
-    let cache = paths.work_dir.join("cache").join(format!(
-        "{stem}-sm_{arch}-{}-{:016x}.txt",
-        mode.name(),
-        hasher.finish()
-    ));
-    if use_cache {
-        if let Ok(text) = std::fs::read_to_string(&cache) {
-            return Ok(text);
-        }
-    }
-
-    let cubin_dir = paths.work_dir.join(mode.name()).join(format!("sm_{arch}"));
-    std::fs::create_dir_all(&cubin_dir)
-        .with_context(|| format!("creating {}", cubin_dir.display()))?;
-    let output = Command::new(nvcc_path)
-        .args(&args)
-        .arg(unit)
-        .arg("-o")
-        .arg(cubin_dir.join(format!("{stem}.cubin")))
-        .output()
-        .with_context(|| format!("running {}", nvcc_path.display()))?;
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    if !output.status.success() {
-        let parsed = parse::parse(&stderr);
-        let errors: Vec<&str> = parsed
-            .diagnostics
-            .iter()
-            .filter(|d| d.severity == Severity::Error)
-            .map(|d| d.text.as_str())
-            .collect();
-        let detail = if errors.is_empty() {
-            stderr
-                .lines()
-                .rev()
-                .take(20)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n")
-        } else {
-            errors.join("\n")
-        };
-        bail!(
-            "nvcc failed on {} for sm_{arch} ({}):\n{detail}",
-            unit.display(),
-            output.status
-        );
-    }
-    if let Some(parent) = cache.parent() {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
-    std::fs::write(&cache, &stderr).with_context(|| format!("writing {}", cache.display()))?;
-    Ok(stderr)
-}
-
-/// Compiles every unit for every arch (in parallel) and gathers the reports.
-pub fn collect(
-    nvcc_path: &Path,
-    paths: &Paths,
-    archs: &[String],
-    mode: Mode,
-    use_cache: bool,
-) -> anyhow::Result<Collected> {
-    let units = units(&paths.kernels_dir)?;
-    let mut hasher = DefaultHasher::new();
-    hash_sources(&paths.kernels_dir, &mut hasher)?;
-    let sources_hash = hasher.finish();
-    let jobs: Vec<(&PathBuf, &String)> = archs
+/// The archs this build embedded cubins for, in `mode`.
+pub fn built_archs(mode: Mode) -> Vec<String> {
+    let mut archs: Vec<String> = attn_kernels::cubin::embedded()
         .iter()
-        .flat_map(|a| units.iter().map(move |u| (u, a)))
+        .filter(|c| c.debug == (mode == Mode::Debug))
+        .map(|c| c.arch.to_string())
         .collect();
-    let outputs: Vec<(String, String, PtxasOutput)> = jobs
-        .par_iter()
-        .map(|(unit, arch)| {
-            let text = compile(nvcc_path, paths, sources_hash, unit, arch, mode, use_cache)?;
-            let name = unit
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            Ok((name, arch.to_string(), parse::parse(&text)))
-        })
-        .collect::<anyhow::Result<_>>()?;
+    archs.sort();
+    archs.dedup();
+    archs
+}
 
+fn not_built(mode: Mode) -> String {
+    match mode {
+        Mode::Release if attn_kernels::cubin::nvcc_used().is_none() => {
+            "the kernels were not built (no nvcc at build time): run `cargo xtask setup-cuda`, then rebuild xtask".into()
+        }
+        Mode::Release => "this build embedded no release cubins".into(),
+        Mode::Debug => "no debug cubins: build xtask with `--features debug-kernels`".into(),
+    }
+}
+
+/// Gathers the reports ptxas printed when attn-kernels' build compiled the catalog (the
+/// embedded logs: nothing is compiled twice) for `archs` in `mode`.
+pub fn collect(archs: &[String], mode: Mode) -> anyhow::Result<Collected> {
+    let outputs: Vec<(String, String, PtxasOutput)> = attn_kernels::cubin::embedded()
+        .iter()
+        .filter(|c| c.debug == (mode == Mode::Debug) && archs.iter().any(|a| a == c.arch))
+        .map(|c| {
+            (
+                c.unit.to_string(),
+                c.arch.to_string(),
+                parse::parse(c.ptxas_log),
+            )
+        })
+        .collect();
+    if outputs.is_empty() {
+        bail!("{}", not_built(mode));
+    }
     let mut collected = Collected {
         mode,
         archs: archs.to_vec(),
@@ -455,10 +310,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         Mode::Release
     };
-    let archs = archs_from(args.arch.as_deref())?;
-    let nvcc_path = crate::cuda::ensure_nvcc(&root)?;
-    let paths = Paths::workspace(&root);
-    let collected = collect(&nvcc_path, &paths, &archs, mode, !args.no_cache)?;
+    let archs = archs_from(args.arch.as_deref(), mode)?;
+    let collected = collect(&archs, mode)?;
 
     if args.json {
         println!("{}", serde_json::to_string_pretty(&collected)?);
@@ -503,15 +356,22 @@ mod tests {
 
     #[test]
     fn archs_are_validated() {
-        assert_eq!(
-            archs_from(Some("80,sm_89;90a")).expect("archs"),
-            ["80", "89", "90a"]
-        );
-        let err = archs_from(Some("80,hopper"))
+        let err = archs_from(Some("80,hopper"), Mode::Release)
             .expect_err("bad arch")
             .to_string();
         assert!(err.contains("`hopper` is not an arch"), "{err}");
-        assert!(archs_from(Some(" , ")).is_err());
+        assert!(archs_from(Some(" , "), Mode::Release).is_err());
+        // An arch the build did not embed is named as such.
+        let err = archs_from(Some("75"), Mode::Release)
+            .expect_err("not built")
+            .to_string();
+        assert!(err.contains("sm_75 was not built"), "{err}");
+        if !built_archs(Mode::Release).is_empty() {
+            assert_eq!(
+                archs_from(None, Mode::Release).unwrap(),
+                built_archs(Mode::Release)
+            );
+        }
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct Args {
     /// Where to write LSE, `[B, Hq, Sq]` (optional).
     #[arg(long)]
     pub lse: Option<PathBuf>,
+    /// Layout of Q, K, V and O: bhsd (`[B, H, S, D]`) or bshd (`[B, S, H, D]`).
+    #[arg(long, default_value = "bhsd")]
+    pub layout: String,
 }
 
 /// Reads one input tensor: a 4-D float array.
@@ -82,23 +85,31 @@ fn problem_shape(q: [usize; 4], k: [usize; 4], v: [usize; 4]) -> anyhow::Result<
 /// Runs the reference and writes O (and LSE).
 pub fn run(args: Args) -> anyhow::Result<()> {
     let causal = Causal::parse(&args.causal)?;
+    let layout = attn_kernels::Layout::parse(&args.layout)?;
+    // [B, S, H, D] files are read as such and permuted to the reference's [B, H, S, D].
+    let swap = |[a, b, c, d]: [usize; 4]| match layout {
+        attn_kernels::Layout::Bhsd => [a, b, c, d],
+        attn_kernels::Layout::Bshd => [a, c, b, d],
+    };
     let (q_shape, q) = read_input(&args.q, "Q")?;
     let (k_shape, k) = read_input(&args.k, "K")?;
     let (v_shape, v) = read_input(&args.v, "V")?;
+    let (q_shape, k_shape, v_shape) = (swap(q_shape), swap(k_shape), swap(v_shape));
     let shape = problem_shape(q_shape, k_shape, v_shape)?;
     let mut problem = Problem::new(shape, causal);
     if let Some(scale) = args.scale {
         problem = problem.with_scale(scale)?;
     }
-    let out = reference::forward(&problem, &q, &k, &v)?;
+    let (q, k, v) = (
+        layout.to_bhsd(&q, q_shape),
+        layout.to_bhsd(&k, k_shape),
+        layout.to_bhsd(&v, v_shape),
+    );
+    let mut out = reference::forward(&problem, &q, &k, &v)?;
+    out.o = layout.from_bhsd(&out.o, q_shape);
 
-    let o_dims = [
-        shape.batch(),
-        shape.q_heads(),
-        shape.q_len(),
-        shape.head_dim(),
-    ];
-    let lse_dims = &o_dims[..3];
+    let lse_dims = &q_shape[..3];
+    let o_dims = swap(q_shape);
     match args.out_dtype {
         OutDtype::F64 => {
             npy::write(&args.out, &o_dims, &out.o)?;
@@ -160,7 +171,47 @@ mod tests {
             out_dtype: OutDtype::F32,
             out: dir.join("o.npy"),
             lse: Some(dir.join("lse.npy")),
+            layout: "bhsd".into(),
         }
+    }
+
+    #[test]
+    fn bshd_files_give_the_bhsd_result_in_bshd_order() {
+        use attn_kernels::Layout;
+        let dir = temp_dir("bshd");
+        // Q [B=2, Sq=5, Hq=4, D=8], K/V [2, Sk=7, Hkv=2, 8] on disk.
+        let [(_, q), (_, k), (_, v)] = write_qkv(&dir, [2, 5, 4, 8], [2, 7, 2, 8]);
+        let mut a = args(&dir, "bottom-right");
+        a.layout = "bshd".into();
+        run(a).unwrap();
+        let o = npy::read(&dir.join("o.npy")).unwrap();
+        let lse = npy::read(&dir.join("lse.npy")).unwrap();
+        assert_eq!(o.shape, vec![2, 5, 4, 8]);
+        assert_eq!(lse.shape, vec![2, 4, 5]);
+        let shape = AttnShape::new(2, 4, 2, 5, 7, 8).unwrap();
+        let problem = Problem::new(shape, Causal::BottomRight);
+        let (qd, kd) = ([2, 4, 5, 8], [2, 2, 7, 8]);
+        let want = reference::forward(
+            &problem,
+            &Layout::Bshd.to_bhsd(&q, qd),
+            &Layout::Bshd.to_bhsd(&k, kd),
+            &Layout::Bshd.to_bhsd(&v, kd),
+        )
+        .unwrap();
+        let want_o = Layout::Bshd.from_bhsd(&want.o, qd);
+        assert!(o
+            .data
+            .iter()
+            .zip(&want_o)
+            .all(|(a, b)| *a == f64::from(*b as f32)));
+        assert!(lse
+            .data
+            .iter()
+            .zip(&want.lse)
+            .all(|(a, b)| *a == f64::from(*b as f32)));
+        let mut bad = args(&dir, "none");
+        bad.layout = "bsdh".into();
+        assert!(run(bad).unwrap_err().to_string().contains("bhsd or bshd"));
     }
 
     #[test]

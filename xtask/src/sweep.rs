@@ -108,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let mut passed: Vec<(usize, KernelConfig)> = Vec::new();
     for d in [64, 128] {
-        for &cfg in configs_for(d) {
+        for cfg in configs_for(d) {
             if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
                 continue;
             }
@@ -129,6 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 &shape,
                 dtype,
                 Some(cfg),
+                attn_kernels::Layout::Bhsd,
                 args.warmup,
                 args.samples,
                 false,

@@ -46,6 +46,20 @@ impl std::fmt::Display for Dtype {
     }
 }
 
+/// The storage type attn-ref's emulation rounds to for `dtype`.
+pub fn emulated_storage(dtype: Dtype) -> attn_ref::reference::emulate::Storage {
+    match dtype {
+        Dtype::F16 => attn_ref::reference::emulate::Storage::F16,
+        Dtype::Bf16 => attn_ref::reference::emulate::Storage::Bf16,
+    }
+}
+
+/// The rounding model of the f16/bf16 forward: inputs, P and O rounded to `dtype`, the
+/// online softmax over key tiles (attn-ref's emulation; the FA3 rule's `emu`).
+pub fn fwd_rounding_model(dtype: Dtype) -> attn_ref::reference::emulate::EmuSpec {
+    attn_ref::reference::emulate::EmuSpec::storage(emulated_storage(dtype))
+}
+
 /// The head dims the f16/bf16 forward takes, as words for error messages.
 pub const SUPPORTED_HEAD_DIMS_TEXT: &str =
     "every D with D % 8 == 0 and 8 <= D <= 256 (kernels for 32, 64, 96, 128, 160, 192, 224, 256; others run the next one, padded)";
@@ -287,7 +301,10 @@ mod tests {
         assert_eq!(choose_splits(&small, 64, 64, 8, 132), 1);
         // Decode (1,32,1→8192): 32 CTAs, 128 key tiles → 9 splits (two CTAs per SM).
         assert_eq!(choose_splits(&cfg(32, 64, 2, 2), 128, 32, 128, 132), 9);
-        assert_eq!(choose_splits(&cfg(32, 64, 2, 2), 256, 1, 1024, 132), MAX_SPLITS);
+        assert_eq!(
+            choose_splits(&cfg(32, 64, 2, 2), 256, 1, 1024, 132),
+            MAX_SPLITS
+        );
         assert_eq!(choose_splits(&small, 64, 64, 32, 132), 4);
         // Enough CTAs, too few keys, or a config without split entry points: no split.
         assert_eq!(choose_splits(&small, 64, 512, 32, 132), 1);

@@ -35,7 +35,12 @@ pub fn nvcc_used() -> Option<&'static str> {
 /// The cubin of a unit the device of compute capability (major, minor) runs: among the
 /// unit's archs that run on the device ([`Arch::runs_on`]), the newest that was built.
 /// `unit` is the key with any arch; the arch is chosen here.
-pub fn select(unit: &UnitKey, debug: bool, major: i32, minor: i32) -> Option<&'static EmbeddedCubin> {
+pub fn select(
+    unit: &UnitKey,
+    debug: bool,
+    major: i32,
+    minor: i32,
+) -> Option<&'static EmbeddedCubin> {
     Arch::ALL
         .iter()
         .rev()
@@ -46,6 +51,12 @@ pub fn select(unit: &UnitKey, debug: bool, major: i32, minor: i32) -> Option<&'s
                 .iter()
                 .find(|c| c.unit == name && c.debug == debug)
         })
+}
+
+/// Whether the cubin arch `arch` (`90a`) runs on a device of compute capability
+/// (major, minor).
+pub fn parse_arch_runs_on(arch: &str, major: i32, minor: i32) -> bool {
+    Arch::parse(arch).is_some_and(|a| a.runs_on(major, minor))
 }
 
 #[cfg(test)]
@@ -88,13 +99,22 @@ mod tests {
         };
         let built = |a: Arch| embedded().iter().any(|c| c.unit == key(a).name());
         if built(Arch::Sm90a) {
-            assert_eq!(select(&key(Arch::Sm80), false, 9, 0).map(|c| c.arch), Some("90a"));
+            assert_eq!(
+                select(&key(Arch::Sm80), false, 9, 0).map(|c| c.arch),
+                Some("90a")
+            );
         }
         if built(Arch::Sm80) {
-            assert_eq!(select(&key(Arch::Sm90a), false, 8, 6).map(|c| c.arch), Some("80"));
+            assert_eq!(
+                select(&key(Arch::Sm90a), false, 8, 6).map(|c| c.arch),
+                Some("80")
+            );
         }
         if built(Arch::Sm89) {
-            assert_eq!(select(&key(Arch::Sm80), false, 8, 9).map(|c| c.arch), Some("89"));
+            assert_eq!(
+                select(&key(Arch::Sm80), false, 8, 9).map(|c| c.arch),
+                Some("89")
+            );
         }
         assert!(select(&key(Arch::Sm90a), false, 10, 0).is_none());
     }

@@ -15,10 +15,11 @@
 //! registers, for GPUs without FP8 tensor cores, sm_80).
 
 use attn_quant::{Fp8Format, Fp8Tensor, Granularity};
-use attn_ref::{AttnError, Causal, Problem};
-use cudarc::driver::{
-    CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
+use attn_ref::{
+    reference::emulate::{self, EmuSpec, PRounding},
+    AttnError, Causal, Problem,
 };
+use cudarc::driver::{CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 pub use crate::catalog::FP8_HEAD_DIMS;
 use crate::{
@@ -191,6 +192,23 @@ pub const FP8_PREP_UNIT: UnitKey = UnitKey {
     elem: catalog::Elem::F16,
     head_dim: 0,
 };
+
+/// The rounding model of an FP8 kernel: what attn-ref's emulation rounds, and where, to
+/// reproduce the kernel's arithmetic (the FA3 rule's `emu`). Inputs are taken as given (the
+/// caller passes dequantized codes, which the MMAs multiply exactly); P is cast to E4M3 after
+/// a 2⁸ gain by the `fp8` and `wgmma` variants and rounded to f16 by `p16`/`cvt`; O is rounded
+/// to `out`; the online softmax advances `block_n` keys at a time.
+pub fn fp8_rounding_model(variant: Fp8Variant, out: Dtype, block_n: usize) -> EmuSpec {
+    EmuSpec {
+        inputs: None,
+        p: match variant {
+            Fp8Variant::Fp8 | Fp8Variant::Wgmma => PRounding::E4m3 { log2_gain: 8 },
+            Fp8Variant::P16 | Fp8Variant::Cvt => PRounding::Storage(emulate::Storage::F16),
+        },
+        out: crate::config::emulated_storage(out),
+        block_n,
+    }
+}
 
 /// The default FP8 config for a variant.
 ///
@@ -482,7 +500,9 @@ impl FlashAttention {
             lse_bound.as_ref().map(|(len, p, _)| (*len, *p)),
         )?;
         let lse_ptr = lse_bound.as_mut().map_or(0u64, |(_, p, _)| *p);
-        let params = plan.params.with_strides(q.strides, k.strides, v.strides, o.strides);
+        let params = plan
+            .params
+            .with_strides(q.strides, k.strides, v.strides, o.strides);
 
         let vt_len = shape.batch() * shape.kv_heads() * d * plan.kv_pad;
         let mut vt_guard = self.fp8_vt.lock().map_err(|_| KernelError::Poisoned)?;

@@ -8,13 +8,16 @@ use std::{
 
 use attn_ref::{AttnError, Causal, Problem};
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaViewMut,
-    DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaViewMut, DevicePtr,
+    DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
 use crate::{
     catalog::{fwd_entry_name, UnitKey},
-    config::{choose_config, choose_splits, has_split, unit_key, Arch, KernelConfig, KernelMode, MAX_SPLITS},
+    config::{
+        choose_config, choose_splits, has_split, unit_key, Arch, KernelConfig, KernelMode,
+        MAX_SPLITS,
+    },
     cubin,
     tensor::{check_tensor, ranges_overlap, Strides, Tensor, TensorMut},
     Dtype, KernelError,
@@ -206,6 +209,10 @@ impl KernelCache {
                 KernelError::KernelsNotBuilt
             } else if debug && !cubin::embedded().iter().any(|c| c.debug) {
                 KernelError::DebugKernelsNotBuilt
+            } else if cubin::embedded().iter().any(|c| {
+                cubin::parse_arch_runs_on(c.arch, self.major, self.minor) && c.debug == debug
+            }) {
+                KernelError::UnitNotBuilt(unit.name())
             } else {
                 let stem = UnitKey {
                     arch: Arch::Sm80,
@@ -611,7 +618,9 @@ impl FlashAttention {
             o: o_ptr,
             lse: lse_bound.as_mut().map_or(0, |(_, p, _)| *p),
         };
-        let mut params = plan.params.with_strides(q.strides, k.strides, v.strides, o.strides);
+        let mut params = plan
+            .params
+            .with_strides(q.strides, k.strides, v.strides, o.strides);
         params.dump_count = extras.dump.as_ref().map_or(0, |d| d.count);
         let launch_cfg = LaunchConfig {
             grid_dim: plan.grid,
@@ -984,7 +993,13 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(e, KernelError::Overlap { output: "O", input: "Q" }),
+            matches!(
+                e,
+                KernelError::Overlap {
+                    output: "O",
+                    input: "Q"
+                }
+            ),
             "{e}"
         );
         // LSE inside V.
@@ -998,7 +1013,16 @@ mod tests {
             Some((s.lse_elems(), 0x200000 + 16)),
         )
         .unwrap_err();
-        assert!(matches!(e, KernelError::Overlap { output: "LSE", input: "V" }), "{e}");
+        assert!(
+            matches!(
+                e,
+                KernelError::Overlap {
+                    output: "LSE",
+                    input: "V"
+                }
+            ),
+            "{e}"
+        );
         // K given Q's dims; a short LSE.
         assert!(matches!(
             check_tensors(

@@ -45,8 +45,8 @@ pub use catalog::{FP8_HEAD_DIMS, FP8_TILES as FP8_CONFIGS, FWD_HEAD_DIM_BUCKETS}
 pub use config::{bucket_for, configs_for, Dtype, KernelConfig, KernelMode};
 pub use fp8::{Fp8Forward, Fp8Options, Fp8Scales, Fp8Variant};
 pub use launch::{
-    dims_kv, dims_q, driver_available, FlashAttention, Forward, ForwardOptions,
-    FunctionResources, KernelCache, LaunchInfo, StorageType,
+    dims_kv, dims_q, driver_available, FlashAttention, Forward, ForwardOptions, FunctionResources,
+    KernelCache, LaunchInfo, StorageType,
 };
 pub use tensor::{Layout, Strides, Tensor, TensorMut};
 
@@ -72,6 +72,9 @@ pub enum KernelError {
         /// Archs that were built.
         available: String,
     },
+    /// The device's arch was built but not this unit (a build filtered by ATTN_HEAD_DIMS).
+    #[error("kernel unit `{0}` was not built: rebuild without the ATTN_HEAD_DIMS filter (or include this head dim's bucket)")]
+    UnitNotBuilt(String),
     /// The cubin lacks an expected entry point (a stale build).
     #[error("kernel `{0}` is not in the cubin; the build is stale or the config list changed")]
     MissingKernel(String),
@@ -211,6 +214,21 @@ impl FlashAttention {
         v: &[T],
         opts: &ForwardOptions,
     ) -> Result<HostOutput<T>, KernelError> {
+        self.forward_host_layout(problem, q, k, v, Layout::Bhsd, opts)
+    }
+
+    /// Host convenience for buffers in `layout` (`[B,H,S,D]` or `[B,S,H,D]`): the kernel
+    /// reads and writes that layout directly (strided, no permutation on either side), and
+    /// O comes back in it. LSE is `[B, Hq, Sq]`.
+    pub fn forward_host_layout<T: StorageType>(
+        &self,
+        problem: &Problem,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        layout: Layout,
+        opts: &ForwardOptions,
+    ) -> Result<HostOutput<T>, KernelError> {
         let shape = problem.shape();
         shape.check_qkv_lens(q.len(), k.len(), v.len())?;
         let s = self.stream();
@@ -225,9 +243,16 @@ impl FlashAttention {
         let mut lse = s
             .clone_htod(&vec![f32::NAN; shape.lse_elems()])
             .map_err(err("allocating LSE"))?;
-        let launch = self.forward(
-            Forward::bhsd(problem, &dq, &dk, &dv, &mut o, Some(&mut lse)).with_options(opts.clone()),
-        )?;
+        let (qd, kd) = (dims_q(shape), dims_kv(shape));
+        let launch = self.forward(Forward {
+            problem,
+            q: Tensor::contiguous(dq.as_view(), qd, layout),
+            k: Tensor::contiguous(dk.as_view(), kd, layout),
+            v: Tensor::contiguous(dv.as_view(), kd, layout),
+            o: TensorMut::contiguous(o.as_view_mut(), qd, layout),
+            lse: Some(lse.as_view_mut()),
+            options: opts.clone(),
+        })?;
         let o = s.clone_dtoh(&o).map_err(err("downloading O"))?;
         let lse = s.clone_dtoh(&lse).map_err(err("downloading LSE"))?;
         Ok(HostOutput { o, lse, launch })

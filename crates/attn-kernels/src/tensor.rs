@@ -199,6 +199,7 @@ pub(crate) struct Checked {
 /// - the kernel's 16-byte vector loads stay aligned: the view starts on 16 bytes
 ///   (`base_addr`), and every stride is a multiple of 16 bytes;
 /// - an output (`writable`) never names one memory location twice.
+#[allow(clippy::too_many_arguments)] // one tensor's description, flattened to plain values for testing
 pub(crate) fn check_tensor(
     tensor: &'static str,
     expected: [usize; 4],
@@ -301,7 +302,12 @@ mod tests {
 
     const DIMS: [usize; 4] = [2, 3, 5, 64];
 
-    fn check(strides: Strides, len: usize, addr: u64, writable: bool) -> Result<Checked, KernelError> {
+    fn check(
+        strides: Strides,
+        len: usize,
+        addr: u64,
+        writable: bool,
+    ) -> Result<Checked, KernelError> {
         check_tensor("Q", DIMS, DIMS, strides, len, 2, addr, writable)
     }
 
@@ -320,7 +326,7 @@ mod tests {
         // A KV cache with capacity 16 positions per head, of which 5 are used.
         let st = Layout::Bhsd.strides([2, 3, 16, 64]);
         let c = check(st, 2 * 3 * 16 * 64, 256, false).unwrap();
-        assert_eq!(c.extent, (2 - 1) * st.batch + (3 - 1) * st.head + 4 * 64 + 64);
+        assert_eq!(c.extent, st.batch + 2 * st.head + 4 * 64 + 64);
     }
 
     #[test]

@@ -1,0 +1,93 @@
+//! Debug kernels (feature `debug-kernels`): tile dumps of S, P and l against the tiled
+//! reference, and the planted broken-rescale kernel caught at the P stage.
+
+use attn_kernels::{debug::DebugVariant, ForwardOptions};
+use attn_ref::{reference::tiled::forward_tiled, AttnShape, Causal, Problem};
+use half::f16;
+use rand::{rngs::StdRng, SeedableRng};
+
+use crate::{fresh_seed, gpu, randn};
+
+fn max_tile_err(
+    got: &[attn_ref::Tile],
+    want: &[attn_ref::Tile],
+    field: fn(&attn_ref::Tile) -> &Vec<f64>,
+) -> f64 {
+    assert_eq!(got.len(), want.len(), "number of processed tiles");
+    let mut worst = 0f64;
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g.id, w.id);
+        for (&a, &b) in field(g).iter().zip(field(w)) {
+            if a == b {
+                continue; // both -inf (masked) compare equal
+            }
+            worst = worst.max((a - b).abs() / (1.0 + b.abs()));
+        }
+    }
+    worst
+}
+
+fn dumps(p: &Problem, variant: DebugVariant, blocks: &[(usize, usize, usize)]) -> (f64, f64, f64) {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let s = p.shape();
+    let q: Vec<f16> = randn(&mut rng, s.q_elems());
+    let k: Vec<f16> = randn(&mut rng, s.kv_elems());
+    let v: Vec<f16> = randn(&mut rng, s.kv_elems());
+    let cfg = attn_kernels::KernelConfig::by_name("64_64_4_s2").unwrap();
+    let out = gpu
+        .forward_debug(
+            p,
+            &q,
+            &k,
+            &v,
+            blocks,
+            variant,
+            &ForwardOptions {
+                config: Some(cfg),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let (_, want) = forward_tiled(p, &q, &k, &v, 64, 64, blocks).unwrap();
+    (
+        max_tile_err(&out.tiles, &want, |t| &t.s),
+        max_tile_err(&out.tiles, &want, |t| &t.p),
+        max_tile_err(&out.tiles, &want, |t| &t.l),
+    )
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_debug_dumps_match_the_tiled_reference() {
+    let p = Problem::new(
+        AttnShape::self_attention(1, 8, 512, 64).unwrap(),
+        Causal::None,
+    );
+    let (s, pe, l) = dumps(&p, DebugVariant::Correct, &[(0, 0, 0), (0, 5, 7)]);
+    assert!(
+        s < 1e-3 && pe < 2e-3 && l < 2e-3,
+        "S {s:.2e} P {pe:.2e} l {l:.2e}"
+    );
+    let p = Problem::new(
+        AttnShape::new(1, 2, 1, 100, 77, 128).unwrap(),
+        Causal::BottomRight,
+    );
+    let (s, pe, l) = dumps(&p, DebugVariant::Correct, &[(0, 1, 1)]);
+    assert!(
+        s < 1e-3 && pe < 2e-3 && l < 2e-3,
+        "S {s:.2e} P {pe:.2e} l {l:.2e}"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_broken_rescale_is_caught_at_the_p_stage() {
+    let p = Problem::new(
+        AttnShape::self_attention(1, 2, 256, 64).unwrap(),
+        Causal::None,
+    );
+    let (s, _pe, l) = dumps(&p, DebugVariant::BrokenRescale, &[(0, 0, 0)]);
+    assert!(s < 1e-3, "S must still match: {s:.2e}");
+    assert!(l > 1e-2, "the missing rescale must show in l / P: {l:.2e}");
+}

@@ -1,0 +1,86 @@
+//! What `cargo xtask sanitize` runs under compute-sanitizer (memcheck, racecheck, initcheck,
+//! synccheck): small shapes with tails, GQA and both causal alignments over every config.
+//! The test names are selected by xtask's `sanitize_` filter: keep them.
+
+use attn_kernels::{config::has_split, configs_for, Dtype, FlashAttention, Fp8Options};
+use attn_ref::Causal;
+use rand::{rngs::StdRng, SeedableRng};
+
+use crate::{case, fp8, fresh_seed, run_all_on, DTYPES};
+
+/// Small shapes with tails and both causal alignments, every config: what compute-sanitizer
+/// runs (memcheck, racecheck, initcheck, synccheck).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_small_shapes_every_config() {
+    // Its own handle, dropped at the end, so memcheck's leak check sees every allocation
+    // (split workspace, modules) freed; the shared static handle lives until exit.
+    let gpu = FlashAttention::new(0).expect("a CUDA device");
+    let mut cases = Vec::new();
+    for d in [64, 128] {
+        for cfg in configs_for(d) {
+            if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
+                continue;
+            }
+            for dt in DTYPES {
+                for (sq, sk, causal) in [
+                    (70, 70, Causal::None),
+                    (33, 90, Causal::BottomRight),
+                    (90, 33, Causal::TopLeft),
+                ] {
+                    let mut c = case((1, 2, 1, sq, sk, d), causal, dt);
+                    c.config = Some(cfg);
+                    cases.push(c);
+                }
+                // The split-KV entry points and their cross-CTA merge.
+                if has_split(&cfg, d) {
+                    for (sq, sk, causal, splits) in [
+                        (40, 400, Causal::None, 3),
+                        (70, 300, Causal::BottomRight, 4),
+                    ] {
+                        let mut c = case((1, 2, 1, sq, sk, d), causal, dt);
+                        c.config = Some(cfg);
+                        c.splits = Some(splits);
+                        cases.push(c);
+                    }
+                }
+            }
+        }
+    }
+    run_all_on(&gpu, &cases);
+    drop(gpu);
+}
+
+/// Small shapes (tails, GQA, both alignments) over every FP8 config and variant, for
+/// compute-sanitizer.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_fp8_small_shapes() {
+    // Its own handle, dropped at the end, so memcheck's leak check sees the Vᵀ workspace
+    // and the modules freed.
+    let gpu = FlashAttention::new(0).expect("a CUDA device");
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for (dims, causal) in [
+        ((1, 2, 1, 37, 70, 64), Causal::BottomRight),
+        ((1, 2, 2, 129, 129, 128), Causal::None),
+        ((1, 1, 1, 70, 37, 128), Causal::TopLeft),
+    ] {
+        let p = fp8::fp8_problem(dims, causal);
+        let x = fp8::inputs(&p, &mut rng, false);
+        for c in fp8::fits(&gpu, dims.5) {
+            for variant in fp8::variants(&gpu) {
+                let opts = Fp8Options {
+                    config: Some(c),
+                    variant: Some(variant),
+                };
+                if let Err(e) = fp8::check(&gpu, &p, &x, Dtype::Bf16, &opts) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    drop(gpu);
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
