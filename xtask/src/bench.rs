@@ -22,7 +22,10 @@ use attn_ref::{AttnShape, Causal, Problem};
 use cudarc::driver::{sys, CudaSlice, CudaStream};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
-use serde::Serialize;
+
+pub mod schema;
+
+use schema::{BenchFile, BenchRow, Champion, SdpaResult};
 
 /// The SDPA timing script, embedded so the bundle's xtask binary needs nothing beside it.
 pub const SDPA_SCRIPT: &str = include_str!("../scripts/sdpa_bench.py");
@@ -208,55 +211,6 @@ pub fn parse_shape(s: &str, causal: Causal) -> anyhow::Result<BenchShape> {
     })
 }
 
-/// One row of bench.json (the contract `cargo xtask gate` reads).
-#[derive(Debug, Clone, Serialize)]
-pub struct BenchRow {
-    pub shape: String,
-    pub causal: bool,
-    pub dtype: String,
-    pub kernel: String,
-    pub method: String,
-    pub ours: attn_stats::SampleReport,
-    pub tflops: f64,
-    pub champion: Option<Champion>,
-    pub ratio: Option<f64>,
-    pub ratio_ci_low: Option<f64>,
-    pub ratio_ci_high: Option<f64>,
-    pub hedges_g: Option<f64>,
-    pub decision: Option<String>,
-    /// mean(ours) / mean(SDPA flash backend), when flash ran.
-    pub ratio_to_flash: Option<f64>,
-    /// FP8 rows: mean(our f16 kernel) / mean(this row) on the same shape (throughput gain).
-    pub speedup_vs_ours_f16: Option<f64>,
-    pub sdpa: Vec<SdpaResult>,
-}
-
-/// The fastest SDPA backend of a shape.
-#[derive(Debug, Clone, Serialize)]
-pub struct Champion {
-    pub backend: String,
-    #[serde(flatten)]
-    pub summary: attn_stats::SampleReport,
-}
-
-/// One SDPA backend's median, or why it did not run.
-#[derive(Debug, Clone, Serialize)]
-pub struct SdpaResult {
-    pub backend: String,
-    pub median_us: Option<f64>,
-    pub error: Option<String>,
-}
-
-/// bench.json.
-#[derive(Debug, Clone, Serialize)]
-pub struct BenchReport {
-    pub device: String,
-    pub date: String,
-    pub commit: String,
-    pub torch: Option<String>,
-    pub rows: Vec<BenchRow>,
-}
-
 pub fn run(args: Args) -> anyhow::Result<()> {
     let shapes = match &args.shape {
         Some(s) => vec![parse_shape(s, Causal::parse(&args.causal)?)?],
@@ -310,8 +264,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", args.out_dir.display()))?;
     let report = bench(&gpu, &shapes, &dtypes, &fp8_variants, config, &args)?;
     let path = args.out_dir.join("bench.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    report.write(&path)?;
     println!("{}", render_table(&report));
     println!("wrote {}", path.display());
     Ok(())
@@ -324,7 +277,7 @@ fn bench(
     fp8_variants: &[Fp8Variant],
     config: Option<KernelConfig>,
     args: &Args,
-) -> anyhow::Result<BenchReport> {
+) -> anyhow::Result<BenchFile> {
     // Our side first, then the SDPA script on the same GPU in the same run.
     let mut ours = Vec::new();
     for &dt in dtypes {
@@ -412,7 +365,7 @@ fn bench(
             kernel: t.kernel.clone(),
             method: t.method.to_string(),
             ours: attn_stats::compare(&t.samples_us, &t.samples_us, &opts)
-                .map(|c| c.baseline)
+                .map(|c| c.baseline.into())
                 .map_err(|e| anyhow::anyhow!("{name}: {e}"))?,
             tflops: shape.problem()?.shape().flops(shape.causal) / (mine.median * 1e-6) / 1e12,
             champion: None,
@@ -444,10 +397,10 @@ fn bench(
             if let Some((backend, champ)) = best {
                 let c = attn_stats::compare(&champ, &t.samples_us, &opts)
                     .map_err(|e| anyhow::anyhow!("{name} vs {backend}: {e}"))?;
-                row.ours = c.candidate;
+                row.ours = c.candidate.into();
                 row.champion = Some(Champion {
                     backend,
-                    summary: c.baseline,
+                    summary: c.baseline.into(),
                 });
                 row.ratio = Some(c.ratio);
                 row.ratio_ci_low = Some(c.ratio_ci_low);
@@ -459,7 +412,7 @@ fn bench(
         rows.push(row);
     }
     let (ma, mi) = gpu.compute_capability();
-    Ok(BenchReport {
+    Ok(BenchFile {
         device: format!("sm_{ma}{mi}, {} SMs", gpu.sm_count()),
         date: today(),
         commit: git_commit(),
@@ -780,7 +733,7 @@ fn mean(x: &[f64]) -> f64 {
 }
 
 /// Markdown table of a report: µs, TFLOP/s, champion, ratio with CI, g, decision.
-pub fn render_table(r: &BenchReport) -> String {
+pub fn render_table(r: &BenchFile) -> String {
     let mut s = format!(
         "device {}, {}, commit {}\n\n| shape | kernel | method | ours µs (median [CI of mean]) | TFLOP/s | champion | champion µs | ours/champion (CI) | ours/flash | g | decision | FP8 speedup vs our f16 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         r.device, r.date, r.commit

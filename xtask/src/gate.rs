@@ -511,10 +511,7 @@ fn stage_performance(
             return Ok(o);
         }
         let json_path = bench_dir.join("bench.json");
-        let text = std::fs::read_to_string(&json_path)
-            .with_context(|| format!("reading {}", json_path.display()))?;
-        let bench: BenchFile = serde_json::from_str(&text)
-            .with_context(|| format!("parsing {}", json_path.display()))?;
+        let bench = BenchFile::read(&json_path)?;
         let samples = bench_dir.join("samples");
         let (baseline, problems) = compare_with_baseline(&layout.baseline, &samples)?;
         let decided = |d: &str| {
