@@ -26,25 +26,14 @@ pub enum Stage {
 }
 
 impl Stage {
-    /// Display name.
+    /// Display name (from the stage's description in [`super::stages::STAGES`]).
     pub fn title(self) -> &'static str {
-        match self {
-            Stage::Build => "build (release + debug kernels)",
-            Stage::Ptxas => "ptxas budget + snapshots",
-            Stage::CpuTests => "CPU tests",
-            Stage::Correctness => "correctness",
-            Stage::Sanitizers => "sanitizers",
-            Stage::Stability => "stability",
-            Stage::Performance => "performance",
-        }
+        super::stages::def(self).name
     }
 
-    /// Whether the stage needs a GPU.
+    /// Whether the stage needs a GPU (from its description).
     pub fn needs_gpu(self) -> bool {
-        matches!(
-            self,
-            Stage::Correctness | Stage::Sanitizers | Stage::Stability | Stage::Performance
-        )
+        super::stages::def(self).needs_gpu
     }
 }
 

@@ -1,0 +1,59 @@
+//! Stage 2: the ptxas report of the release kernels, held to the budget and the committed
+//! snapshots.
+
+use anyhow::Context;
+
+use super::{Ctx, Modes, Outcome, StageDef, State};
+use crate::gate::report::{Stage, Status};
+use crate::ptxas;
+use crate::sanitize::Source;
+
+pub const STAGE: StageDef = StageDef {
+    stage: Stage::Ptxas,
+    name: "ptxas budget + snapshots",
+    needs_gpu: false,
+    modes: Modes::Always,
+    run,
+};
+
+fn run(ctx: &Ctx, _: &mut State) -> Outcome {
+    let layout = ctx.layout;
+    let run = || -> anyhow::Result<Outcome> {
+        let root = match &layout.source {
+            Source::Cargo(r) | Source::Bundle(r) => r.clone(),
+        };
+        let nvcc_path = ptxas::require_nvcc(&root)?;
+        let archs = ptxas::archs_from(None)?;
+        let paths = ptxas::Paths {
+            kernels_dir: layout.kernels_dir.clone(),
+            work_dir: layout.ptxas_work_dir.clone(),
+        };
+        let collected = ptxas::collect(&nvcc_path, &paths, &archs, ptxas::Mode::Release, true)?;
+        let table_path = layout.out_dir.join("ptxas.txt");
+        std::fs::write(&table_path, ptxas::render_table(&collected))
+            .with_context(|| format!("writing {}", table_path.display()))?;
+        let mut outcome = Outcome::new(
+            true,
+            format!(
+                "{} kernel reports over sm_{}",
+                collected.kernels.len(),
+                archs.join(", sm_")
+            ),
+        );
+        outcome.logs.push(layout.show(&table_path));
+        if let Err(e) = ptxas::check_budget(&collected, &layout.budget) {
+            outcome.status = Status::Failed;
+            outcome.summary = "over budget".into();
+            outcome.details.push(format!("{e:#}"));
+        }
+        if let Err(e) = ptxas::snapshot::compare_committed(&collected, &layout.snapshots) {
+            if outcome.status == Status::Passed {
+                outcome.summary = "snapshots differ".into();
+            }
+            outcome.status = Status::Failed;
+            outcome.details.push(format!("{e:#}"));
+        }
+        Ok(outcome)
+    };
+    run().unwrap_or_else(|e| Outcome::failed(&e))
+}
