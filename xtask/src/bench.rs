@@ -25,6 +25,8 @@ use rand_distr::StandardNormal;
 
 pub mod schema;
 
+use crate::flags::{CausalArg, DtypeChoice, Fp8Arg, ShapeSet};
+
 use schema::{BenchFile, BenchRow, Champion, SdpaResult};
 
 /// The SDPA timing script, embedded so the bundle's xtask binary needs nothing beside it.
@@ -36,18 +38,18 @@ const GRAPH_LAUNCHES: usize = 20;
 /// Arguments of `cargo xtask bench`.
 #[derive(clap::Args, Clone)]
 pub struct Args {
-    /// Shape set: seed, large, decode or all.
-    #[arg(long, default_value = "seed")]
-    shapes: String,
+    /// Shape set.
+    #[arg(long, value_enum, default_value_t = ShapeSet::Seed)]
+    shapes: ShapeSet,
     /// One shape `B,H,S,D` instead of a set (with --causal).
     #[arg(long)]
     shape: Option<String>,
-    /// Causal mode for --shape: none, top-left, bottom-right.
-    #[arg(long, default_value = "none")]
-    causal: String,
-    /// f16, bf16 or both.
-    #[arg(long, default_value = "f16")]
-    dtype: String,
+    /// Causal mode for --shape.
+    #[arg(long, value_enum, default_value_t = CausalArg::None)]
+    causal: CausalArg,
+    /// Storage type(s).
+    #[arg(long, value_enum, default_value_t = DtypeChoice::F16)]
+    dtype: DtypeChoice,
     /// Kernel config name (default: the chooser's).
     #[arg(long)]
     config: Option<String>,
@@ -67,10 +69,11 @@ pub struct Args {
     #[arg(long)]
     once: bool,
     /// Also time the FP8 (E4M3, per-head scales, f16 out) forward: `auto` (the device's
-    /// default variant), or a comma list of wgmma, fp8, p16, cvt. Implies f16 among the dtypes, so
-    /// each FP8 row carries its speedup over our f16 kernel on the same shape.
-    #[arg(long)]
-    fp8: Option<String>,
+    /// default variant), or a comma list of wgmma, fp8, p16, cvt (repeats run once). Implies f16
+    /// among the dtypes, so each FP8 row carries its speedup over our f16 kernel on the same
+    /// shape.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    fp8: Option<Vec<Fp8Arg>>,
     /// FP8 config name (`128_128_8_s2`, one of attn_kernels::FP8_CONFIGS; default: the
     /// chooser's).
     #[arg(long)]
@@ -143,8 +146,8 @@ impl BenchShape {
     }
 }
 
-/// The shape sets of DESIGN.md §7.
-pub fn shape_set(name: &str) -> anyhow::Result<Vec<BenchShape>> {
+/// The benchmark shape sets.
+pub fn shape_set(set: ShapeSet) -> Vec<BenchShape> {
     let seed = || {
         [
             (1, 8, 512, 64),
@@ -181,13 +184,12 @@ pub fn shape_set(name: &str) -> anyhow::Result<Vec<BenchShape>> {
             causal: Causal::None,
         }]
     };
-    Ok(match name {
-        "seed" => seed(),
-        "large" => large(),
-        "decode" => decode(),
-        "all" => [seed(), large(), decode()].concat(),
-        other => bail!("unknown shape set `{other}`: expected seed, large, decode or all"),
-    })
+    match set {
+        ShapeSet::Seed => seed(),
+        ShapeSet::Large => large(),
+        ShapeSet::Decode => decode(),
+        ShapeSet::All => [seed(), large(), decode()].concat(),
+    }
 }
 
 /// Parses `B,H,S,D`.
@@ -213,22 +215,18 @@ pub fn parse_shape(s: &str, causal: Causal) -> anyhow::Result<BenchShape> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let shapes = match &args.shape {
-        Some(s) => vec![parse_shape(s, Causal::parse(&args.causal)?)?],
-        None => shape_set(&args.shapes)?,
+        Some(s) => vec![parse_shape(s, args.causal.into())?],
+        None => shape_set(args.shapes),
     };
-    let mut dtypes = match args.dtype.as_str() {
-        "both" => vec![Dtype::F16, Dtype::Bf16],
-        d => vec![Dtype::parse(d)?],
-    };
+    let mut dtypes = args.dtype.dtypes();
     let gpu = crate::forward::gpu()?;
-    let fp8_variants: Vec<Fp8Variant> = match args.fp8.as_deref() {
-        None => Vec::new(),
-        Some("auto") => vec![gpu.fp8_default_variant()],
-        Some(list) => list
-            .split(',')
-            .map(|v| Fp8Variant::parse(v.trim()))
-            .collect::<Result<_, _>>()?,
-    };
+    let mut fp8_variants: Vec<Fp8Variant> = Vec::new();
+    for v in args.fp8.iter().flatten() {
+        let v = v.resolve(|| gpu.fp8_default_variant());
+        if !fp8_variants.contains(&v) {
+            fp8_variants.push(v);
+        }
+    }
     if !fp8_variants.is_empty() && !dtypes.contains(&Dtype::F16) {
         dtypes.insert(0, Dtype::F16);
     }
@@ -805,13 +803,13 @@ mod tests {
 
     #[test]
     fn shape_sets_match_the_design() {
-        let seed = shape_set("seed").unwrap();
+        let seed = shape_set(ShapeSet::Seed);
         assert_eq!(seed.len(), 8);
         assert_eq!(seed[0].name(), "1,8,512,64");
         assert_eq!(seed[1].name(), "1,8,512,64-causal");
-        assert_eq!(shape_set("decode").unwrap()[0].name(), "1,32,1x8192,128");
-        assert_eq!(shape_set("all").unwrap().len(), 8 + 5 + 1);
-        assert!(shape_set("tiny").is_err());
+        assert_eq!(shape_set(ShapeSet::Decode)[0].name(), "1,32,1x8192,128");
+        assert_eq!(shape_set(ShapeSet::All).len(), 8 + 5 + 1);
+        assert!(<ShapeSet as clap::ValueEnum>::from_str("tiny", false).is_err());
     }
 
     #[test]

@@ -8,8 +8,9 @@ use std::{
 
 use anyhow::{bail, Context};
 use attn_kernels::{Dtype, FlashAttention, ForwardOptions, KernelConfig};
-use attn_ref::{AttnOutput, AttnShape, Causal, Problem, Tile};
+use attn_ref::{AttnOutput, AttnShape, Problem, Tile};
 
+use crate::flags::{CausalArg, DtypeArg};
 use crate::npy;
 
 /// Arguments of `cargo xtask forward`.
@@ -24,15 +25,15 @@ pub struct Args {
     /// V `[B, Hkv, Sk, D]`.
     #[arg(long)]
     v: PathBuf,
-    /// none, top-left or bottom-right.
-    #[arg(long, default_value = "none")]
-    causal: String,
+    /// Causal mask.
+    #[arg(long, value_enum, default_value_t = CausalArg::None)]
+    causal: CausalArg,
     /// Softmax scale (default 1/√D).
     #[arg(long)]
     scale: Option<f64>,
     /// Storage type the kernel runs in.
-    #[arg(long, default_value = "f16")]
-    dtype: String,
+    #[arg(long, value_enum, default_value_t = DtypeArg::F16)]
+    dtype: DtypeArg,
     /// Kernel config name (default: the chooser's).
     #[arg(long)]
     config: Option<String>,
@@ -70,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let shape = AttnShape::new(b, hq, hkv, sq, sk, d)?;
-    let mut problem = Problem::new(shape, Causal::parse(&args.causal)?);
+    let mut problem = Problem::new(shape, args.causal.into());
     if let Some(s) = args.scale {
         problem = problem.with_scale(s)?;
     }
@@ -80,12 +81,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &to32(&q.data),
         &to32(&k.data),
         &to32(&v.data),
-        &args.dtype,
+        args.dtype.as_str(),
         args.config.as_deref(),
         &[],
     )?;
     let oshape = [b, hq, sq, d];
-    if args.dtype == "f16" {
+    if args.dtype == DtypeArg::F16 {
         let h: Vec<half::f16> = run
             .output
             .o

@@ -27,6 +27,7 @@ use attn_ref::{AttnShape, Causal, Problem};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
+use crate::flags::{CausalArg, DtypeArg};
 use crate::forward::GpuRun;
 use crate::npy;
 
@@ -42,12 +43,12 @@ pub struct Args {
     /// Key/value heads for GQA/MQA (default: H).
     #[arg(long, requires = "shape")]
     kv_heads: Option<usize>,
-    /// Causal mask: none, top-left or bottom-right.
-    #[arg(long, default_value = "none")]
-    causal: String,
-    /// Storage type: f16 or bf16.
-    #[arg(long, default_value = "f16", requires = "shape")]
-    dtype: String,
+    /// Causal mask.
+    #[arg(long, value_enum, default_value_t = CausalArg::None)]
+    causal: CausalArg,
+    /// Storage type.
+    #[arg(long, value_enum, default_value_t = DtypeArg::F16, requires = "shape")]
+    dtype: DtypeArg,
     /// Kernel config name (default: the kernel's heuristic).
     #[arg(long, requires = "shape")]
     config: Option<String>,
@@ -101,7 +102,7 @@ fn parse_tile(s: &str) -> Result<(usize, usize, usize), String> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let causal = Causal::parse(&args.causal)?;
+    let causal = Causal::from(args.causal);
     if let (Some(got), Some(want)) = (&args.got, &args.want) {
         let files = FileSpec {
             got: got.clone(),
@@ -136,7 +137,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             d,
         )?,
         causal,
-        dtype: args.dtype.clone(),
+        dtype: args.dtype.as_str().to_string(),
         config: args.config.clone(),
         tiles: args.tiles.clone(),
         seed: args.seed,

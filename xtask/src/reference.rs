@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use attn_ref::{reference, AttnShape, Causal, Problem};
 
+use crate::flags::CausalArg;
 use crate::npy;
 
 /// Element type of the written O and LSE.
@@ -33,8 +34,8 @@ pub struct Args {
     #[arg(long)]
     pub v: PathBuf,
     /// Causal mask: none, top-left (PyTorch is_causal) or bottom-right (FlashAttention ≥ 2.1).
-    #[arg(long, default_value = "none")]
-    pub causal: String,
+    #[arg(long, value_enum, default_value_t = CausalArg::None)]
+    pub causal: CausalArg,
     /// Softmax scale; default 1/√D.
     #[arg(long)]
     pub scale: Option<f64>,
@@ -81,7 +82,7 @@ fn problem_shape(q: [usize; 4], k: [usize; 4], v: [usize; 4]) -> anyhow::Result<
 
 /// Runs the reference and writes O (and LSE).
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let causal = Causal::parse(&args.causal)?;
+    let causal = Causal::from(args.causal);
     let (q_shape, q) = read_input(&args.q, "Q")?;
     let (k_shape, k) = read_input(&args.k, "K")?;
     let (v_shape, v) = read_input(&args.v, "V")?;
@@ -155,7 +156,7 @@ mod tests {
             q: dir.join("q.npy"),
             k: dir.join("k.npy"),
             v: dir.join("v.npy"),
-            causal: causal.to_string(),
+            causal: <CausalArg as clap::ValueEnum>::from_str(causal, false).unwrap(),
             scale: None,
             out_dtype: OutDtype::F32,
             out: dir.join("o.npy"),
@@ -333,8 +334,33 @@ mod tests {
     fn bad_options_are_errors() {
         let dir = temp_dir("options");
         write_qkv(&dir, [1, 2, 3, 4], [1, 2, 3, 4]);
-        let msg = run_err(args(&dir, "causal"));
-        assert!(msg.contains("unknown causal mode `causal`"), "{msg}");
+        // An unknown causal mode is now refused by clap, before `run`.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let msg = <Cli as clap::Parser>::try_parse_from([
+            "reference",
+            "--q",
+            "q",
+            "--k",
+            "k",
+            "--v",
+            "v",
+            "--out",
+            "o",
+            "--causal",
+            "causal",
+        ])
+        .map(|_| ())
+        .expect_err("unknown causal mode")
+        .to_string();
+        assert!(
+            msg.contains("invalid value 'causal' for '--causal")
+                && msg.contains("none, top-left, bottom-right"),
+            "{msg}"
+        );
         let mut a = args(&dir, "none");
         a.scale = Some(0.0);
         let msg = run_err(a);

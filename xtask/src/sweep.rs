@@ -15,13 +15,14 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
 use crate::bench::{time_ours, BenchShape};
+use crate::flags::DtypeArg;
 
 /// Arguments of `cargo xtask sweep`.
 #[derive(clap::Args)]
 pub struct Args {
     /// f16 or bf16 (the elite table is keyed by dtype).
-    #[arg(long, default_value = "f16")]
-    dtype: String,
+    #[arg(long, value_enum, default_value_t = DtypeArg::F16)]
+    dtype: DtypeArg,
     /// Timed samples per (config, shape).
     #[arg(long, default_value_t = 200)]
     samples: usize,
@@ -99,7 +100,7 @@ fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let dtype = Dtype::parse(&args.dtype)?;
+    let dtype = Dtype::from(args.dtype);
     let gpu = crate::forward::gpu()?;
     // SAFETY: one stream only (see bench).
     unsafe { gpu.context().disable_event_tracking() };
