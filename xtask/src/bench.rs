@@ -1,5 +1,5 @@
 //! `cargo xtask bench`: our kernel against PyTorch SDPA (flash, efficient, cudnn), both timed
-//! in the same run with the same protocol (DESIGN.md §7), summarized by attn-stats.
+//! in the same run with the same protocol (below), summarized by attn-stats.
 //!
 //! Protocol: random N(0,1) inputs, rotated across up to 8 sets when one set fits in L2
 //! (50 MB); ≥ 20 warm-ups; ≥ 200 samples. Each sample is a CUDA event pair around one launch

@@ -3,7 +3,7 @@
 //!
 //! Problem mode (`--shape`): inputs are drawn from a seeded N(0,1) generator and rounded to
 //! the storage type, so the kernel, the f64 reference and the emulation (the reference with
-//! the kernel's rounding points) all see identical values. The verdict is DESIGN.md §3's rule
+//! the kernel's rounding points) all see identical values. The verdict is the tolerance rule
 //! `max|out − ref| ≤ 2·max|emu − ref| + 1e-5` plus the caps; elements above that bound are
 //! the "wrong" ones the error pattern is read from. With `--tiles`, the debug kernels' S/P/m/l
 //! dumps of those query blocks are compared with attn-ref's tiled reference (same tile sizes)
@@ -146,7 +146,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (findings, pass) = run_problem(&spec, crate::forward::run_gpu)?;
     print!("{}", findings.summary());
     eprintln!("artifacts in {}", spec.out_dir.display());
-    ensure!(pass, "the tolerance rule of DESIGN.md §3 does not hold");
+    ensure!(
+        pass,
+        "the tolerance rule (docs/ARCHITECTURE.md) does not hold"
+    );
     Ok(())
 }
 

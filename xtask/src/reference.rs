@@ -1,4 +1,4 @@
-//! `cargo xtask reference`: the f64 CPU reference on `.npy` inputs (DESIGN.md §9).
+//! `cargo xtask reference`: the f64 CPU reference on `.npy` inputs.
 //!
 //! Q is `[B, Hq, Sq, D]`, K and V are `[B, Hkv, Sk, D]` (f16, f32 or f64 `.npy`, C order);
 //! O is written as `[B, Hq, Sq, D]` and, with `--lse`, LSE as `[B, Hq, Sq]` (natural log,
