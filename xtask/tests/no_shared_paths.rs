@@ -43,11 +43,7 @@ fn files(root: &Path) -> Vec<PathBuf> {
             let name = e.file_name();
             let path = rel.join(&name);
             match e.file_type() {
-                Ok(t) if t.is_dir() => {
-                    if name != "target" && name != ".git" {
-                        stack.push(path);
-                    }
-                }
+                Ok(t) if t.is_dir() && name != "target" && name != ".git" => stack.push(path),
                 Ok(t) if t.is_file() => out.push(path),
                 _ => {}
             }
