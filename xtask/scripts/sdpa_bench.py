@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Times torch.nn.functional.scaled_dot_product_attention, one backend at a time (flash,
-efficient, cudnn), with the protocol of `cargo xtask bench` (DESIGN.md §7): random N(0,1)
+efficient, cudnn), with the protocol of `cargo xtask bench`: random N(0,1)
 inputs rotated across sets when they fit in L2, warm-up, then one CUDA event pair around each
 call, all enqueued back to back and synchronized once at the end.
 

@@ -1,5 +1,5 @@
 //! `cargo xtask bench`: our kernel against PyTorch SDPA (flash, efficient, cudnn), both timed
-//! in the same run with the same protocol (DESIGN.md §7), summarized by attn-stats.
+//! in the same run with the same protocol (below), summarized by attn-stats.
 //!
 //! Protocol: random N(0,1) inputs, rotated across up to 8 sets when one set fits in L2
 //! (50 MB); ≥ 20 warm-ups; ≥ 200 samples. Each sample is a CUDA event pair around one launch
@@ -22,7 +22,12 @@ use attn_ref::{AttnShape, Causal, Problem};
 use cudarc::driver::{sys, CudaSlice, CudaStream};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
-use serde::Serialize;
+
+pub mod schema;
+
+use crate::flags::{CausalArg, DtypeChoice, Fp8Arg, ShapeSet};
+
+use schema::{BenchFile, BenchRow, Champion, SdpaResult};
 
 /// The SDPA timing script, embedded so the bundle's xtask binary needs nothing beside it.
 pub const SDPA_SCRIPT: &str = include_str!("../scripts/sdpa_bench.py");
@@ -33,18 +38,18 @@ const GRAPH_LAUNCHES: usize = 20;
 /// Arguments of `cargo xtask bench`.
 #[derive(clap::Args, Clone)]
 pub struct Args {
-    /// Shape set: seed, large, decode or all.
-    #[arg(long, default_value = "seed")]
-    shapes: String,
+    /// Shape set.
+    #[arg(long, value_enum, default_value_t = ShapeSet::Seed)]
+    shapes: ShapeSet,
     /// One shape `B,H,S,D` instead of a set (with --causal).
     #[arg(long)]
     shape: Option<String>,
-    /// Causal mode for --shape: none, top-left, bottom-right.
-    #[arg(long, default_value = "none")]
-    causal: String,
-    /// f16, bf16 or both.
-    #[arg(long, default_value = "f16")]
-    dtype: String,
+    /// Causal mode for --shape.
+    #[arg(long, value_enum, default_value_t = CausalArg::None)]
+    causal: CausalArg,
+    /// Storage type(s).
+    #[arg(long, value_enum, default_value_t = DtypeChoice::F16)]
+    dtype: DtypeChoice,
     /// Kernel config name (default: the chooser's).
     #[arg(long)]
     config: Option<String>,
@@ -64,18 +69,19 @@ pub struct Args {
     #[arg(long)]
     once: bool,
     /// Also time the FP8 (E4M3, per-head scales, f16 out) forward: `auto` (the device's
-    /// default variant), or a comma list of wgmma, fp8, p16, cvt. Implies f16 among the dtypes, so
-    /// each FP8 row carries its speedup over our f16 kernel on the same shape.
-    #[arg(long)]
-    fp8: Option<String>,
+    /// default variant), or a comma list of wgmma, fp8, p16, cvt (repeats run once). Implies f16
+    /// among the dtypes, so each FP8 row carries its speedup over our f16 kernel on the same
+    /// shape.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    fp8: Option<Vec<Fp8Arg>>,
     /// FP8 config name (`128_128_8_s2`, one of attn_kernels::FP8_CONFIGS; default: the
     /// chooser's).
     #[arg(long)]
     fp8_config: Option<String>,
     /// Memory layout of our kernel's Q, K, V and O: bhsd (contiguous [B,H,S,D]) or bshd
     /// ([B,S,H,D], strided heads). SDPA always runs on contiguous [B,H,S,D].
-    #[arg(long, default_value = "bhsd")]
-    layout: String,
+    #[arg(long, value_enum, default_value = "bhsd")]
+    layout: crate::flags::LayoutArg,
 }
 
 /// Looks an FP8 config up by [`KernelConfig::name`] (the `_s2` suffix may be omitted).
@@ -144,8 +150,8 @@ impl BenchShape {
     }
 }
 
-/// The shape sets of DESIGN.md §7.
-pub fn shape_set(name: &str) -> anyhow::Result<Vec<BenchShape>> {
+/// The benchmark shape sets.
+pub fn shape_set(set: ShapeSet) -> Vec<BenchShape> {
     let seed = || {
         [
             (1, 8, 512, 64),
@@ -182,13 +188,12 @@ pub fn shape_set(name: &str) -> anyhow::Result<Vec<BenchShape>> {
             causal: Causal::None,
         }]
     };
-    Ok(match name {
-        "seed" => seed(),
-        "large" => large(),
-        "decode" => decode(),
-        "all" => [seed(), large(), decode()].concat(),
-        other => bail!("unknown shape set `{other}`: expected seed, large, decode or all"),
-    })
+    match set {
+        ShapeSet::Seed => seed(),
+        ShapeSet::Large => large(),
+        ShapeSet::Decode => decode(),
+        ShapeSet::All => [seed(), large(), decode()].concat(),
+    }
 }
 
 /// Parses `B,H,S,D`.
@@ -212,73 +217,20 @@ pub fn parse_shape(s: &str, causal: Causal) -> anyhow::Result<BenchShape> {
     })
 }
 
-/// One row of bench.json (the contract `cargo xtask gate` reads).
-#[derive(Debug, Clone, Serialize)]
-pub struct BenchRow {
-    pub shape: String,
-    pub causal: bool,
-    pub dtype: String,
-    pub kernel: String,
-    pub method: String,
-    pub ours: attn_stats::SampleReport,
-    pub tflops: f64,
-    pub champion: Option<Champion>,
-    pub ratio: Option<f64>,
-    pub ratio_ci_low: Option<f64>,
-    pub ratio_ci_high: Option<f64>,
-    pub hedges_g: Option<f64>,
-    pub decision: Option<String>,
-    /// mean(ours) / mean(SDPA flash backend), when flash ran.
-    pub ratio_to_flash: Option<f64>,
-    /// FP8 rows: mean(our f16 kernel) / mean(this row) on the same shape (throughput gain).
-    pub speedup_vs_ours_f16: Option<f64>,
-    pub sdpa: Vec<SdpaResult>,
-}
-
-/// The fastest SDPA backend of a shape.
-#[derive(Debug, Clone, Serialize)]
-pub struct Champion {
-    pub backend: String,
-    #[serde(flatten)]
-    pub summary: attn_stats::SampleReport,
-}
-
-/// One SDPA backend's median, or why it did not run.
-#[derive(Debug, Clone, Serialize)]
-pub struct SdpaResult {
-    pub backend: String,
-    pub median_us: Option<f64>,
-    pub error: Option<String>,
-}
-
-/// bench.json.
-#[derive(Debug, Clone, Serialize)]
-pub struct BenchReport {
-    pub device: String,
-    pub date: String,
-    pub commit: String,
-    pub torch: Option<String>,
-    pub rows: Vec<BenchRow>,
-}
-
 pub fn run(args: Args) -> anyhow::Result<()> {
     let shapes = match &args.shape {
-        Some(s) => vec![parse_shape(s, Causal::parse(&args.causal)?)?],
-        None => shape_set(&args.shapes)?,
+        Some(s) => vec![parse_shape(s, args.causal.into())?],
+        None => shape_set(args.shapes),
     };
-    let mut dtypes = match args.dtype.as_str() {
-        "both" => vec![Dtype::F16, Dtype::Bf16],
-        d => vec![Dtype::parse(d)?],
-    };
+    let mut dtypes = args.dtype.dtypes();
     let gpu = crate::forward::gpu()?;
-    let fp8_variants: Vec<Fp8Variant> = match args.fp8.as_deref() {
-        None => Vec::new(),
-        Some("auto") => vec![gpu.fp8_default_variant()],
-        Some(list) => list
-            .split(',')
-            .map(|v| Fp8Variant::parse(v.trim()))
-            .collect::<Result<_, _>>()?,
-    };
+    let mut fp8_variants: Vec<Fp8Variant> = Vec::new();
+    for v in args.fp8.iter().flatten() {
+        let v = v.resolve(|| gpu.fp8_default_variant());
+        if !fp8_variants.contains(&v) {
+            fp8_variants.push(v);
+        }
+    }
     if !fp8_variants.is_empty() && !dtypes.contains(&Dtype::F16) {
         dtypes.insert(0, Dtype::F16);
     }
@@ -287,7 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .as_deref()
         .map(KernelConfig::by_name)
         .transpose()?;
-    let layout = Layout::parse(&args.layout)?;
+    let layout = attn_kernels::Layout::from(args.layout);
     // SAFETY: the benchmark issues all its work on one stream, so cudarc's cross-stream
     // event tracking is not needed; without it, no event records enter the timed region or
     // the captured CUDA graphs.
@@ -315,8 +267,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", args.out_dir.display()))?;
     let report = bench(&gpu, &shapes, &dtypes, &fp8_variants, config, &args)?;
     let path = args.out_dir.join("bench.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    report.write(&path)?;
     println!("{}", render_table(&report));
     println!("wrote {}", path.display());
     Ok(())
@@ -329,12 +280,12 @@ fn bench(
     fp8_variants: &[Fp8Variant],
     config: Option<KernelConfig>,
     args: &Args,
-) -> anyhow::Result<BenchReport> {
+) -> anyhow::Result<BenchFile> {
     // Our side first, then the SDPA script on the same GPU in the same run.
     let mut ours = Vec::new();
     for &dt in dtypes {
         for shape in shapes {
-            let layout = Layout::parse(&args.layout)?;
+            let layout = attn_kernels::Layout::from(args.layout);
             let t = time_ours(
                 gpu,
                 shape,
@@ -427,7 +378,7 @@ fn bench(
             kernel: t.kernel.clone(),
             method: t.method.to_string(),
             ours: attn_stats::compare(&t.samples_us, &t.samples_us, &opts)
-                .map(|c| c.baseline)
+                .map(|c| c.baseline.into())
                 .map_err(|e| anyhow::anyhow!("{name}: {e}"))?,
             tflops: shape.problem()?.shape().flops(shape.causal) / (mine.median * 1e-6) / 1e12,
             champion: None,
@@ -459,10 +410,10 @@ fn bench(
             if let Some((backend, champ)) = best {
                 let c = attn_stats::compare(&champ, &t.samples_us, &opts)
                     .map_err(|e| anyhow::anyhow!("{name} vs {backend}: {e}"))?;
-                row.ours = c.candidate;
+                row.ours = c.candidate.into();
                 row.champion = Some(Champion {
                     backend,
-                    summary: c.baseline,
+                    summary: c.baseline.into(),
                 });
                 row.ratio = Some(c.ratio);
                 row.ratio_ci_low = Some(c.ratio_ci_low);
@@ -474,7 +425,7 @@ fn bench(
         rows.push(row);
     }
     let (ma, mi) = gpu.compute_capability();
-    Ok(BenchReport {
+    Ok(BenchFile {
         device: format!("sm_{ma}{mi}, {} SMs", gpu.sm_count()),
         date: today(),
         commit: git_commit(),
@@ -812,7 +763,7 @@ fn mean(x: &[f64]) -> f64 {
 }
 
 /// Markdown table of a report: µs, TFLOP/s, champion, ratio with CI, g, decision.
-pub fn render_table(r: &BenchReport) -> String {
+pub fn render_table(r: &BenchFile) -> String {
     let mut s = format!(
         "device {}, {}, commit {}\n\n| shape | kernel | method | ours µs (median [CI of mean]) | TFLOP/s | champion | champion µs | ours/champion (CI) | ours/flash | g | decision | FP8 speedup vs our f16 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         r.device, r.date, r.commit
@@ -884,13 +835,13 @@ mod tests {
 
     #[test]
     fn shape_sets_match_the_design() {
-        let seed = shape_set("seed").unwrap();
+        let seed = shape_set(ShapeSet::Seed);
         assert_eq!(seed.len(), 8);
         assert_eq!(seed[0].name(), "1,8,512,64");
         assert_eq!(seed[1].name(), "1,8,512,64-causal");
-        assert_eq!(shape_set("decode").unwrap()[0].name(), "1,32,1x8192,128");
-        assert_eq!(shape_set("all").unwrap().len(), 8 + 5 + 1);
-        assert!(shape_set("tiny").is_err());
+        assert_eq!(shape_set(ShapeSet::Decode)[0].name(), "1,32,1x8192,128");
+        assert_eq!(shape_set(ShapeSet::All).len(), 8 + 5 + 1);
+        assert!(<ShapeSet as clap::ValueEnum>::from_str("tiny", false).is_err());
     }
 
     #[test]

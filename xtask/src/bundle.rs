@@ -1,5 +1,5 @@
 //! `cargo xtask bundle`: everything a GPU host without Rust needs, in `target/bundle/`
-//! (DESIGN.md §6): the release GPU test binary, the xtask binary (bench, sanitize, oracle,
+//! (docs/ARCHITECTURE.md): the release GPU test binary, the xtask binary (bench, sanitize, oracle,
 //! gate, forward — with the debug kernels for tile dumps), the SDPA script and `run.sh`.
 //!
 //! On the GPU host: `target/bundle/run.sh test` runs every GPU test; `run.sh gate`,

@@ -1,5 +1,5 @@
 //! `cargo xtask compare`: two latency CSVs in, bootstrap CIs, Hedges' g and the
-//! promote/regress decision out (DESIGN.md §9). All statistics live in attn-stats; this
+//! promote/regress decision out. All statistics live in attn-stats; this
 //! module reads the files, wires the options and prints.
 
 use std::path::{Path, PathBuf};

@@ -8,8 +8,9 @@ use std::{
 
 use anyhow::{bail, Context};
 use attn_kernels::{Dtype, FlashAttention, ForwardOptions, KernelConfig, Layout};
-use attn_ref::{AttnOutput, AttnShape, Causal, Problem, Tile};
+use attn_ref::{AttnOutput, AttnShape, Problem, Tile};
 
+use crate::flags::{CausalArg, DtypeArg};
 use crate::npy;
 
 /// Arguments of `cargo xtask forward`.
@@ -24,15 +25,15 @@ pub struct Args {
     /// V `[B, Hkv, Sk, D]`.
     #[arg(long)]
     v: PathBuf,
-    /// none, top-left or bottom-right.
-    #[arg(long, default_value = "none")]
-    causal: String,
+    /// Causal mask.
+    #[arg(long, value_enum, default_value_t = CausalArg::None)]
+    causal: CausalArg,
     /// Softmax scale (default 1/√D).
     #[arg(long)]
     scale: Option<f64>,
     /// Storage type the kernel runs in.
-    #[arg(long, default_value = "f16")]
-    dtype: String,
+    #[arg(long, value_enum, default_value_t = DtypeArg::F16)]
+    dtype: DtypeArg,
     /// Kernel config name (default: the chooser's).
     #[arg(long)]
     config: Option<String>,
@@ -44,8 +45,8 @@ pub struct Args {
     lse: Option<PathBuf>,
     /// Layout of Q, K, V and O: bhsd (`[B, H, S, D]`) or bshd (`[B, S, H, D]`; the kernel
     /// reads and writes it in place, strided).
-    #[arg(long, default_value = "bhsd")]
-    layout: String,
+    #[arg(long, value_enum, default_value = "bhsd")]
+    layout: crate::flags::LayoutArg,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -57,7 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             bail!("{name}: uint8 input; expected f16, f32 or f64");
         }
     }
-    let layout = Layout::parse(&args.layout)?;
+    let layout = attn_kernels::Layout::from(args.layout);
     let as_bhsd = |[a, b, c, d]: [usize; 4]| match layout {
         Layout::Bhsd => [a, b, c, d],
         Layout::Bshd => [a, c, b, d],
@@ -79,7 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let shape = AttnShape::new(b, hq, hkv, sq, sk, d)?;
-    let mut problem = Problem::new(shape, Causal::parse(&args.causal)?);
+    let mut problem = Problem::new(shape, args.causal.into());
     if let Some(s) = args.scale {
         problem = problem.with_scale(s)?;
     }
@@ -89,7 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &to32(&q.data),
         &to32(&k.data),
         &to32(&v.data),
-        &args.dtype,
+        args.dtype.as_str(),
         args.config.as_deref(),
         layout,
     )?;
@@ -97,7 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Layout::Bhsd => [b, hq, sq, d],
         Layout::Bshd => [b, sq, hq, d],
     };
-    if args.dtype == "f16" {
+    if args.dtype == DtypeArg::F16 {
         let h: Vec<half::f16> = run
             .output
             .o

@@ -6,9 +6,11 @@
 //! Exit 0 only if every stage passed. `--cpu-only` runs what needs no GPU (ptxas, CPU tests)
 //! and lists the rest as not run; without it, a machine with no GPU is refused up front.
 //! `--from-bundle DIR` runs on a GPU host with no Rust, from `cargo xtask bundle`'s output.
-//! docs/GATE.md explains every stage and its pass rule.
+//! docs/GATE.md explains every stage and its pass rule. The stages are data
+//! ([`stages::STAGES`]: name, GPU need, what runs), one module each under `gate/stages/`.
 
 pub mod report;
+pub mod stages;
 pub mod svg;
 
 use std::path::{Path, PathBuf};
@@ -19,11 +21,11 @@ use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::ptxas;
-use crate::sanitize::{self, Source, Tool};
-use report::{
-    gate_passed, render_markdown, BaselineComparison, BenchFile, GateReport, Performance, Stage,
-    StageResult, Status,
-};
+use crate::sanitize::Source;
+use report::{gate_passed, render_markdown, BenchFile, GateReport, StageResult, Status};
+#[cfg(test)]
+use stages::{cpu_tests::failed_tests, performance::compare_with_baseline};
+use stages::{Ctx, Outcome, State};
 
 /// Arguments of `cargo xtask gate`.
 #[derive(clap::Args)]
@@ -108,7 +110,7 @@ pub fn probe_gpu() -> Result<String, String> {
 }
 
 /// Paths the stages read, by mode.
-struct Layout {
+pub(crate) struct Layout {
     source: Source,
     out_dir: PathBuf,
     budget: PathBuf,
@@ -162,411 +164,6 @@ impl Layout {
             .display()
             .to_string()
     }
-}
-
-/// A stage's result before timing is attached.
-struct Outcome {
-    status: Status,
-    summary: String,
-    details: Vec<String>,
-    logs: Vec<String>,
-}
-
-impl Outcome {
-    fn new(passed: bool, summary: impl Into<String>) -> Self {
-        Outcome {
-            status: if passed {
-                Status::Passed
-            } else {
-                Status::Failed
-            },
-            summary: summary.into(),
-            details: vec![],
-            logs: vec![],
-        }
-    }
-    fn failed(e: &anyhow::Error) -> Self {
-        let mut o = Outcome::new(false, first_line(&format!("{e:#}")));
-        o.details.push(format!("{e:#}"));
-        o
-    }
-}
-
-fn first_line(text: &str) -> String {
-    text.lines().next().unwrap_or("").to_string()
-}
-
-/// Builds the release and debug kernels and the GPU test binary; returns the binary.
-fn stage_build(layout: &Layout, root: &Path, test_binary: &mut Option<PathBuf>) -> Outcome {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let builds: [(&str, &[&str]); 2] = [
-        (
-            "build-release.log",
-            &["build", "-p", "attn-kernels", "--release"],
-        ),
-        (
-            "build-debug-kernels.log",
-            &[
-                "build",
-                "-p",
-                "attn-kernels",
-                "--release",
-                "--features",
-                "debug-kernels",
-            ],
-        ),
-    ];
-    let mut outcome = Outcome::new(true, "release and debug kernels built");
-    for (log_name, args) in builds {
-        let log = layout.log(log_name);
-        let mut cmd = Command::new(&cargo);
-        cmd.current_dir(root).args(args);
-        outcome.logs.push(layout.show(&log));
-        match sanitize::run_logged(cmd, &log) {
-            Ok(Some(0)) => {}
-            Ok(code) => {
-                outcome.status = Status::Failed;
-                outcome.summary = format!("`cargo {}` failed", args.join(" "));
-                outcome.details.push(format!(
-                    "`cargo {}` exited with {code:?}; see the log",
-                    args.join(" ")
-                ));
-                return outcome;
-            }
-            Err(e) => return Outcome::failed(&e),
-        }
-    }
-    match sanitize::gpu_test_binary(&layout.source) {
-        Ok(bin) => {
-            outcome
-                .details
-                .push(format!("GPU test binary: {}", bin.display()));
-            *test_binary = Some(bin);
-        }
-        Err(e) => return Outcome::failed(&e),
-    }
-    outcome
-}
-
-/// ptxas report of the release kernels, held to the budget and the committed snapshots.
-fn stage_ptxas(layout: &Layout) -> Outcome {
-    let run = || -> anyhow::Result<Outcome> {
-        let archs = ptxas::archs_from(None, ptxas::Mode::Release)?;
-        let collected = ptxas::collect(&archs, ptxas::Mode::Release)?;
-        let table_path = layout.out_dir.join("ptxas.txt");
-        std::fs::write(&table_path, ptxas::render_table(&collected))
-            .with_context(|| format!("writing {}", table_path.display()))?;
-        let mut outcome = Outcome::new(
-            true,
-            format!(
-                "{} kernel reports over sm_{}",
-                collected.kernels.len(),
-                archs.join(", sm_")
-            ),
-        );
-        outcome.logs.push(layout.show(&table_path));
-        if let Err(e) = ptxas::check_budget(&collected, &layout.budget) {
-            outcome.status = Status::Failed;
-            outcome.summary = "over budget".into();
-            outcome.details.push(format!("{e:#}"));
-        }
-        if let Err(e) = ptxas::snapshot::compare_committed(&collected, &layout.snapshots) {
-            if outcome.status == Status::Passed {
-                outcome.summary = "snapshots differ".into();
-            }
-            outcome.status = Status::Failed;
-            outcome.details.push(format!("{e:#}"));
-        }
-        Ok(outcome)
-    };
-    run().unwrap_or_else(|e| Outcome::failed(&e))
-}
-
-/// `cargo test --workspace` (cargo mode only).
-fn stage_cpu_tests(layout: &Layout, root: &Path) -> Outcome {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let log = layout.log("cpu-tests.log");
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(root).args(["test", "--workspace"]);
-    match sanitize::run_logged(cmd, &log) {
-        Err(e) => Outcome::failed(&e),
-        Ok(code) => {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let counts = sanitize::parse_test_counts(&text);
-            let passed = code == Some(0) && counts.is_some_and(|c| c.failed == 0 && c.passed > 0);
-            let summary = match counts {
-                Some(c) => format!(
-                    "{} passed, {} failed, {} ignored",
-                    c.passed, c.failed, c.ignored
-                ),
-                None => "no test result line".into(),
-            };
-            let mut o = Outcome::new(passed, summary);
-            if code != Some(0) {
-                o.details
-                    .push(format!("`cargo test --workspace` exited with {code:?}"));
-            }
-            o.details.extend(failed_tests(&text));
-            o.logs.push(layout.show(&log));
-            o
-        }
-    }
-}
-
-/// Names of failed tests in a libtest log (`test NAME ... FAILED`).
-pub fn failed_tests(log: &str) -> Vec<String> {
-    log.lines()
-        .filter_map(|l| l.strip_prefix("test ")?.strip_suffix(" ... FAILED"))
-        .map(|name| format!("failed: {name}"))
-        .collect()
-}
-
-/// Runs the GPU test binary with a filter and skips; passes when tests ran and none failed.
-fn stage_gpu_tests(
-    layout: &Layout,
-    binary: &Path,
-    log_name: &str,
-    filter: Option<&str>,
-    skips: &[&str],
-) -> Outcome {
-    let log = layout.log(log_name);
-    let mut cmd = Command::new(binary);
-    cmd.args(["--include-ignored", "--test-threads=1"]);
-    if let Some(f) = filter {
-        cmd.arg(f);
-    }
-    for s in skips {
-        cmd.args(["--skip", s]);
-    }
-    match sanitize::run_logged(cmd, &log) {
-        Err(e) => Outcome::failed(&e),
-        Ok(code) => {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let counts = sanitize::parse_test_counts(&text);
-            let ran = counts.is_some_and(|c| c.passed + c.failed > 0);
-            let passed = code == Some(0) && ran && counts.is_some_and(|c| c.failed == 0);
-            let summary = match counts {
-                Some(c) if ran => format!("{} passed, {} failed", c.passed, c.failed),
-                Some(_) => format!("no test matched {}", filter.unwrap_or("(all)")),
-                None => format!("no test result line (exit {code:?})"),
-            };
-            let mut o = Outcome::new(passed, summary);
-            o.details.extend(failed_tests(&text));
-            o.logs.push(layout.show(&log));
-            o
-        }
-    }
-}
-
-fn stage_sanitizers(layout: &Layout, binary: &Path) -> Outcome {
-    let run = || -> anyhow::Result<Outcome> {
-        let tool = sanitize::find_compute_sanitizer()?;
-        let results = sanitize::run_tools(
-            &tool,
-            binary,
-            &Tool::ALL,
-            "sanitize_",
-            &layout.out_dir.join("sanitize"),
-        )?;
-        let ok = results.iter().all(|r| r.failures.is_empty());
-        let mut o = Outcome::new(
-            ok,
-            results
-                .iter()
-                .map(|r| {
-                    let errors: u64 = r.summary.error_summaries.iter().sum();
-                    format!(
-                        "{} {}",
-                        r.tool.name(),
-                        if r.failures.is_empty() {
-                            format!("{errors} errors")
-                        } else {
-                            "FAILED".into()
-                        }
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-        );
-        for r in &results {
-            if !r.failures.is_empty() {
-                o.details
-                    .push(format!("{}: {}", r.tool.name(), r.failures.join("; ")));
-            }
-            if let Some((errors, warnings)) = r.summary.racecheck {
-                o.details.push(format!(
-                    "racecheck hazards: {errors} errors, {warnings} warnings"
-                ));
-            }
-            o.logs.push(layout.show(&r.log));
-        }
-        Ok(o)
-    };
-    run().unwrap_or_else(|e| Outcome::failed(&e))
-}
-
-/// Smallest slowdown against the baseline that fails the gate: the lower end of the ratio's
-/// CI must exceed 1 + this. Graph-timed samples are so tight that a 0.2 % drift between two
-/// runs on one H200 (2026-11-21, 10.05 → 10.07 µs) was a statistically clear `regress` with
-/// Hedges' g ≈ 30; a release gate needs practical significance on top of statistical.
-pub const REGRESSION_TOLERANCE: f64 = 0.03;
-
-/// Compares every baseline sample file with this run's file of the same name.
-fn compare_with_baseline(
-    baseline_dir: &Path,
-    samples_dir: &Path,
-) -> anyhow::Result<(Vec<BaselineComparison>, Vec<String>)> {
-    let mut problems = Vec::new();
-    let mut names: Vec<String> = match std::fs::read_dir(baseline_dir) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".csv"))
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    names.sort();
-    if !names.iter().any(|n| is_ours(n)) {
-        problems.push(format!(
-            "no baseline samples of our kernel in {}: nothing to detect a regression against — \
-             re-run with --write-baseline, review the samples and commit them",
-            baseline_dir.display()
-        ));
-    }
-    let options = attn_stats::CompareOptions::default();
-    let mut rows = Vec::new();
-    for name in names {
-        let read = |dir: &Path| -> anyhow::Result<Vec<f64>> {
-            let path = dir.join(&name);
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            attn_stats::samples_from_csv(&text)
-                .with_context(|| format!("samples in {}", path.display()))
-        };
-        let (base, cand) = match (read(baseline_dir), read(samples_dir)) {
-            (Ok(b), Ok(c)) => (b, c),
-            (Err(e), _) | (_, Err(e)) => {
-                if is_ours(&name) {
-                    problems.push(format!("{e:#}"));
-                }
-                continue;
-            }
-        };
-        let c = attn_stats::compare(&base, &cand, &options)
-            .with_context(|| format!("comparing {name}"))?;
-        let decision = c.decision.to_string();
-        if is_ours(&name) && decision == "regress" && c.ratio_ci_low > 1.0 + REGRESSION_TOLERANCE {
-            problems.push(format!(
-                "{name}: regression vs baseline, mean {:.2} → {:.2} µs (ratio {:.3} [{:.3}, {:.3}])",
-                c.baseline.mean, c.candidate.mean, c.ratio, c.ratio_ci_low, c.ratio_ci_high
-            ));
-        }
-        rows.push(BaselineComparison {
-            ours: is_ours(&name),
-            file: name,
-            baseline_mean: c.baseline.mean,
-            candidate_mean: c.candidate.mean,
-            ratio: c.ratio,
-            ratio_ci_low: c.ratio_ci_low,
-            ratio_ci_high: c.ratio_ci_high,
-            hedges_g: c.hedges_g,
-            decision,
-        });
-    }
-    Ok((rows, problems))
-}
-
-/// Benchmark on the seed shapes, then the baseline comparison.
-fn stage_performance(
-    layout: &Layout,
-    write_baseline: bool,
-    perf: &mut Option<Performance>,
-) -> Outcome {
-    let mut run = || -> anyhow::Result<Outcome> {
-        let bench_dir = layout.out_dir.join("bench");
-        let log = layout.log("bench.log");
-        let exe = std::env::current_exe().context("locating the xtask binary")?;
-        let mut cmd = Command::new(exe);
-        cmd.args(["bench", "--shapes", "seed", "--out-dir"])
-            .arg(&bench_dir);
-        let code = sanitize::run_logged(cmd, &log)?;
-        if code != Some(0) {
-            let mut o = Outcome::new(false, format!("bench exited with {code:?}"));
-            o.logs.push(layout.show(&log));
-            return Ok(o);
-        }
-        let json_path = bench_dir.join("bench.json");
-        let text = std::fs::read_to_string(&json_path)
-            .with_context(|| format!("reading {}", json_path.display()))?;
-        let bench: BenchFile = serde_json::from_str(&text)
-            .with_context(|| format!("parsing {}", json_path.display()))?;
-        let samples = bench_dir.join("samples");
-        let (baseline, problems) = compare_with_baseline(&layout.baseline, &samples)?;
-        let decided = |d: &str| {
-            bench
-                .rows
-                .iter()
-                .filter(|r| r.decision.as_deref() == Some(d))
-                .count()
-        };
-        let mut problems = problems;
-        for r in bench.rows.iter().filter(|r| r.champion.is_none()) {
-            problems.push(format!(
-                "{}: no SDPA backend ran, so there is no champion to compare with (see bench.log)",
-                r.shape
-            ));
-        }
-        let mut o = Outcome::new(
-            problems.is_empty() && !bench.rows.is_empty(),
-            format!(
-                "{} rows; vs SDPA champion: {} promote, {} inconclusive, {} slower (informative); vs baseline: {} compared, {} problem(s)",
-                bench.rows.len(),
-                decided("promote"),
-                decided("inconclusive"),
-                decided("regress"),
-                baseline.len(),
-                problems.len()
-            ),
-        );
-        if bench.rows.is_empty() {
-            o.details.push("bench.json has no rows".into());
-        }
-        o.details.extend(problems);
-        o.logs.push(layout.show(&log));
-        o.logs.push(layout.show(&json_path));
-        if write_baseline {
-            let n = copy_ours(&samples, &layout.baseline)?;
-            o.details.push(format!(
-                "wrote {n} sample file(s) of this run to {} (review and commit them)",
-                layout.baseline.display()
-            ));
-        }
-        *perf = Some(Performance {
-            bench,
-            baseline_dir: layout.baseline.display().to_string(),
-            baseline,
-        });
-        Ok(o)
-    };
-    run().unwrap_or_else(|e| Outcome::failed(&e))
-}
-
-/// Copies every sample file (ours and SDPA's: the SDPA ones show machine drift next time).
-fn copy_ours(samples: &Path, baseline: &Path) -> anyhow::Result<usize> {
-    std::fs::create_dir_all(baseline)
-        .with_context(|| format!("creating {}", baseline.display()))?;
-    let mut n = 0;
-    for e in std::fs::read_dir(samples).with_context(|| format!("listing {}", samples.display()))? {
-        let path = e?.path();
-        if path.extension().is_some_and(|x| x == "csv") {
-            if let Some(name) = path.file_name() {
-                std::fs::copy(&path, baseline.join(name))
-                    .with_context(|| format!("copying {}", path.display()))?;
-                n += 1;
-            }
-        }
-    }
-    Ok(n)
 }
 
 /// The latency panels: sample files grouped by shape key (the part before the last `-`).
@@ -669,26 +266,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(layout.out_dir.join("logs"))
         .with_context(|| format!("creating {}", layout.out_dir.display()))?;
 
-    let plan: Vec<Stage> = if args.cpu_only {
-        vec![
-            Stage::Build,
-            Stage::Ptxas,
-            Stage::CpuTests,
-            Stage::Correctness,
-            Stage::Sanitizers,
-            Stage::Stability,
-            Stage::Performance,
-        ]
-    } else {
-        vec![
-            Stage::Build,
-            Stage::Ptxas,
-            Stage::Correctness,
-            Stage::Sanitizers,
-            Stage::Stability,
-            Stage::Performance,
-        ]
-    };
+    let plan: Vec<&stages::StageDef> = stages::plan(args.cpu_only).collect();
     let bar = ProgressBar::new(plan.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
@@ -697,79 +275,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
 
     let started = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
-    let mut test_binary: Option<PathBuf> = None;
-    let mut performance: Option<Performance> = None;
+    let ctx = Ctx {
+        layout: &layout,
+        root: &root,
+        bundle,
+        cpu_only: args.cpu_only,
+        no_cpu_tests: args.no_cpu_tests,
+        write_baseline: args.write_baseline,
+    };
+    let mut state = State::default();
     let mut stages = Vec::new();
-    for stage in plan {
-        bar.set_message(stage.title());
+    for def in plan {
+        bar.set_message(def.name);
         let clock = Instant::now();
-        let outcome = if args.cpu_only && stage.needs_gpu() {
-            Outcome {
-                status: Status::NotRun("needs a GPU (--cpu-only)".into()),
-                summary: "not run".into(),
-                details: vec![],
-                logs: vec![],
-            }
+        let outcome = if args.cpu_only && def.needs_gpu {
+            Outcome::not_run("needs a GPU (--cpu-only)")
         } else {
-            match stage {
-                Stage::Build if bundle => {
-                    test_binary = sanitize::gpu_test_binary(&layout.source).ok();
-                    Outcome {
-                        status: Status::Skipped("the bundle's binaries are prebuilt".into()),
-                        summary: "prebuilt (bundle)".into(),
-                        details: vec![],
-                        logs: vec![],
-                    }
-                }
-                Stage::Build if args.cpu_only => Outcome {
-                    status: Status::Skipped("CPU tests build what they need".into()),
-                    summary: "covered by CPU tests".into(),
-                    details: vec![],
-                    logs: vec![],
-                },
-                Stage::Build => stage_build(&layout, &root, &mut test_binary),
-                Stage::Ptxas => stage_ptxas(&layout),
-                Stage::CpuTests if bundle => Outcome {
-                    status: Status::Skipped("a bundle has no cargo: CI runs the CPU tests".into()),
-                    summary: "skipped (bundle)".into(),
-                    details: vec![],
-                    logs: vec![],
-                },
-                Stage::CpuTests if args.no_cpu_tests => Outcome {
-                    status: Status::Skipped("--no-cpu-tests (the caller runs them)".into()),
-                    summary: "skipped (--no-cpu-tests)".into(),
-                    details: vec![],
-                    logs: vec![],
-                },
-                Stage::CpuTests => stage_cpu_tests(&layout, &root),
-                Stage::Performance => stage_performance(&layout, args.write_baseline, &mut performance),
-                Stage::Correctness | Stage::Sanitizers | Stage::Stability => match &test_binary {
-                    None => Outcome {
-                        status: Status::NotRun("no GPU test binary (the build failed, or the bundle lacks tests/attn_kernels_gpu)".into()),
-                        summary: "not run".into(),
-                        details: vec![],
-                        logs: vec![],
-                    },
-                    Some(bin) => match stage {
-                        Stage::Correctness => stage_gpu_tests(
-                            &layout,
-                            bin,
-                            "correctness.log",
-                            None,
-                            &["stability_", "sanitize_"],
-                        ),
-                        Stage::Stability => stage_gpu_tests(&layout, bin, "stability.log", Some("stability_"), &[]),
-                        _ => stage_sanitizers(&layout, bin),
-                    },
-                },
-            }
+            (def.run)(&ctx, &mut state)
         };
         let seconds = clock.elapsed().as_secs_f64();
         // suspend() prints even when the bar is hidden (no terminal, as in CI).
         bar.suspend(|| {
             println!(
                 "{:<32} {:<8} {:>7.1}s  {}",
-                stage.title(),
+                def.name,
                 match &outcome.status {
                     Status::Passed => "passed",
                     Status::Failed => "FAILED",
@@ -781,7 +310,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             )
         });
         stages.push(StageResult {
-            stage,
+            stage: def.stage,
             status: outcome.status,
             seconds,
             summary: outcome.summary,
@@ -792,6 +321,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     bar.finish_and_clear();
 
+    let performance = state.performance;
     let passed = gate_passed(&stages, args.cpu_only);
     let commit = match &performance {
         Some(p) if bundle => Some(p.bench.commit.clone()),

@@ -10,6 +10,7 @@ mod bench;
 mod bundle;
 mod compare;
 mod cuda;
+mod flags;
 mod forward;
 mod gate;
 mod npy;
@@ -91,5 +92,45 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Cmd};
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn typed_flags_keep_their_spellings() {
+        let cli = Cli::try_parse_from([
+            "cargo xtask",
+            "bench",
+            "--shapes",
+            "all",
+            "--dtype",
+            "both",
+            "--causal",
+            "bottom-right",
+            "--fp8",
+            "auto,wgmma,cvt",
+        ])
+        .expect("bench flags");
+        assert!(matches!(cli.cmd, Cmd::Bench(_)));
+        for bad in [
+            ["bench", "--shapes", "tiny"],
+            ["bench", "--dtype", "f32"],
+            ["bench", "--fp8", "e4m3"],
+            ["sweep", "--dtype", "both"],
+        ] {
+            let args = std::iter::once("cargo xtask").chain(bad);
+            assert!(Cli::try_parse_from(args).is_err(), "{bad:?}");
+        }
+        Cli::try_parse_from(["cargo xtask", "sweep", "--dtype", "fp16"]).expect("fp16 alias");
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Problem mode (`--shape`): inputs are drawn from a seeded N(0,1) generator and rounded to
 //! the storage type, so the kernel, the f64 reference and the emulation (the reference with
-//! the kernel's rounding points) all see identical values. The verdict is DESIGN.md §3's rule
+//! the kernel's rounding points) all see identical values. The verdict is the tolerance rule
 //! `max|out − ref| ≤ 2·max|emu − ref| + 1e-5` plus the caps; elements above that bound are
 //! the "wrong" ones the error pattern is read from. With `--tiles`, the debug kernels' S/P/m/l
 //! dumps of those query blocks are compared with attn-ref's tiled reference (same tile sizes)
@@ -27,6 +27,7 @@ use attn_ref::{AttnShape, Causal, Problem};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
+use crate::flags::{CausalArg, DtypeArg};
 use crate::forward::GpuRun;
 use crate::npy;
 
@@ -42,12 +43,12 @@ pub struct Args {
     /// Key/value heads for GQA/MQA (default: H).
     #[arg(long, requires = "shape")]
     kv_heads: Option<usize>,
-    /// Causal mask: none, top-left or bottom-right.
-    #[arg(long, default_value = "none")]
-    causal: String,
-    /// Storage type: f16 or bf16.
-    #[arg(long, default_value = "f16", requires = "shape")]
-    dtype: String,
+    /// Causal mask.
+    #[arg(long, value_enum, default_value_t = CausalArg::None)]
+    causal: CausalArg,
+    /// Storage type.
+    #[arg(long, value_enum, default_value_t = DtypeArg::F16, requires = "shape")]
+    dtype: DtypeArg,
     /// Kernel config name (default: the kernel's heuristic).
     #[arg(long, requires = "shape")]
     config: Option<String>,
@@ -101,7 +102,7 @@ fn parse_tile(s: &str) -> Result<(usize, usize, usize), String> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let causal = Causal::parse(&args.causal)?;
+    let causal = Causal::from(args.causal);
     if let (Some(got), Some(want)) = (&args.got, &args.want) {
         let files = FileSpec {
             got: got.clone(),
@@ -136,7 +137,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             d,
         )?,
         causal,
-        dtype: args.dtype.clone(),
+        dtype: args.dtype.as_str().to_string(),
         config: args.config.clone(),
         tiles: args.tiles.clone(),
         seed: args.seed,
@@ -145,7 +146,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (findings, pass) = run_problem(&spec, crate::forward::run_gpu)?;
     print!("{}", findings.summary());
     eprintln!("artifacts in {}", spec.out_dir.display());
-    ensure!(pass, "the tolerance rule of DESIGN.md §3 does not hold");
+    ensure!(
+        pass,
+        "the tolerance rule (docs/ARCHITECTURE.md) does not hold"
+    );
     Ok(())
 }
 

@@ -13,6 +13,8 @@ use std::process::Command;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use crate::flags::{CausalArg, DtypeArg, Fp8Arg};
+
 /// The fixed metric set, with the label the summary table prints.
 ///
 /// Stall reasons are ncu's `smsp__average_warps_issue_stalled_<reason>_per_issue_active`
@@ -91,19 +93,19 @@ pub struct Args {
     /// Problem shape `B,H,S,D`.
     #[arg(long)]
     shape: String,
-    /// Causal mask: none, top-left or bottom-right.
-    #[arg(long, default_value = "none")]
-    causal: String,
+    /// Causal mask.
+    #[arg(long, value_enum, default_value_t = CausalArg::None)]
+    causal: CausalArg,
     /// Storage type.
-    #[arg(long, default_value = "f16", value_parser = ["f16", "bf16"])]
-    dtype: String,
+    #[arg(long, value_enum, default_value_t = DtypeArg::F16)]
+    dtype: DtypeArg,
     /// Kernel config name (passed to `bench --config`).
     #[arg(long)]
     config: Option<String>,
     /// Profile the FP8 forward instead: a variant (wgmma, fp8, p16, cvt; passed to
     /// `bench --fp8`). Pair it with `--kernel-regex attn_fp8_.*_<variant>` to skip the Vᵀ pass.
-    #[arg(long)]
-    fp8: Option<String>,
+    #[arg(long, value_enum)]
+    fp8: Option<Fp8Arg>,
     /// FP8 config name (passed to `bench --fp8-config`).
     #[arg(long)]
     fp8_config: Option<String>,
@@ -281,12 +283,6 @@ pub fn parse_shape(shape: &str) -> anyhow::Result<[usize; 4]> {
 /// `cargo xtask profile`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let shape = parse_shape(&args.shape)?;
-    if !["none", "top-left", "bottom-right"].contains(&args.causal.as_str()) {
-        bail!(
-            "unknown causal mode `{}`: expected none, top-left or bottom-right",
-            args.causal
-        );
-    }
     let ncu = crate::sanitize::find_cuda_tool("ncu", "NCU", &["bin", "nsight-compute"])?;
     let exe = std::env::current_exe().context("locating the xtask binary")?;
     // In a bundle (run.sh sets ATTN_BUNDLE_DIR) the outputs go next to it.
@@ -302,7 +298,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.fp8
             .as_ref()
             .map(|v| format!("fp8-{v}"))
-            .unwrap_or_else(|| args.dtype.clone()),
+            .unwrap_or_else(|| args.dtype.to_string()),
         args.config
             .as_ref()
             .map(|c| format!("-{c}"))
@@ -333,14 +329,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "--shape",
             &shape_arg,
             "--causal",
-            &args.causal,
+            &args.causal.to_string(),
         ])
-        .args(["--dtype", &args.dtype]);
+        .args(["--dtype", args.dtype.as_str()]);
     if let Some(config) = &args.config {
         cmd.args(["--config", config]);
     }
     if let Some(variant) = &args.fp8 {
-        cmd.args(["--fp8", variant]);
+        cmd.args(["--fp8", &variant.to_string()]);
     }
     if let Some(config) = &args.fp8_config {
         cmd.args(["--fp8-config", config]);

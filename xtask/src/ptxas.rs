@@ -115,6 +115,8 @@ pub fn archs_from(arg: Option<&str>, mode: Mode) -> anyhow::Result<Vec<String>> 
         if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
             bail!("`{a}` is not an arch: expected e.g. 80, 89, 90a or sm_90a");
         }
+    }
+    for a in &archs {
         if !built.contains(a) {
             bail!(
                 "sm_{a} was not built (built: {}): rebuild with ATTN_CUDA_ARCHS including {a}",

@@ -1,5 +1,5 @@
 //! `cargo xtask quantize` / `dequantize`: FP8 codes and scales as `.npy` files
-//! (DESIGN.md §9). Codes are uint8 with the input's `[B, H, S, D]` shape; scales are f32
+//! (docs/ARCHITECTURE.md). Codes are uint8 with the input's `[B, H, S, D]` shape; scales are f32
 //! shaped `[1]`, `[B, H]`, `[B, H, S]` or `[B, H, ⌈S/N⌉]` by granularity (the layout the FP8
 //! kernel reads, see `attn_quant::Granularity`).
 

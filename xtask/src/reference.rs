@@ -1,4 +1,4 @@
-//! `cargo xtask reference`: the f64 CPU reference on `.npy` inputs (DESIGN.md §9).
+//! `cargo xtask reference`: the f64 CPU reference on `.npy` inputs.
 //!
 //! Q is `[B, Hq, Sq, D]`, K and V are `[B, Hkv, Sk, D]` (f16, f32 or f64 `.npy`, C order);
 //! O is written as `[B, Hq, Sq, D]` and, with `--lse`, LSE as `[B, Hq, Sq]` (natural log,
@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use attn_ref::{reference, AttnShape, Causal, Problem};
 
+use crate::flags::CausalArg;
 use crate::npy;
 
 /// Element type of the written O and LSE.
@@ -33,8 +34,8 @@ pub struct Args {
     #[arg(long)]
     pub v: PathBuf,
     /// Causal mask: none, top-left (PyTorch is_causal) or bottom-right (FlashAttention ≥ 2.1).
-    #[arg(long, default_value = "none")]
-    pub causal: String,
+    #[arg(long, value_enum, default_value_t = CausalArg::None)]
+    pub causal: CausalArg,
     /// Softmax scale; default 1/√D.
     #[arg(long)]
     pub scale: Option<f64>,
@@ -48,8 +49,8 @@ pub struct Args {
     #[arg(long)]
     pub lse: Option<PathBuf>,
     /// Layout of Q, K, V and O: bhsd (`[B, H, S, D]`) or bshd (`[B, S, H, D]`).
-    #[arg(long, default_value = "bhsd")]
-    pub layout: String,
+    #[arg(long, value_enum, default_value = "bhsd")]
+    pub layout: crate::flags::LayoutArg,
 }
 
 /// Reads one input tensor: a 4-D float array.
@@ -84,8 +85,8 @@ fn problem_shape(q: [usize; 4], k: [usize; 4], v: [usize; 4]) -> anyhow::Result<
 
 /// Runs the reference and writes O (and LSE).
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let causal = Causal::parse(&args.causal)?;
-    let layout = attn_kernels::Layout::parse(&args.layout)?;
+    let causal = Causal::from(args.causal);
+    let layout = attn_kernels::Layout::from(args.layout);
     // [B, S, H, D] files are read as such and permuted to the reference's [B, H, S, D].
     let swap = |[a, b, c, d]: [usize; 4]| match layout {
         attn_kernels::Layout::Bhsd => [a, b, c, d],
@@ -166,12 +167,12 @@ mod tests {
             q: dir.join("q.npy"),
             k: dir.join("k.npy"),
             v: dir.join("v.npy"),
-            causal: causal.to_string(),
+            causal: <CausalArg as clap::ValueEnum>::from_str(causal, false).unwrap(),
             scale: None,
             out_dtype: OutDtype::F32,
             out: dir.join("o.npy"),
             lse: Some(dir.join("lse.npy")),
-            layout: "bhsd".into(),
+            layout: crate::flags::LayoutArg::Bhsd,
         }
     }
 
@@ -182,7 +183,7 @@ mod tests {
         // Q [B=2, Sq=5, Hq=4, D=8], K/V [2, Sk=7, Hkv=2, 8] on disk.
         let [(_, q), (_, k), (_, v)] = write_qkv(&dir, [2, 5, 4, 8], [2, 7, 2, 8]);
         let mut a = args(&dir, "bottom-right");
-        a.layout = "bshd".into();
+        a.layout = crate::flags::LayoutArg::Bshd;
         run(a).unwrap();
         let o = npy::read(&dir.join("o.npy")).unwrap();
         let lse = npy::read(&dir.join("lse.npy")).unwrap();
@@ -209,9 +210,6 @@ mod tests {
             .iter()
             .zip(&want.lse)
             .all(|(a, b)| *a == f64::from(*b as f32)));
-        let mut bad = args(&dir, "none");
-        bad.layout = "bsdh".into();
-        assert!(run(bad).unwrap_err().to_string().contains("bhsd or bshd"));
     }
 
     #[test]
@@ -384,8 +382,33 @@ mod tests {
     fn bad_options_are_errors() {
         let dir = temp_dir("options");
         write_qkv(&dir, [1, 2, 3, 4], [1, 2, 3, 4]);
-        let msg = run_err(args(&dir, "causal"));
-        assert!(msg.contains("unknown causal mode `causal`"), "{msg}");
+        // An unknown causal mode is now refused by clap, before `run`.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let msg = <Cli as clap::Parser>::try_parse_from([
+            "reference",
+            "--q",
+            "q",
+            "--k",
+            "k",
+            "--v",
+            "v",
+            "--out",
+            "o",
+            "--causal",
+            "causal",
+        ])
+        .map(|_| ())
+        .expect_err("unknown causal mode")
+        .to_string();
+        assert!(
+            msg.contains("invalid value 'causal' for '--causal")
+                && msg.contains("none, top-left, bottom-right"),
+            "{msg}"
+        );
         let mut a = args(&dir, "none");
         a.scale = Some(0.0);
         let msg = run_err(a);

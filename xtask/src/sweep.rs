@@ -15,13 +15,14 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
 use crate::bench::{time_ours, BenchShape};
+use crate::flags::DtypeArg;
 
 /// Arguments of `cargo xtask sweep`.
 #[derive(clap::Args)]
 pub struct Args {
     /// f16 or bf16 (the elite table is keyed by dtype).
-    #[arg(long, default_value = "f16")]
-    dtype: String,
+    #[arg(long, value_enum, default_value_t = DtypeArg::F16)]
+    dtype: DtypeArg,
     /// Timed samples per (config, shape).
     #[arg(long, default_value_t = 200)]
     samples: usize,
@@ -49,7 +50,7 @@ fn class_shapes() -> Vec<BenchShape> {
 }
 
 /// The correctness gate: the config on a tail shape, both causal alignments, against the f64
-/// reference with DESIGN.md §3's rule.
+/// reference with the tolerance rule.
 fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     for causal in [Causal::None, Causal::BottomRight] {
@@ -80,7 +81,7 @@ fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
             Dtype::Bf16 => emulate::Storage::Bf16,
         };
         let emu = emulate::forward_emulated(&p, &q, &k, &v, storage)?;
-        // The same rule (DESIGN.md §3: bound and sanity caps) the oracle and the gate apply.
+        // The same rule (bound and sanity caps) the oracle and the gate apply.
         let opts = attn_oracle::CompareOptions::default();
         let out = attn_oracle::compare(&got.o, &want.o, s, &opts)?;
         let emu32: Vec<f32> = emu.o.iter().map(|&x| x as f32).collect();
@@ -99,7 +100,7 @@ fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let dtype = Dtype::parse(&args.dtype)?;
+    let dtype = Dtype::from(args.dtype);
     let gpu = crate::forward::gpu()?;
     // SAFETY: one stream only (see bench).
     unsafe { gpu.context().disable_event_tracking() };

@@ -13,7 +13,7 @@ __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)
                                              const float (&l_partial)[2], T* q_tile_smem,
                                              T* __restrict__ o_head, float* __restrict__ lse_head,
                                              int warp_row0, int q_row0, int q_len, int lane,
-                                             int64_t o_row_stride, int d_chunks, float out_scale = 1.f) {
+                                             int o_row_stride, int d_chunks, float out_scale = 1.f) {
     const int g = lane >> 2;
     const int t = lane & 3;
 #pragma unroll
@@ -34,13 +34,27 @@ __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)
     }
     __syncwarp();
     constexpr int kChunksPerRow = NO;
+    if constexpr (32 % kChunksPerRow == 0) {
+        // Each lane keeps one chunk column and walks its rows with a running pointer (a
+        // runtime row stride would otherwise leave one hoisted offset per unrolled row live).
+        constexpr int kRowStep = 32 / kChunksPerRow;
+        const int c = lane % kChunksPerRow;
+        int row = warp_row0 + lane / kChunksPerRow;
+        T* dst = o_head + static_cast<int64_t>(q_row0 + row) * o_row_stride + c * 8;
 #pragma unroll
-    for (int i = lane; i < 16 * kChunksPerRow; i += 32) {
-        const int row = warp_row0 + i / kChunksPerRow;
-        const int c = i % kChunksPerRow;
-        if (q_row0 + row < q_len && c < d_chunks) {
-            const uint4 v = *reinterpret_cast<const uint4*>(q_tile_smem + swz<PITCH>(row, c));
-            *reinterpret_cast<uint4*>(o_head + static_cast<int64_t>(q_row0 + row) * o_row_stride + c * 8) = v;
+        for (int i = 0; i < 16 / kRowStep; ++i, row += kRowStep, dst += kRowStep * o_row_stride) {
+            if (q_row0 + row < q_len && c < d_chunks)
+                *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(q_tile_smem + swz<PITCH>(row, c));
+        }
+    } else {
+#pragma unroll
+        for (int i = lane; i < 16 * kChunksPerRow; i += 32) {
+            const int row = warp_row0 + i / kChunksPerRow;
+            const int c = i % kChunksPerRow;
+            if (q_row0 + row < q_len && c < d_chunks) {
+                const uint4 v = *reinterpret_cast<const uint4*>(q_tile_smem + swz<PITCH>(row, c));
+                *reinterpret_cast<uint4*>(o_head + static_cast<int64_t>(q_row0 + row) * o_row_stride + c * 8) = v;
+            }
         }
     }
 }

@@ -65,15 +65,18 @@ template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS> struct Fp
     // one of its rows is in bounds.
     __device__ __forceinline__ void load_kv(int tile, int buf, const FwdParams& p, int tid) const {
         const int key0 = tile * BN;
-        load_bytes_async<D, BN, Cfg::kThreads>(k_tile(buf), k_head + key0 * p.k_stride[2], p.k_stride[2],
-                                               p.kv_len - key0, tid);
+        // Row offsets in 32 bits (the launcher checks kv_len · row stride < 2³¹): a 64-bit
+        // product here costs the registers that hold three CTAs per SM.
+        const int k_row = static_cast<int>(p.k_stride[2]);
+        load_bytes_async<D, BN, Cfg::kThreads>(k_tile(buf), k_head + key0 * k_row, k_row, p.kv_len - key0, tid);
         load_bytes_async<BN, D, Cfg::kThreads>(v_tile(buf), vt_head + key0, vt_stride, D, tid);
     }
 
     // Issues the Q tile and the first STAGES - 1 K/Vᵀ tiles, one cp.async group per stage
     // (the Q tile rides in the first).
     __device__ __forceinline__ void start(int n_tiles, const FwdParams& p, int tid) const {
-        load_bytes_async<D, BM, Cfg::kThreads>(sQ, q_head + m0 * p.q_stride[2], p.q_stride[2], p.q_len - m0, tid);
+        const int q_row = static_cast<int>(p.q_stride[2]);
+        load_bytes_async<D, BM, Cfg::kThreads>(sQ, q_head + m0 * q_row, q_row, p.q_len - m0, tid);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (s < n_tiles) load_kv(s, s, p, tid);

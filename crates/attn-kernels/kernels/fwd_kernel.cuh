@@ -250,7 +250,8 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
             write_output<T, DP, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, sQ, o_head, lse_head,
-                                          warp_row0 + mt * 16, m0, p.q_len, lane, p.o_stride[2], d_chunks);
+                                          warp_row0 + mt * 16, m0, p.q_len, lane,
+                                          static_cast<int>(p.o_stride[2]), d_chunks);
     }
 }
 

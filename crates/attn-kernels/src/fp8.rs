@@ -499,6 +499,15 @@ impl FlashAttention {
             (o.dims, o.strides, o_len, o_ptr),
             lse_bound.as_ref().map(|(len, p, _)| (*len, *p)),
         )?;
+        // The FP8 kernels index rows in 32 bits (kernels/fp8_block.cuh).
+        for (t, rows) in [(&q, shape.q_len()), (&k, shape.kv_len())] {
+            if rows
+                .checked_mul(t.strides.row)
+                .is_none_or(|x| x > i32::MAX as usize)
+            {
+                return Err(KernelError::IndexOverflow("FP8 rows · row stride (32-bit)"));
+            }
+        }
         let lse_ptr = lse_bound.as_mut().map_or(0u64, |(_, p, _)| *p);
         let params = plan
             .params

@@ -256,6 +256,11 @@ pub(crate) fn check_tensor(
             });
         }
     }
+    if strides.row > i32::MAX as usize {
+        return Err(KernelError::IndexOverflow(
+            "row stride (32-bit in the kernels)",
+        ));
+    }
     if writable && !non_overlapping(dims, strides) {
         return Err(bad(format!(
             "strides (batch {}, head {}, row {}) make distinct elements share memory; an output needs distinct locations",

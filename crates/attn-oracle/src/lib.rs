@@ -4,7 +4,7 @@
 //! abs and relative L2 error, NaN/±Inf counts with their first location, the worst elements,
 //! per-head and per-row-block summaries, an [`ErrorPattern`] with the evidence behind it, the
 //! first diverging [`Stage`] of the FlashAttention pipeline (S → P → O), and the verdict of
-//! the workspace's tolerance rule ([`ToleranceRule`], DESIGN.md §3).
+//! the workspace's tolerance rule ([`ToleranceRule`]; docs/ARCHITECTURE.md).
 //!
 //! It has no CUDA dependency: the GPU side (`cargo xtask oracle`) runs the kernel and hands
 //! the oracle host vectors.

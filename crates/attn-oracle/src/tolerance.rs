@@ -1,4 +1,4 @@
-//! The tolerance rule of DESIGN.md §3: the primary FlashAttention-3 rule
+//! The workspace's tolerance rule (docs/ARCHITECTURE.md): the primary FlashAttention-3 rule
 //! `max|out − ref| ≤ 2·max|emu − ref| + 1e-5`, where `emu` is the reference run with the
 //! kernel's rounding points, plus fixed sanity caps per storage type.
 
@@ -50,7 +50,7 @@ impl From<attn_ref::reference::emulate::Storage> for Storage {
     }
 }
 
-/// Sanity caps of DESIGN.md §3 (kernel vs the f64 reference).
+/// Sanity caps of the tolerance rule (kernel vs the f64 reference).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Caps {
     /// Max abs error of O; `None` where the table has no entry (FP8).
@@ -98,7 +98,7 @@ pub struct ToleranceRule {
 }
 
 impl ToleranceRule {
-    /// The rule of DESIGN.md §3 for a storage type.
+    /// The tolerance rule for a storage type.
     pub fn for_storage(storage: Storage) -> Self {
         Self {
             storage,

@@ -574,7 +574,7 @@ fn a_tile_may_hold_rows_that_see_nothing_yet() {
 
 #[test]
 fn emulation_is_within_design_caps() {
-    // DESIGN.md §3 caps: max abs fp16 4e-3, bf16 3e-2; rel L2 fp16 1e-3, bf16 8e-3; LSE 1e-3.
+    // The tolerance rule's sanity caps: max abs fp16 4e-3, bf16 3e-2; rel L2 fp16 1e-3, bf16 8e-3; LSE 1e-3.
     // The reference runs on the inputs already rounded to the storage type (what a kernel
     // actually receives), so the error measured is the kernel's own: P and O rounding and
     // f32 arithmetic. (Against unrounded inputs, bf16's input rounding alone moves LSE by

@@ -116,8 +116,8 @@ pub struct SampleReport {
 }
 
 /// Everything `cargo xtask compare --json` prints. The keys `baseline`, `candidate`,
-/// `hedges_g`, `ratio`, `ratio_ci_low`, `ratio_ci_high` and `decision` are the contract of
-/// DESIGN.md §9; the others explain them.
+/// `hedges_g`, `ratio`, `ratio_ci_low`, `ratio_ci_high` and `decision` are its JSON
+/// contract (docs/ARCHITECTURE.md); the others explain them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
     /// The baseline sample.

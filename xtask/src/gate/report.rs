@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// `bench.json`, as `cargo xtask bench` writes it (one definition for writer and readers).
+pub use crate::bench::schema::BenchFile;
+
 /// One stage of the gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -23,25 +26,14 @@ pub enum Stage {
 }
 
 impl Stage {
-    /// Display name.
+    /// Display name (from the stage's description in [`super::stages::STAGES`]).
     pub fn title(self) -> &'static str {
-        match self {
-            Stage::Build => "build (release + debug kernels)",
-            Stage::Ptxas => "ptxas budget + snapshots",
-            Stage::CpuTests => "CPU tests",
-            Stage::Correctness => "correctness",
-            Stage::Sanitizers => "sanitizers",
-            Stage::Stability => "stability",
-            Stage::Performance => "performance",
-        }
+        super::stages::def(self).name
     }
 
-    /// Whether the stage needs a GPU.
+    /// Whether the stage needs a GPU (from its description).
     pub fn needs_gpu(self) -> bool {
-        matches!(
-            self,
-            Stage::Correctness | Stage::Sanitizers | Stage::Stability | Stage::Performance
-        )
+        super::stages::def(self).needs_gpu
     }
 }
 
@@ -86,84 +78,6 @@ pub struct StageResult {
     pub details: Vec<String>,
     /// Logs kept, relative to the output directory where possible.
     pub logs: Vec<String>,
-}
-
-/// Summary statistics of a latency sample in µs (the bench.json contract).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SampleSummary {
-    /// Sample count.
-    pub n: u64,
-    /// Mean.
-    pub mean: f64,
-    /// Median.
-    pub median: f64,
-    /// Standard deviation.
-    pub std: f64,
-    /// Lower end of the CI of the mean.
-    pub ci_low: f64,
-    /// Upper end of the CI of the mean.
-    pub ci_high: f64,
-}
-
-/// The fastest SDPA backend of a row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Champion {
-    /// `flash`, `efficient` or `cudnn`.
-    pub backend: String,
-    /// Its sample summary.
-    #[serde(flatten)]
-    pub summary: SampleSummary,
-}
-
-/// One row of `bench.json` (written by `cargo xtask bench`; fields it adds beyond these are
-/// ignored).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BenchRow {
-    /// Row name: `B,H,S,D[-causal]-dtype` (`S` may be `SqxSk`).
-    pub shape: String,
-    /// Causal or not.
-    pub causal: bool,
-    /// Storage type.
-    pub dtype: String,
-    /// Our kernel's name.
-    pub kernel: String,
-    /// `events` or `graph`.
-    pub method: String,
-    /// Our latency.
-    pub ours: SampleSummary,
-    /// Our throughput.
-    pub tflops: f64,
-    /// The SDPA champion; `None` when no SDPA backend ran.
-    #[serde(default)]
-    pub champion: Option<Champion>,
-    /// mean(ours) / mean(champion).
-    #[serde(default)]
-    pub ratio: Option<f64>,
-    /// CI of the ratio.
-    #[serde(default)]
-    pub ratio_ci_low: Option<f64>,
-    /// CI of the ratio.
-    #[serde(default)]
-    pub ratio_ci_high: Option<f64>,
-    /// Hedges' g (None when undefined).
-    #[serde(default)]
-    pub hedges_g: Option<f64>,
-    /// `promote`, `regress` or `inconclusive` vs the champion.
-    #[serde(default)]
-    pub decision: Option<String>,
-}
-
-/// `bench.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BenchFile {
-    /// GPU name.
-    pub device: String,
-    /// When it ran.
-    pub date: String,
-    /// Commit benchmarked.
-    pub commit: String,
-    /// One row per (shape, causal, dtype).
-    pub rows: Vec<BenchRow>,
 }
 
 /// One sample file compared with the committed baseline.
@@ -366,6 +280,7 @@ pub fn render_markdown(report: &GateReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::schema::{BenchRow, Champion, SampleSummary};
 
     fn stage(stage: Stage, status: Status) -> StageResult {
         StageResult {
@@ -386,6 +301,10 @@ mod tests {
             std: 0.5,
             ci_low: median,
             ci_high: median + 0.2,
+            min: None,
+            max: None,
+            mad: None,
+            outliers_dropped: None,
         }
     }
 
@@ -422,6 +341,7 @@ mod tests {
                     device: "NVIDIA H100 80GB HBM3".into(),
                     date: "2026-11-21".into(),
                     commit: "abc123".into(),
+                    torch: None,
                     rows: vec![BenchRow {
                         shape: "2,8,2048,64-causal-f16".into(),
                         causal: true,
@@ -439,6 +359,9 @@ mod tests {
                         ratio_ci_high: Some(1.04),
                         hedges_g: None,
                         decision: Some("inconclusive".into()),
+                        ratio_to_flash: None,
+                        speedup_vs_ours_f16: None,
+                        sdpa: vec![],
                     }],
                 },
                 baseline_dir: "docs/baseline".into(),

@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-/// Peak dense bf16 GEMM throughput measured on the H100 (DESIGN.md §8), TFLOP/s.
+/// Peak dense bf16 GEMM throughput measured on the H100, TFLOP/s.
 pub const PEAK_TFLOPS: f64 = 780.0;
-/// Copy bandwidth measured on the H100 (DESIGN.md §8), TB/s.
+/// Copy bandwidth measured on the H100, TB/s.
 pub const PEAK_TBPS: f64 = 3.0;
 
 /// Linear-interpolated quantile of sorted data (`q` in [0, 1]).
@@ -174,8 +174,8 @@ pub struct RooflinePoint {
     pub tflops: f64,
 }
 
-/// FLOP per byte: attention FLOPs (4·B·H·Sq·Sk·D, halved for causal, as DESIGN.md §7
-/// counts them) over the compulsory traffic (read Q and K, V once, write O once, `elem` bytes
+/// FLOP per byte: attention FLOPs (4·B·H·Sq·Sk·D, halved for causal, as `cargo xtask
+/// bench` counts them) over the compulsory traffic (read Q and K, V once, write O once, `elem` bytes
 /// each; MHA).
 pub fn intensity(b: f64, h: f64, sq: f64, sk: f64, d: f64, causal: bool, elem: f64) -> f64 {
     let flops = 4.0 * b * h * sq * sk * d * if causal { 0.5 } else { 1.0 };
@@ -188,7 +188,7 @@ pub fn ceiling(intensity: f64) -> f64 {
     PEAK_TFLOPS.min(intensity * PEAK_TBPS)
 }
 
-/// Log-log roofline with the two ceilings of DESIGN.md §8 and one labelled point per shape.
+/// Log-log roofline with the two ceilings above and one labelled point per shape.
 pub fn roofline_svg(points: &[RooflinePoint]) -> String {
     const W: f64 = 640.0;
     const H: f64 = 420.0;

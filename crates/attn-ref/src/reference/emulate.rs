@@ -1,4 +1,4 @@
-//! The reference with the GPU kernel's rounding points: the `emu` of DESIGN.md §3's rule
+//! The reference with the GPU kernel's rounding points: the `emu` of the tolerance rule
 //! `max|out − ref| ≤ 2·max|emu − ref| + 1e-5` (FlashAttention-3's test rule).
 //!
 //! What is emulated, following FlashAttention-2's forward kernel (`softmax.h`):

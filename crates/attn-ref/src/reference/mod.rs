@@ -14,7 +14,7 @@
 //! the online one: [`tiled`] is the online-softmax twin and the two are checked against each
 //! other, so a mistake in either shows up as a disagreement.
 //!
-//! Conventions (DESIGN.md §2):
+//! Conventions (docs/ARCHITECTURE.md):
 //! - a row with no visible key (possible with [`Causal::BottomRight`](crate::Causal) when
 //!   `Sq > Sk`) has O = 0 and LSE = −∞, as FlashAttention does;
 //! - NaN or ±Inf reaching a visible score, or NaN/Inf in a visible V row, propagates to the
