@@ -85,6 +85,30 @@ impl DtypeArg {
     }
 }
 
+/// `--dtype` of `oracle`: a 16-bit storage type, or FP8 E4M3 (per-head scales, f16 O).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StorageArg {
+    /// IEEE half.
+    #[value(alias = "fp16")]
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// FP8 E4M3 codes with per-head scales.
+    #[value(alias = "fp8")]
+    E4m3,
+}
+
+impl StorageArg {
+    /// The canonical spelling (`f16`, `bf16`, `e4m3`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageArg::F16 => "f16",
+            StorageArg::Bf16 => "bf16",
+            StorageArg::E4m3 => "e4m3",
+        }
+    }
+}
+
 impl std::fmt::Display for DtypeArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

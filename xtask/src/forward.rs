@@ -139,6 +139,8 @@ pub struct GpuRun {
     pub tiles: Vec<Tile>,
     /// The kernel that ran.
     pub kernel: String,
+    /// The FP8 variant, when the FP8 kernel ran (its rounding model differs).
+    pub fp8_variant: Option<attn_kernels::Fp8Variant>,
 }
 
 /// [`run_gpu`] on buffers in `layout` (no tile dumps): the kernel runs on the strided
@@ -183,6 +185,7 @@ pub fn run_gpu_layout(
         block_n: launch.config.block_n,
         tiles: Vec::new(),
         kernel: format!("{} ({})", launch.kernel, launch.config.name()),
+        fp8_variant: None,
     })
 }
 
@@ -199,6 +202,12 @@ pub fn run_gpu(
     config: Option<&str>,
     dump_tiles: &[(usize, usize, usize)],
 ) -> anyhow::Result<GpuRun> {
+    if matches!(dtype, "e4m3" | "fp8") {
+        if !dump_tiles.is_empty() {
+            bail!("tile dumps exist for the f16/bf16 debug kernels only");
+        }
+        return run_fp8(problem, q, k, v, config);
+    }
     let dtype = Dtype::parse(dtype)?;
     problem.shape().check_qkv_lens(q.len(), k.len(), v.len())?;
     let gpu = gpu()?;
@@ -235,6 +244,54 @@ pub fn run_gpu(
         block_n: launch.config.block_n,
         tiles,
         kernel: format!("{} ({})", launch.kernel, launch.config.name()),
+        fp8_variant: None,
+    })
+}
+
+/// The FP8 kernel (E4M3 codes, per-head scales, f16 O, the device's default variant) on
+/// host values: quantized per head here (values that are already dequantized FP8 round-trip
+/// to the same codes and scales).
+fn run_fp8(
+    problem: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    config: Option<&str>,
+) -> anyhow::Result<GpuRun> {
+    use attn_quant::{quantize, Fp8Format, Granularity};
+    let shape = problem.shape();
+    shape.check_qkv_lens(q.len(), k.len(), v.len())?;
+    let (qd, kd) = (attn_quant::q_dims(shape), attn_quant::kv_dims(shape));
+    let gpu = gpu()?;
+    let variant = gpu.fp8_default_variant();
+    let opts = attn_kernels::Fp8Options {
+        config: config
+            .map(|name| {
+                attn_kernels::FP8_CONFIGS
+                    .into_iter()
+                    .find(|c| c.name() == name || c.name() == format!("{name}_s2"))
+                    .with_context(|| format!("unknown FP8 config `{name}`"))
+            })
+            .transpose()?,
+        variant: Some(variant),
+    };
+    let out = gpu.forward_fp8_host::<half::f16>(
+        problem,
+        &quantize(q, qd, Fp8Format::E4M3, Granularity::Head)?,
+        &quantize(k, kd, Fp8Format::E4M3, Granularity::Head)?,
+        &quantize(v, kd, Fp8Format::E4M3, Granularity::Head)?,
+        &opts,
+    )?;
+    Ok(GpuRun {
+        output: AttnOutput {
+            o: out.o.iter().map(|x| x.to_f32()).collect(),
+            lse: out.lse,
+        },
+        block_m: out.launch.config.block_m,
+        block_n: out.launch.config.block_n,
+        tiles: Vec::new(),
+        kernel: format!("{} ({})", out.launch.kernel, out.launch.config.name()),
+        fp8_variant: Some(variant),
     })
 }
 

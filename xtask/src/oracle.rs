@@ -27,7 +27,7 @@ use attn_ref::{AttnShape, Causal, Problem};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
-use crate::flags::{CausalArg, DtypeArg};
+use crate::flags::{CausalArg, StorageArg};
 use crate::forward::GpuRun;
 use crate::npy;
 
@@ -46,9 +46,10 @@ pub struct Args {
     /// Causal mask.
     #[arg(long, value_enum, default_value_t = CausalArg::None)]
     causal: CausalArg,
-    /// Storage type.
-    #[arg(long, value_enum, default_value_t = DtypeArg::F16, requires = "shape")]
-    dtype: DtypeArg,
+    /// Storage type: f16, bf16, or e4m3 (the FP8 kernel: per-head E4M3 codes, f16 O,
+    /// checked against the reference on the dequantized inputs with its rounding model).
+    #[arg(long, value_enum, default_value_t = StorageArg::F16, requires = "shape")]
+    dtype: StorageArg,
     /// Kernel config name (default: the kernel's heuristic).
     #[arg(long, requires = "shape")]
     config: Option<String>,
@@ -239,18 +240,49 @@ fn alternatives(p: &Problem, q: &[f32], k: &[f32], v: &[f32]) -> anyhow::Result<
 /// Problem mode without the CLI: generates inputs, runs `backend`, the reference and the
 /// emulation, compares, writes the artifacts. Returns the findings and whether the rule holds.
 pub fn run_problem(spec: &ProblemSpec, backend: impl Backend) -> anyhow::Result<(Findings, bool)> {
-    let emu_storage = match spec.dtype.as_str() {
-        "f16" => emulate::Storage::F16,
-        "bf16" => emulate::Storage::Bf16,
-        other => bail!("unknown --dtype `{other}`: expected f16 or bf16"),
+    // FP8 (e4m3): the inputs are N(0,1) quantized per head and dequantized, so the f64
+    // reference sees exactly the values the kernel's codes encode; the emulation follows the
+    // kernel's rounding model (attn_kernels::fp8::fp8_rounding_model).
+    let (emu_storage, fp8) = match spec.dtype.as_str() {
+        "f16" => (emulate::Storage::F16, false),
+        "bf16" => (emulate::Storage::Bf16, false),
+        "e4m3" | "fp8" => (emulate::Storage::F16, true),
+        other => bail!("unknown --dtype `{other}`: expected f16, bf16 or e4m3"),
     };
-    let storage = Storage::from(emu_storage);
+    let storage = if fp8 {
+        Storage::Fp8E4m3
+    } else {
+        Storage::from(emu_storage)
+    };
     let shape = spec.shape;
     let p = Problem::new(shape, spec.causal);
     let mut rng = StdRng::seed_from_u64(spec.seed);
-    let q = inputs(shape.q_elems(), &mut rng, emu_storage);
-    let k = inputs(shape.kv_elems(), &mut rng, emu_storage);
-    let v = inputs(shape.kv_elems(), &mut rng, emu_storage);
+    let (q, k, v) = if fp8 {
+        let (qd, kd) = (attn_quant::q_dims(&shape), attn_quant::kv_dims(&shape));
+        let mut deq = |n: usize, dims: [usize; 4]| -> anyhow::Result<Vec<f32>> {
+            let x: Vec<f32> = (0..n)
+                .map(|_| rng.sample::<f32, _>(StandardNormal))
+                .collect();
+            let t = attn_quant::quantize(
+                &x,
+                dims,
+                attn_quant::Fp8Format::E4M3,
+                attn_quant::Granularity::Head,
+            )?;
+            Ok(attn_quant::dequantize(&t)?)
+        };
+        (
+            deq(shape.q_elems(), qd)?,
+            deq(shape.kv_elems(), kd)?,
+            deq(shape.kv_elems(), kd)?,
+        )
+    } else {
+        (
+            inputs(shape.q_elems(), &mut rng, emu_storage),
+            inputs(shape.kv_elems(), &mut rng, emu_storage),
+            inputs(shape.kv_elems(), &mut rng, emu_storage),
+        )
+    };
 
     let run = backend(
         &p,
@@ -272,7 +304,25 @@ pub fn run_problem(spec: &ProblemSpec, backend: impl Backend) -> anyhow::Result<
         shape.lse_elems()
     );
     let exact = reference::forward(&p, &q, &k, &v)?;
-    let emu = reference::emulate::forward_emulated(&p, &q, &k, &v, emu_storage)?;
+    let emu = match &run.fp8_variant {
+        Some(variant) => reference::emulate::forward_emulated_spec(
+            &p,
+            &q,
+            &k,
+            &v,
+            &attn_kernels::fp8::fp8_rounding_model(*variant, attn_kernels::Dtype::F16, run.block_n),
+        )?,
+        None => reference::emulate::forward_emulated_spec(
+            &p,
+            &q,
+            &k,
+            &v,
+            &attn_kernels::config::fwd_rounding_model(match emu_storage {
+                emulate::Storage::F16 => attn_kernels::Dtype::F16,
+                emulate::Storage::Bf16 => attn_kernels::Dtype::Bf16,
+            }),
+        )?,
+    };
 
     let rule = ToleranceRule::for_storage(storage);
     let base = CompareOptions::default()
@@ -460,6 +510,7 @@ mod tests {
                 block_n: 64,
                 tiles,
                 kernel: "cpu-emulation".into(),
+                fp8_variant: None,
             })
         }
     }
@@ -474,6 +525,52 @@ mod tests {
             seed: 7,
             out_dir: dir.to_path_buf(),
         }
+    }
+
+    /// A CPU stand-in for the FP8 kernel: the emulation with the wgmma variant's rounding
+    /// model (E4M3 P after a 2⁸ gain, f16 O), times `gain` (1.0 = correct).
+    fn fp8_backend(gain: f32) -> impl Backend {
+        move |p: &Problem,
+              q: &[f32],
+              k: &[f32],
+              v: &[f32],
+              _dtype: &str,
+              _config: Option<&str>,
+              _dump: &[(usize, usize, usize)]|
+              -> anyhow::Result<GpuRun> {
+            let variant = attn_kernels::Fp8Variant::Wgmma;
+            let spec =
+                attn_kernels::fp8::fp8_rounding_model(variant, attn_kernels::Dtype::F16, 128);
+            let out = emulate::forward_emulated_spec(p, q, k, v, &spec)?;
+            Ok(GpuRun {
+                output: AttnOutput {
+                    o: out.o.iter().map(|&x| x as f32 * gain).collect(),
+                    lse: out.lse.iter().map(|&x| x as f32).collect(),
+                },
+                block_m: 64,
+                block_n: 128,
+                tiles: Vec::new(),
+                kernel: "cpu-fp8-emulation".into(),
+                fp8_variant: Some(variant),
+            })
+        }
+    }
+
+    #[test]
+    fn fp8_is_checked_with_its_rounding_model() {
+        let dir = temp_dir("fp8");
+        let mut s = spec(&dir, Causal::BottomRight, Vec::new());
+        s.dtype = "e4m3".into();
+        s.shape = AttnShape::new(1, 4, 2, 90, 200, 128).unwrap();
+        let (findings, pass) = run_problem(&s, fp8_backend(1.0)).unwrap();
+        assert!(pass, "{findings}");
+        // The E4M3 P rounding is far coarser than f16's: the bound follows the FP8 model.
+        let verdict = findings.verdict.as_ref().unwrap();
+        assert!(verdict.emu_max_abs > 1e-3, "{verdict}");
+        // 2 % off is caught.
+        let (findings, pass) = run_problem(&s, fp8_backend(1.02)).unwrap();
+        assert!(!pass, "{findings}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

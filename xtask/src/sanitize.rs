@@ -1,4 +1,4 @@
-//! `cargo xtask sanitize`: runs the GPU test binary's `sanitize_*` tests (small shapes, tails and
+//! `cargo xtask sanitize`: runs the GPU test binary's `sanitize::` module (small shapes, tails and
 //! causal masks) under compute-sanitizer, one tool at a time, keeps each log in
 //! `target/sanitize/<tool>.log`, and fails on any reported error, on a missing `ERROR SUMMARY`
 //! (the tool or the process died), on a failed test, or when no test ran at all.
@@ -91,7 +91,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     from_bundle: Option<PathBuf>,
     /// Test-name filter passed to the test binary.
-    #[arg(long, default_value = "sanitize_")]
+    #[arg(long, default_value = "sanitize::")]
     filter: String,
 }
 

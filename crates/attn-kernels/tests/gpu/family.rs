@@ -1,8 +1,6 @@
 //! The kernel family as real callers use it: every head dim, `[B,H,S,D]` and `[B,S,H,D]`
-//! layouts, views inside larger buffers (a KV cache with spare capacity), typed errors for
-//! what the kernels cannot take, and one launcher shared by many threads.
-
-use std::sync::Arc;
+//! layouts, views inside larger buffers (a KV cache with spare capacity), and typed errors
+//! for what the kernels cannot take.
 
 use attn_kernels::{
     dims_kv, dims_q, Dtype, FlashAttention, Forward, ForwardOptions, KernelError, Layout,
@@ -38,7 +36,7 @@ const FA_HEAD_DIMS: [usize; 10] = [32, 40, 64, 80, 96, 128, 160, 192, 224, 256];
 
 /// Runs one forward on host buffers in `layout` (the kernel reads and writes the strided
 /// layout in place) into a NaN-poisoned O; returns O in `[B, H, S, D]` order and LSE.
-fn run_layout<T: StorageType>(
+pub(super) fn run_layout<T: StorageType>(
     gpu: &FlashAttention,
     p: &Problem,
     (q, k, v): (&[T], &[T], &[T]),
@@ -402,77 +400,4 @@ fn validation_views_misaligned_overlapping_or_short() {
     // covers that check.)
     let back = st.clone_dtoh(&o).unwrap();
     assert!(back.iter().all(|x| x.is_nan()), "O was written");
-}
-
-/// One launcher shared by 8 threads launching at once (different head dims, layouts and
-/// masks on its one stream), each checking its own result against the reference; then the
-/// same with 8 forked launchers (8 streams, one kernel cache).
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn stability_one_launcher_eight_threads() {
-    let shared = gpu();
-    let forks: Vec<Arc<FlashAttention>> =
-        (0..8).map(|_| Arc::new(shared.fork().unwrap())).collect();
-    for (name, launchers) in [("shared", vec![shared.clone(); 8]), ("forked", forks)] {
-        let failures: Vec<String> = std::thread::scope(|scope| {
-            let handles: Vec<_> = launchers
-                .iter()
-                .enumerate()
-                .map(|(t, g)| {
-                    scope.spawn(move || -> Result<(), String> {
-                        let d = [32, 64, 96, 128, 160, 192, 224, 256][t];
-                        let layout = if t % 2 == 0 {
-                            Layout::Bhsd
-                        } else {
-                            Layout::Bshd
-                        };
-                        let causal = if t % 3 == 0 {
-                            Causal::BottomRight
-                        } else {
-                            Causal::None
-                        };
-                        let p = problem((2, 4, 2, 100 + t, 300, d), causal);
-                        let s = p.shape();
-                        let mut rng = StdRng::seed_from_u64(fresh_seed());
-                        let q: Vec<f16> = randn(&mut rng, s.q_elems());
-                        let k: Vec<f16> = randn(&mut rng, s.kv_elems());
-                        let v: Vec<f16> = randn(&mut rng, s.kv_elems());
-                        let r = reference::forward(&p, &q, &k, &v).map_err(|e| e.to_string())?;
-                        let emu = emulate::forward_emulated(
-                            &p,
-                            &to_f32s(&q),
-                            &to_f32s(&k),
-                            &to_f32s(&v),
-                            emulate::Storage::F16,
-                        )
-                        .map_err(|e| e.to_string())?;
-                        for _ in 0..5 {
-                            let (o, lse) =
-                                run_layout(g, &p, (&q, &k, &v), layout, &ForwardOptions::default())
-                                    .map_err(|e| e.to_string())?;
-                            check_output(
-                                &p,
-                                &to_f32s(&o),
-                                &lse,
-                                &r,
-                                &emu,
-                                emulate::Storage::F16.into(),
-                            )
-                            .map_err(|e| format!("thread {t} D={d} {layout}: {e}"))?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .filter_map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("thread panicked".into()))
-                        .err()
-                })
-                .collect()
-        });
-        assert!(failures.is_empty(), "{name}: {}", failures.join("\n"));
-    }
 }

@@ -13,10 +13,7 @@ use attn_kernels::{
 use attn_oracle::{compare, compare_lse, Caps, CompareOptions, Storage, ToleranceRule};
 use attn_quant::{quantize, Fp8Format, Fp8Tensor, Granularity};
 use attn_ref::{
-    reference::{
-        self,
-        emulate::{self, forward_emulated_spec, EmuSpec, PRounding},
-    },
+    reference::{self, emulate::forward_emulated_spec},
     Causal, Problem,
 };
 use half::{bf16, f16};
@@ -116,22 +113,6 @@ pub(crate) fn rmse(a: &[f32], r: &[f64]) -> f64 {
     (n / a.len() as f64).sqrt()
 }
 
-pub(crate) fn emu_spec(variant: Fp8Variant, out: Dtype, block_n: usize) -> EmuSpec {
-    let out = match out {
-        Dtype::F16 => emulate::Storage::F16,
-        Dtype::Bf16 => emulate::Storage::Bf16,
-    };
-    EmuSpec {
-        inputs: None,
-        p: match variant {
-            Fp8Variant::Fp8 | Fp8Variant::Wgmma => PRounding::E4m3 { log2_gain: 8 },
-            Fp8Variant::P16 | Fp8Variant::Cvt => PRounding::Storage(emulate::Storage::F16),
-        },
-        out,
-        block_n,
-    }
-}
-
 fn as_f32(x: &[f64]) -> Vec<f32> {
     x.iter().map(|&e| e as f32).collect()
 }
@@ -160,8 +141,14 @@ pub(crate) fn check(
         .config
         .unwrap_or_else(|| gpu.fp8_default_config(p, variant));
     let block_n = config.block_n;
-    let emu = forward_emulated_spec(p, &qd, &kd, &vd, &emu_spec(variant, out, block_n))
-        .map_err(|e| e.to_string())?;
+    let emu = forward_emulated_spec(
+        p,
+        &qd,
+        &kd,
+        &vd,
+        &attn_kernels::fp8::fp8_rounding_model(variant, out, block_n),
+    )
+    .map_err(|e| e.to_string())?;
     let ctx = format!("{kernel} {:?} {}", p.shape(), p.causal());
     let shape = p.shape();
     let err = |e: attn_oracle::OracleError| format!("{ctx}: {e}");

@@ -1,6 +1,6 @@
 //! What `cargo xtask sanitize` runs under compute-sanitizer (memcheck, racecheck, initcheck,
 //! synccheck): small shapes with tails, GQA and both causal alignments over every config.
-//! The test names are selected by xtask's `sanitize_` filter: keep them.
+//! xtask selects this module by its path (`sanitize::`).
 
 use attn_kernels::{config::has_split, configs_for, Dtype, FlashAttention, Fp8Options};
 use attn_ref::Causal;
@@ -83,4 +83,53 @@ fn sanitize_fp8_small_shapes() {
     }
     drop(gpu);
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// Every head-dim bucket at a padded head dim (D below the bucket: the zero-filled columns),
+/// in both layouts, with tails and both causal alignments and a split-KV launch: the family's
+/// new addressing under compute-sanitizer.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_head_dims_and_layouts() {
+    use attn_kernels::{ForwardOptions, Layout};
+    use attn_ref::reference;
+    use half::f16;
+    let gpu = FlashAttention::new(0).expect("a CUDA device");
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let mut failures = Vec::new();
+    for d in [24, 40, 88, 120, 152, 184, 216, 248] {
+        for layout in [Layout::Bhsd, Layout::Bshd] {
+            for (sq, sk, causal, splits) in [
+                (33, 90, Causal::BottomRight, Some(1)),
+                (70, 70, Causal::None, Some(1)),
+                (20, 700, Causal::None, Some(3)),
+            ] {
+                let p = crate::problem((2, 4, 2, sq, sk, d), causal);
+                let s = p.shape();
+                let q: Vec<f16> = crate::randn(&mut rng, s.q_elems());
+                let k: Vec<f16> = crate::randn(&mut rng, s.kv_elems());
+                let v: Vec<f16> = crate::randn(&mut rng, s.kv_elems());
+                let opts = ForwardOptions {
+                    config: Some(attn_kernels::KernelConfig::by_name("32_64_2_s2").unwrap()),
+                    splits,
+                };
+                match crate::family::run_layout(&gpu, &p, (&q, &k, &v), layout, &opts) {
+                    Ok((o, _)) => {
+                        let r = reference::forward(&p, &q, &k, &v).unwrap();
+                        let worst = o
+                            .iter()
+                            .zip(&r.o)
+                            .map(|(a, b)| (a.to_f32() as f64 - b).abs())
+                            .fold(0f64, f64::max);
+                        if worst.is_nan() || worst >= 1e-2 {
+                            failures.push(format!("D={d} {layout} {causal}: max err {worst}"));
+                        }
+                    }
+                    Err(e) => failures.push(format!("D={d} {layout}: {e}")),
+                }
+            }
+        }
+    }
+    drop(gpu);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -1,7 +1,9 @@
 //! Bitwise determinism (f16/bf16 with split-KV, and FP8), 100k back-to-back launches, and
 //! four launchers on their own streams sharing one kernel cache from four threads.
 
-use attn_kernels::{Dtype, FlashAttention, Forward, ForwardOptions, KernelConfig};
+use std::sync::Arc;
+
+use attn_kernels::{Dtype, FlashAttention, Forward, ForwardOptions, KernelConfig, Layout};
 use attn_ref::{reference, reference::emulate, AttnShape, Causal, Problem};
 use half::{bf16, f16};
 use rand::{rngs::StdRng, SeedableRng};
@@ -152,4 +154,82 @@ fn stability_four_concurrent_streams() {
             });
         }
     });
+}
+
+/// One launcher shared by 8 threads launching at once (different head dims, layouts and
+/// masks on its one stream), each checking its own result against the reference; then the
+/// same with 8 forked launchers (8 streams, one kernel cache).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn stability_one_launcher_eight_threads() {
+    let shared = gpu();
+    let forks: Vec<Arc<FlashAttention>> =
+        (0..8).map(|_| Arc::new(shared.fork().unwrap())).collect();
+    for (name, launchers) in [("shared", vec![shared.clone(); 8]), ("forked", forks)] {
+        let failures: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = launchers
+                .iter()
+                .enumerate()
+                .map(|(t, g)| {
+                    scope.spawn(move || -> Result<(), String> {
+                        let d = [32, 64, 96, 128, 160, 192, 224, 256][t];
+                        let layout = if t % 2 == 0 {
+                            Layout::Bhsd
+                        } else {
+                            Layout::Bshd
+                        };
+                        let causal = if t % 3 == 0 {
+                            Causal::BottomRight
+                        } else {
+                            Causal::None
+                        };
+                        let p = crate::problem((2, 4, 2, 100 + t, 300, d), causal);
+                        let s = p.shape();
+                        let mut rng = StdRng::seed_from_u64(fresh_seed());
+                        let q: Vec<f16> = randn(&mut rng, s.q_elems());
+                        let k: Vec<f16> = randn(&mut rng, s.kv_elems());
+                        let v: Vec<f16> = randn(&mut rng, s.kv_elems());
+                        let r = reference::forward(&p, &q, &k, &v).map_err(|e| e.to_string())?;
+                        let emu = emulate::forward_emulated(
+                            &p,
+                            &to_f32s(&q),
+                            &to_f32s(&k),
+                            &to_f32s(&v),
+                            emulate::Storage::F16,
+                        )
+                        .map_err(|e| e.to_string())?;
+                        for _ in 0..5 {
+                            let (o, lse) = super::family::run_layout(
+                                g,
+                                &p,
+                                (&q, &k, &v),
+                                layout,
+                                &ForwardOptions::default(),
+                            )
+                            .map_err(|e| e.to_string())?;
+                            check_output(
+                                &p,
+                                &to_f32s(&o),
+                                &lse,
+                                &r,
+                                &emu,
+                                emulate::Storage::F16.into(),
+                            )
+                            .map_err(|e| format!("thread {t} D={d} {layout}: {e}"))?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("thread panicked".into()))
+                        .err()
+                })
+                .collect()
+        });
+        assert!(failures.is_empty(), "{name}: {}", failures.join("\n"));
+    }
 }

@@ -33,14 +33,14 @@ fn run_correctness(ctx: &Ctx, state: &mut State) -> Outcome {
             bin,
             "correctness.log",
             None,
-            &["stability_", "sanitize_"],
+            &["stability::", "sanitize::"],
         )
     })
 }
 
 fn run_stability(ctx: &Ctx, state: &mut State) -> Outcome {
     with_test_binary(state, |bin| {
-        gpu_tests(ctx.layout, bin, "stability.log", Some("stability_"), &[])
+        gpu_tests(ctx.layout, bin, "stability.log", Some("stability::"), &[])
     })
 }
 

@@ -1,4 +1,4 @@
-//! Stage 5: the GPU tests named `sanitize_*` under compute-sanitizer, every tool.
+//! Stage 5: the GPU tests of module `sanitize::` under compute-sanitizer, every tool.
 
 use super::{with_test_binary, Ctx, Modes, Outcome, StageDef, State};
 use crate::gate::report::Stage;
@@ -21,7 +21,7 @@ fn run(ctx: &Ctx, state: &mut State) -> Outcome {
                 &tool,
                 binary,
                 &Tool::ALL,
-                "sanitize_",
+                "sanitize::",
                 &layout.out_dir.join("sanitize"),
             )?;
             let ok = results.iter().all(|r| r.failures.is_empty());
