@@ -22,7 +22,7 @@ use attn_oracle::{
     compare, compare_lse, compare_tiles, write_artifacts, Alternative, Artifacts, CompareOptions,
     Findings, OracleReport, Storage, Suspect, TileTolerance, ToleranceRule,
 };
-use attn_ref::reference::{self, emulate, tiled};
+use attn_ref::reference::{self, tiled};
 use attn_ref::{AttnShape, Causal, Problem};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
@@ -193,7 +193,7 @@ impl<F> Backend for F where
 }
 
 /// Seeded N(0,1) values rounded to the storage type.
-fn inputs(n: usize, rng: &mut StdRng, storage: emulate::Storage) -> Vec<f32> {
+fn inputs(n: usize, rng: &mut StdRng, storage: attn_ref::Dtype) -> Vec<f32> {
     (0..n)
         .map(|_| storage.round(rng.sample::<f32, _>(StandardNormal)))
         .collect()
@@ -244,9 +244,9 @@ pub fn run_problem(spec: &ProblemSpec, backend: impl Backend) -> anyhow::Result<
     // reference sees exactly the values the kernel's codes encode; the emulation follows the
     // kernel's rounding model (attn_kernels::fp8::fp8_rounding_model).
     let (emu_storage, fp8) = match spec.dtype.as_str() {
-        "f16" => (emulate::Storage::F16, false),
-        "bf16" => (emulate::Storage::Bf16, false),
-        "e4m3" | "fp8" => (emulate::Storage::F16, true),
+        "f16" => (attn_ref::Dtype::F16, false),
+        "bf16" => (attn_ref::Dtype::Bf16, false),
+        "e4m3" | "fp8" => (attn_ref::Dtype::F16, true),
         other => bail!("unknown --dtype `{other}`: expected f16, bf16 or e4m3"),
     };
     let storage = if fp8 {
@@ -318,8 +318,8 @@ pub fn run_problem(spec: &ProblemSpec, backend: impl Backend) -> anyhow::Result<
             &k,
             &v,
             &attn_kernels::config::fwd_rounding_model(match emu_storage {
-                emulate::Storage::F16 => attn_kernels::Dtype::F16,
-                emulate::Storage::Bf16 => attn_kernels::Dtype::Bf16,
+                attn_ref::Dtype::F16 => attn_kernels::Dtype::F16,
+                attn_ref::Dtype::Bf16 => attn_kernels::Dtype::Bf16,
             }),
         )?,
     };
@@ -492,14 +492,14 @@ mod tests {
               _config: Option<&str>,
               dump: &[(usize, usize, usize)]| {
             let storage = match dtype {
-                "bf16" => emulate::Storage::Bf16,
-                _ => emulate::Storage::F16,
+                "bf16" => attn_ref::Dtype::Bf16,
+                _ => attn_ref::Dtype::F16,
             };
             let p = match scale {
                 Some(s) => p.with_scale(s)?,
                 None => *p,
             };
-            let out = emulate::forward_emulated(&p, q, k, v, storage)?;
+            let out = attn_ref::reference::emulate::forward_emulated(&p, q, k, v, storage)?;
             let (_, tiles) = tiled::forward_tiled(&p, q, k, v, 64, 64, dump)?;
             Ok(GpuRun {
                 output: AttnOutput {
@@ -541,7 +541,7 @@ mod tests {
             let variant = attn_kernels::Fp8Variant::Wgmma;
             let spec =
                 attn_kernels::fp8::fp8_rounding_model(variant, attn_kernels::Dtype::F16, 128);
-            let out = emulate::forward_emulated_spec(p, q, k, v, &spec)?;
+            let out = attn_ref::reference::emulate::forward_emulated_spec(p, q, k, v, &spec)?;
             Ok(GpuRun {
                 output: AttnOutput {
                     o: out.o.iter().map(|&x| x as f32 * gain).collect(),

@@ -77,8 +77,8 @@ fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let want = reference::forward(&p, &q, &k, &v)?;
         let storage = match dtype {
-            Dtype::F16 => emulate::Storage::F16,
-            Dtype::Bf16 => emulate::Storage::Bf16,
+            Dtype::F16 => attn_ref::Dtype::F16,
+            Dtype::Bf16 => attn_ref::Dtype::Bf16,
         };
         let emu = emulate::forward_emulated(&p, &q, &k, &v, storage)?;
         // The same rule (bound and sanity caps) the oracle and the gate apply.

@@ -4,60 +4,21 @@
 pub use crate::catalog::{Arch, Family, FwdMode, Tile, UnitKey};
 use crate::{catalog, KernelError};
 
-/// Storage type of Q, K, V and O.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dtype {
-    /// IEEE half precision.
-    F16,
-    /// bfloat16.
-    Bf16,
-}
+/// Storage type of Q, K, V and O: the workspace's one dtype enum, from attn-ref.
+pub use attn_ref::Dtype;
 
-impl Dtype {
-    /// `f16` / `bf16`, as in kernel names and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dtype::F16 => "f16",
-            Dtype::Bf16 => "bf16",
-        }
-    }
-
-    /// The catalog's storage type.
-    pub fn elem(self) -> catalog::Elem {
-        match self {
-            Dtype::F16 => catalog::Elem::F16,
-            Dtype::Bf16 => catalog::Elem::Bf16,
-        }
-    }
-
-    /// Parses `f16` or `bf16`.
-    pub fn parse(s: &str) -> Result<Self, KernelError> {
-        match s {
-            "f16" | "fp16" => Ok(Dtype::F16),
-            "bf16" => Ok(Dtype::Bf16),
-            other => Err(KernelError::UnknownDtype(other.to_string())),
-        }
-    }
-}
-
-impl std::fmt::Display for Dtype {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The storage type attn-ref's emulation rounds to for `dtype`.
-pub fn emulated_storage(dtype: Dtype) -> attn_ref::reference::emulate::Storage {
+/// The catalog's storage type of a dtype.
+pub fn elem_of(dtype: Dtype) -> catalog::Elem {
     match dtype {
-        Dtype::F16 => attn_ref::reference::emulate::Storage::F16,
-        Dtype::Bf16 => attn_ref::reference::emulate::Storage::Bf16,
+        Dtype::F16 => catalog::Elem::F16,
+        Dtype::Bf16 => catalog::Elem::Bf16,
     }
 }
 
 /// The rounding model of the f16/bf16 forward: inputs, P and O rounded to `dtype`, the
 /// online softmax over key tiles (attn-ref's emulation; the FA3 rule's `emu`).
 pub fn fwd_rounding_model(dtype: Dtype) -> attn_ref::reference::emulate::EmuSpec {
-    attn_ref::reference::emulate::EmuSpec::storage(emulated_storage(dtype))
+    attn_ref::reference::emulate::EmuSpec::storage(dtype)
 }
 
 /// The head dims the f16/bf16 forward takes, as words for error messages.
@@ -208,7 +169,7 @@ pub fn unit_key(arch: Arch, dtype: Dtype, head_dim: usize) -> Result<UnitKey, Ke
     Ok(UnitKey {
         family: Family::Fwd,
         arch,
-        elem: dtype.elem(),
+        elem: elem_of(dtype),
         head_dim: bucket_for(head_dim)?,
     })
 }

@@ -16,7 +16,7 @@
 
 use attn_quant::{Fp8Format, Fp8Tensor, Granularity};
 use attn_ref::{
-    reference::emulate::{self, EmuSpec, PRounding},
+    reference::emulate::{EmuSpec, PRounding},
     AttnError, Causal, Problem,
 };
 use cudarc::driver::{CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
@@ -160,7 +160,7 @@ pub fn fp8_unit(out: Dtype, head_dim: usize) -> Result<UnitKey, KernelError> {
     Ok(UnitKey {
         family: Family::Fp8Fwd,
         arch: Arch::Sm80,
-        elem: out.elem(),
+        elem: crate::config::elem_of(out),
         head_dim,
     })
 }
@@ -179,7 +179,7 @@ pub fn fp8_kernel_name(
     let unit = UnitKey {
         family: Family::Fp8Fwd,
         arch: Arch::Sm80,
-        elem: out.elem(),
+        elem: crate::config::elem_of(out),
         head_dim,
     };
     catalog::fp8_entry_name(&unit, config, causal, variant.mma())
@@ -203,9 +203,9 @@ pub fn fp8_rounding_model(variant: Fp8Variant, out: Dtype, block_n: usize) -> Em
         inputs: None,
         p: match variant {
             Fp8Variant::Fp8 | Fp8Variant::Wgmma => PRounding::E4m3 { log2_gain: 8 },
-            Fp8Variant::P16 | Fp8Variant::Cvt => PRounding::Storage(emulate::Storage::F16),
+            Fp8Variant::P16 | Fp8Variant::Cvt => PRounding::Storage(attn_ref::Dtype::F16),
         },
-        out: crate::config::emulated_storage(out),
+        out,
         block_n,
     }
 }

@@ -110,9 +110,6 @@ pub enum KernelError {
         /// The tensor it overlaps.
         input: &'static str,
     },
-    /// An unknown dtype spelling.
-    #[error("unknown dtype `{0}`: expected f16 or bf16")]
-    UnknownDtype(String),
     /// An unknown config name.
     #[error("unknown kernel config `{name}`; known: {known}")]
     UnknownConfig {

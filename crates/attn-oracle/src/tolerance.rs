@@ -41,11 +41,11 @@ impl Storage {
     }
 }
 
-impl From<attn_ref::reference::emulate::Storage> for Storage {
-    fn from(s: attn_ref::reference::emulate::Storage) -> Self {
+impl From<attn_ref::Dtype> for Storage {
+    fn from(s: attn_ref::Dtype) -> Self {
         match s {
-            attn_ref::reference::emulate::Storage::F16 => Storage::F16,
-            attn_ref::reference::emulate::Storage::Bf16 => Storage::Bf16,
+            attn_ref::Dtype::F16 => Storage::F16,
+            attn_ref::Dtype::Bf16 => Storage::Bf16,
         }
     }
 }

@@ -7,7 +7,7 @@ use attn_oracle::{
     compare, compare_lse, Alternative, Axis, CompareOptions, ErrorPattern, Location, OracleError,
     ScaleKind, Stage, Storage, Suspect, ToleranceRule,
 };
-use attn_ref::reference::emulate::{self, forward_emulated};
+use attn_ref::reference::emulate::forward_emulated;
 use attn_ref::{reference, AttnShape, Causal, Problem};
 use common::{as_f32, masked_attention, qkv, randn, reference};
 
@@ -34,7 +34,7 @@ fn emulation_against_reference_is_clean_and_passes_the_rule() {
     let p = Problem::new(shape, Causal::TopLeft);
     let (q, k, v) = qkv(&shape, 3);
     let exact = reference::forward(&p, &q, &k, &v).unwrap();
-    let emu = forward_emulated(&p, &q, &k, &v, emulate::Storage::F16).unwrap();
+    let emu = forward_emulated(&p, &q, &k, &v, attn_ref::Dtype::F16).unwrap();
     let opts = CompareOptions::default().with_causal(Causal::TopLeft);
     let report = compare(&as_f32(&emu.o), &exact.o, &shape, &opts).unwrap();
     assert_eq!(report.pattern, ErrorPattern::Clean, "{report}");
@@ -491,7 +491,7 @@ fn the_rule_fails_on_a_planted_fault_with_reasons() {
     let p = Problem::new(shape, Causal::None);
     let (q, k, v) = qkv(&shape, 40);
     let exact = reference::forward(&p, &q, &k, &v).unwrap();
-    let emu = forward_emulated(&p, &q, &k, &v, emulate::Storage::F16).unwrap();
+    let emu = forward_emulated(&p, &q, &k, &v, attn_ref::Dtype::F16).unwrap();
     let opts = CompareOptions::default();
     let emu_report = compare(&as_f32(&emu.o), &exact.o, &shape, &opts).unwrap();
     let mut got = as_f32(&emu.o);

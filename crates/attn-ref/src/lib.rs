@@ -15,10 +15,12 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod dtype;
 mod problem;
 pub mod reference;
 
 pub use backend::ReferenceBackend;
+pub use dtype::Dtype;
 pub use problem::{check_len, AttnShape, Causal, Element, Problem, Tile, TileId};
 
 /// Errors from building or checking a problem.

@@ -61,7 +61,7 @@ fn check_cell<T: StorageType + attn_ref::Element>(
     gpu: &FlashAttention,
     dims: Dims,
     causal: Causal,
-    storage: emulate::Storage,
+    storage: attn_ref::Dtype,
 ) -> Result<(), String> {
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -119,8 +119,8 @@ fn fa_matrix(d: usize) {
         .par_iter()
         .filter_map(|&(dims, causal, dtype)| {
             match dtype {
-                Dtype::F16 => check_cell::<f16>(&gpu, dims, causal, emulate::Storage::F16),
-                Dtype::Bf16 => check_cell::<bf16>(&gpu, dims, causal, emulate::Storage::Bf16),
+                Dtype::F16 => check_cell::<f16>(&gpu, dims, causal, attn_ref::Dtype::F16),
+                Dtype::Bf16 => check_cell::<bf16>(&gpu, dims, causal, attn_ref::Dtype::Bf16),
             }
             .err()
         })
@@ -313,7 +313,7 @@ fn correctness_views_into_a_kv_cache() {
             &to_f32s(&q),
             &to_f32s(&k),
             &to_f32s(&v),
-            emulate::Storage::F16,
+            attn_ref::Dtype::F16,
         )
         .unwrap();
         check_output(
@@ -322,7 +322,7 @@ fn correctness_views_into_a_kv_cache() {
             &lse_host,
             &reference,
             &emu,
-            emulate::Storage::F16.into(),
+            attn_ref::Dtype::F16.into(),
         )
         .unwrap_or_else(|e| panic!("{causal} seed {seed}: {e}"));
     }

@@ -101,8 +101,8 @@ const DTYPES: [Dtype; 2] = [Dtype::F16, Dtype::Bf16];
 /// Runs one case and checks it; returns a description of the failure.
 fn check_case(gpu: &FlashAttention, c: &Case) -> Result<(), String> {
     match c.dtype {
-        Dtype::F16 => check_typed::<f16>(gpu, c, emulate::Storage::F16),
-        Dtype::Bf16 => check_typed::<bf16>(gpu, c, emulate::Storage::Bf16),
+        Dtype::F16 => check_typed::<f16>(gpu, c, attn_ref::Dtype::F16),
+        Dtype::Bf16 => check_typed::<bf16>(gpu, c, attn_ref::Dtype::Bf16),
     }
 }
 
@@ -136,7 +136,7 @@ fn run_gpu<T: StorageType>(
 fn check_typed<T: StorageType + attn_ref::Element>(
     gpu: &FlashAttention,
     c: &Case,
-    storage: emulate::Storage,
+    storage: attn_ref::Dtype,
 ) -> Result<(), String> {
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);

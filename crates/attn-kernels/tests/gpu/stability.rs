@@ -97,7 +97,7 @@ fn stability_100k_launches_then_correct() {
         &to_f32s(&q),
         &to_f32s(&k),
         &to_f32s(&v),
-        emulate::Storage::F16,
+        attn_ref::Dtype::F16,
     )
     .unwrap();
     check_output(&p, &o, &lse, &r, &emu, attn_oracle::Storage::F16).unwrap();
@@ -147,7 +147,7 @@ fn stability_four_concurrent_streams() {
                     &to_f32s(q),
                     &to_f32s(k),
                     &to_f32s(v),
-                    emulate::Storage::F16,
+                    attn_ref::Dtype::F16,
                 )
                 .unwrap();
                 check_output(p, &o, &lse, &r, &emu, attn_oracle::Storage::F16).unwrap();
@@ -195,7 +195,7 @@ fn stability_one_launcher_eight_threads() {
                             &to_f32s(&q),
                             &to_f32s(&k),
                             &to_f32s(&v),
-                            emulate::Storage::F16,
+                            attn_ref::Dtype::F16,
                         )
                         .map_err(|e| e.to_string())?;
                         for _ in 0..5 {
@@ -213,7 +213,7 @@ fn stability_one_launcher_eight_threads() {
                                 &lse,
                                 &r,
                                 &emu,
-                                emulate::Storage::F16.into(),
+                                attn_ref::Dtype::F16.into(),
                             )
                             .map_err(|e| format!("thread {t} D={d} {layout}: {e}"))?;
                         }

@@ -50,38 +50,9 @@ pub const EMU_BLOCK_N: usize = 64;
 /// Lanes of the emulated f32 dot product.
 const LANES: usize = 8;
 
-/// The storage type of the emulated kernel: inputs, P before P·V, and O.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Storage {
-    /// IEEE binary16.
-    F16,
-    /// bfloat16.
-    Bf16,
-}
-
-impl Storage {
-    /// Rounds an f32 to this type (nearest, ties to even) and widens it back exactly.
-    pub fn round(self, x: f32) -> f32 {
-        match self {
-            Storage::F16 => half::f16::from_f32(x).to_f32(),
-            Storage::Bf16 => half::bf16::from_f32(x).to_f32(),
-        }
-    }
-
-    /// The CLI spelling (`f16`, `bf16`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Storage::F16 => "f16",
-            Storage::Bf16 => "bf16",
-        }
-    }
-}
-
-impl std::fmt::Display for Storage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The storage type of the emulated kernel (inputs, P before P·V, and O): the workspace's one
+/// [`Dtype`](crate::Dtype), under the name this module has always used.
+pub use crate::Dtype as Storage;
 
 /// How the emulated kernel rounds P before P·V.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
