@@ -3,6 +3,10 @@
 //! Q is `[B, Hq, Sq, D]`, K and V are `[B, Hkv, Sk, D]` (f16, f32 or f64 `.npy`, C order);
 //! O is written as `[B, Hq, Sq, D]` and, with `--lse`, LSE as `[B, Hq, Sq]` (natural log,
 //! −∞ for fully masked rows), both in `--out-dtype` (f32 by default).
+//!
+//! With `--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy` (all four together) the backward
+//! pass runs too ([`reference::backward_with`] on this forward's O and LSE): dO is shaped
+//! like O, dQ is written like Q and dK, dV like K, in `--out-dtype` and `--layout`.
 
 use std::path::PathBuf;
 
@@ -51,6 +55,77 @@ pub struct Args {
     /// Layout of Q, K, V and O: bhsd (`[B, H, S, D]`) or bshd (`[B, S, H, D]`).
     #[arg(long, value_enum, default_value = "bhsd")]
     pub layout: crate::flags::LayoutArg,
+    /// Gradient of the loss with respect to O, shaped like O: runs the backward pass too
+    /// (needs --dq, --dk and --dv).
+    #[arg(long = "do", value_name = "DO")]
+    pub d_o: Option<PathBuf>,
+    /// Where to write dQ, shaped like Q (with --do).
+    #[arg(long)]
+    pub dq: Option<PathBuf>,
+    /// Where to write dK, shaped like K (with --do).
+    #[arg(long)]
+    pub dk: Option<PathBuf>,
+    /// Where to write dV, shaped like V (with --do).
+    #[arg(long)]
+    pub dv: Option<PathBuf>,
+}
+
+/// The paths of the backward pass: dO in, dQ, dK, dV out.
+struct BackwardPaths {
+    d_o: PathBuf,
+    dq: PathBuf,
+    dk: PathBuf,
+    dv: PathBuf,
+}
+
+impl Args {
+    /// The backward paths when `--do`, `--dq`, `--dk`, `--dv` are all given, `None` when
+    /// none is, an error naming the missing flags otherwise.
+    fn backward_paths(&self) -> anyhow::Result<Option<BackwardPaths>> {
+        let flags = [
+            ("--do", &self.d_o),
+            ("--dq", &self.dq),
+            ("--dk", &self.dk),
+            ("--dv", &self.dv),
+        ];
+        let names = |given: bool| -> Vec<&str> {
+            flags
+                .iter()
+                .filter(|(_, path)| path.is_some() == given)
+                .map(|(name, _)| *name)
+                .collect()
+        };
+        match (&self.d_o, &self.dq, &self.dk, &self.dv) {
+            (None, None, None, None) => Ok(None),
+            (Some(d_o), Some(dq), Some(dk), Some(dv)) => Ok(Some(BackwardPaths {
+                d_o: d_o.clone(),
+                dq: dq.clone(),
+                dk: dk.clone(),
+                dv: dv.clone(),
+            })),
+            _ => bail!(
+                "{} given without {}: the backward pass needs --do, --dq, --dk and --dv together",
+                names(true).join(", "),
+                names(false).join(", ")
+            ),
+        }
+    }
+}
+
+/// Writes `data` (f64) as `dims` in `dtype`.
+fn write_out(
+    path: &std::path::Path,
+    dims: &[usize],
+    data: &[f64],
+    dtype: OutDtype,
+) -> anyhow::Result<()> {
+    match dtype {
+        OutDtype::F64 => npy::write(path, dims, data),
+        OutDtype::F32 => {
+            let narrow: Vec<f32> = data.iter().map(|&x| x as f32).collect();
+            npy::write(path, dims, &narrow)
+        }
+    }
 }
 
 /// Reads one input tensor: a 4-D float array.
@@ -83,8 +158,9 @@ fn problem_shape(q: [usize; 4], k: [usize; 4], v: [usize; 4]) -> anyhow::Result<
     AttnShape::new(bq, hq, hkv, sq, sk, dq).context("invalid attention shape")
 }
 
-/// Runs the reference and writes O (and LSE).
+/// Runs the reference and writes O (and LSE; and with `--do`, dQ, dK, dV).
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let backward = args.backward_paths()?;
     let causal = Causal::from(args.causal);
     let layout = attn_kernels::Layout::from(args.layout);
     // [B, S, H, D] files are read as such and permuted to the reference's [B, H, S, D].
@@ -106,25 +182,45 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         layout.to_bhsd(&k, k_shape),
         layout.to_bhsd(&v, v_shape),
     );
-    let mut out = reference::forward(&problem, &q, &k, &v)?;
-    out.o = layout.from_bhsd(&out.o, q_shape);
+    let d_o = match &backward {
+        Some(paths) => {
+            let (do_shape, d_o) = read_input(&paths.d_o, "dO")?;
+            let do_shape = swap(do_shape);
+            if do_shape != q_shape {
+                bail!(
+                    "dO has shape {:?} but O has shape {:?}; they must be equal",
+                    swap(do_shape),
+                    swap(q_shape)
+                );
+            }
+            Some(layout.to_bhsd(&d_o, q_shape))
+        }
+        None => None,
+    };
+    let out = reference::forward(&problem, &q, &k, &v)?;
+    let grads = d_o
+        .map(|d_o| reference::backward_with(&problem, &q, &k, &v, &out.o, &out.lse, &d_o))
+        .transpose()?;
 
     let lse_dims = &q_shape[..3];
     let o_dims = swap(q_shape);
-    match args.out_dtype {
-        OutDtype::F64 => {
-            npy::write(&args.out, &o_dims, &out.o)?;
-            if let Some(path) = &args.lse {
-                npy::write(path, lse_dims, &out.lse)?;
-            }
-        }
-        OutDtype::F32 => {
-            let o: Vec<f32> = out.o.iter().map(|&x| x as f32).collect();
-            npy::write(&args.out, &o_dims, &o)?;
-            if let Some(path) = &args.lse {
-                let lse: Vec<f32> = out.lse.iter().map(|&x| x as f32).collect();
-                npy::write(path, lse_dims, &lse)?;
-            }
+    write_out(
+        &args.out,
+        &o_dims,
+        &layout.from_bhsd(&out.o, q_shape),
+        args.out_dtype,
+    )?;
+    if let Some(path) = &args.lse {
+        write_out(path, lse_dims, &out.lse, args.out_dtype)?;
+    }
+    if let (Some(paths), Some(g)) = (&backward, &grads) {
+        let kv_dims = swap(k_shape);
+        for (path, data, dims, bhsd) in [
+            (&paths.dq, &g.dq, o_dims, q_shape),
+            (&paths.dk, &g.dk, kv_dims, k_shape),
+            (&paths.dv, &g.dv, kv_dims, k_shape),
+        ] {
+            write_out(path, &dims, &layout.from_bhsd(data, bhsd), args.out_dtype)?;
         }
     }
     Ok(())
@@ -173,6 +269,10 @@ mod tests {
             out: dir.join("o.npy"),
             lse: Some(dir.join("lse.npy")),
             layout: crate::flags::LayoutArg::Bhsd,
+            d_o: None,
+            dq: None,
+            dk: None,
+            dv: None,
         }
     }
 
@@ -283,6 +383,143 @@ mod tests {
         assert_eq!(&o.data[..4], &[0.0; 4]);
         assert_eq!(&lse.data[..2], &[f64::NEG_INFINITY; 2]);
         assert!(lse.data[2..].iter().all(|x| x.is_finite()));
+    }
+
+    /// `args` with the four backward flags pointing into `dir`.
+    fn backward_args(dir: &Path, causal: &str) -> Args {
+        let mut a = args(dir, causal);
+        a.d_o = Some(dir.join("do.npy"));
+        a.dq = Some(dir.join("dq.npy"));
+        a.dk = Some(dir.join("dk.npy"));
+        a.dv = Some(dir.join("dv.npy"));
+        a
+    }
+
+    #[test]
+    fn writes_the_backward_reference_gradients() {
+        use attn_kernels::Layout;
+        let dir = temp_dir("backward");
+        let shape = AttnShape::new(2, 4, 2, 5, 7, 8).unwrap();
+        for (layout, causal, out_dtype, scale) in [
+            (Layout::Bhsd, "none", OutDtype::F32, None),
+            (Layout::Bhsd, "bottom-right", OutDtype::F64, Some(0.3)),
+            (Layout::Bshd, "top-left", OutDtype::F64, Some(1.5)),
+        ] {
+            let (qd, kd) = ([2, 4, 5, 8], [2, 2, 7, 8]); // [B, H, S, D]
+            let disk = |[a, b, c, d]: [usize; 4]| match layout {
+                Layout::Bhsd => [a, b, c, d],
+                Layout::Bshd => [a, c, b, d],
+            };
+            let [(_, q), (_, k), (_, v)] = write_qkv(&dir, disk(qd), disk(kd));
+            let d_o = normal(shape.q_elems(), 77);
+            npy::write(&dir.join("do.npy"), &disk(qd), &d_o).unwrap();
+            let mut a = backward_args(&dir, causal);
+            a.out_dtype = out_dtype;
+            a.scale = scale;
+            a.layout = match layout {
+                Layout::Bhsd => crate::flags::LayoutArg::Bhsd,
+                Layout::Bshd => crate::flags::LayoutArg::Bshd,
+            };
+            run(a).unwrap();
+
+            let mut problem = Problem::new(shape, Causal::parse(causal).unwrap());
+            if let Some(s) = scale {
+                problem = problem.with_scale(s).unwrap();
+            }
+            let bhsd = |x: &[f32], dims| layout.to_bhsd(x, dims);
+            let want = reference::backward(
+                &problem,
+                &bhsd(&q, qd),
+                &bhsd(&k, kd),
+                &bhsd(&v, kd),
+                &bhsd(&d_o, qd),
+            )
+            .unwrap();
+            let narrow = |x: f64| {
+                if out_dtype == OutDtype::F64 {
+                    x
+                } else {
+                    f64::from(x as f32)
+                }
+            };
+            let expected_dtype = match out_dtype {
+                OutDtype::F64 => "<f8",
+                OutDtype::F32 => "<f4",
+            };
+            for (name, grad, dims) in [
+                ("dq", &want.dq, qd),
+                ("dk", &want.dk, kd),
+                ("dv", &want.dv, kd),
+            ] {
+                let got = npy::read(&dir.join(format!("{name}.npy"))).unwrap();
+                assert_eq!(got.shape, disk(dims).to_vec(), "{causal} {name}");
+                assert_eq!(got.dtype, expected_dtype, "{causal} {name}");
+                let want_disk = layout.from_bhsd(grad, dims);
+                assert!(
+                    got.data
+                        .iter()
+                        .zip(&want_disk)
+                        .all(|(a, b)| *a == narrow(*b)),
+                    "{causal} {name}"
+                );
+                assert!(got.data.iter().any(|&x| x != 0.0), "{causal} {name}");
+            }
+            let o = npy::read(&dir.join("o.npy")).unwrap();
+            let want_o = layout.from_bhsd(&want.o, qd);
+            assert!(o.data.iter().zip(&want_o).all(|(a, b)| *a == narrow(*b)));
+        }
+    }
+
+    #[test]
+    fn backward_flags_come_together() {
+        let dir = temp_dir("backward-flags");
+        write_qkv(&dir, [1, 2, 3, 4], [1, 2, 3, 4]);
+        npy::write(&dir.join("do.npy"), &[1, 2, 3, 4], &normal(24, 5)).unwrap();
+        let mut a = backward_args(&dir, "none");
+        a.dk = None;
+        let msg = run_err(a);
+        assert!(msg.contains("--do, --dq, --dv given without --dk"), "{msg}");
+        let mut a = args(&dir, "none");
+        a.d_o = Some(dir.join("do.npy"));
+        let msg = run_err(a);
+        assert!(msg.contains("given without --dq, --dk, --dv"), "{msg}");
+        let mut a = args(&dir, "none");
+        a.dq = Some(dir.join("dq.npy"));
+        let msg = run_err(a);
+        assert!(msg.contains("--dq given without --do, --dk, --dv"), "{msg}");
+        assert!(!dir.join("o.npy").exists(), "no output on a flag error");
+        // dO must be shaped like O.
+        npy::write(&dir.join("do.npy"), &[1, 2, 4, 4], &normal(32, 5)).unwrap();
+        let msg = run_err(backward_args(&dir, "none"));
+        assert!(msg.contains("dO has shape [1, 2, 4, 4]"), "{msg}");
+        // The flag is spelled --do on the command line.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "reference",
+            "--q",
+            "q",
+            "--k",
+            "k",
+            "--v",
+            "v",
+            "--out",
+            "o",
+            "--do",
+            "g",
+            "--dq",
+            "a",
+            "--dk",
+            "b",
+            "--dv",
+            "c",
+        ])
+        .expect("backward flags parse");
+        assert_eq!(cli.args.d_o, Some(PathBuf::from("g")));
+        assert_eq!(cli.args.dv, Some(PathBuf::from("c")));
     }
 
     fn run_err(a: Args) -> String {

@@ -48,8 +48,11 @@
 //! # Ok::<(), attn_ref::AttnError>(())
 //! ```
 
+pub mod backward;
 pub mod emulate;
 pub mod tiled;
+
+pub use backward::{backward, backward_with, RefGrads};
 
 use rand::{rngs::StdRng, SeedableRng};
 use rayon::prelude::*;
