@@ -448,12 +448,12 @@ fn sinks_take_the_missing_weight() {
         .with_sinks(sinks.clone())
         .unwrap();
     let out = forward(&p, &q, &k, &v).unwrap();
-    for h in 0..3 {
+    for (h, &sink) in sinks.iter().enumerate() {
         for i in 0..9 {
             let w = attention_weights(&p, &q, &k, 0, h, i).unwrap();
             let total: f64 = w.iter().sum();
             let lse = out.lse[shape.lse_offset(0, h, i)];
-            let sink_share = (f64::from(sinks[h]) - lse).exp();
+            let sink_share = (f64::from(sink) - lse).exp();
             assert!((total + sink_share - 1.0).abs() < 1e-12, "h {h} row {i}");
             assert!(w[i + 1..].iter().all(|&x| x == 0.0));
         }

@@ -671,9 +671,10 @@ impl<T: Element> Inputs<'_, T> {
         // Softcap and ALiBi on the visible scores.
         if self.p.features().transforms_scores() {
             for (r, &i) in ws.rows.iter().enumerate() {
-                let s_row = &mut ws.s[r * s_stride..][..s_stride];
-                for j in ws.lo[r]..ws.hi[r] {
-                    s_row[j] = self.p.score(b, h, i, j, s_row[j]);
+                let (lo, hi) = (ws.lo[r], ws.hi[r]);
+                let s_row = &mut ws.s[r * s_stride..][lo..hi];
+                for (j, s) in (lo..hi).zip(s_row) {
+                    *s = self.p.score(b, h, i, j, *s);
                 }
             }
         }
