@@ -215,3 +215,55 @@ mod tests {
         assert!(CausalArg::from_str("causal", false).is_err());
     }
 }
+
+/// `--window L,R`: a sliding window, keys `L` left and `R` right of the (bottom-right
+/// aligned) diagonal, −1 for unbounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowArg {
+    /// Keys to the left of the diagonal (−1: unbounded).
+    pub left: i64,
+    /// Keys to the right of the diagonal (−1: unbounded).
+    pub right: i64,
+}
+
+impl std::str::FromStr for WindowArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (l, r) = s
+            .split_once(',')
+            .ok_or_else(|| format!("expected L,R (two integers, -1 = unbounded), got `{s}`"))?;
+        let side = |x: &str| {
+            x.trim()
+                .parse::<i64>()
+                .map_err(|e| format!("`{}` in `{s}` is not an integer: {e}", x.trim()))
+        };
+        Ok(WindowArg {
+            left: side(l)?,
+            right: side(r)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::WindowArg;
+
+    #[test]
+    fn window_spellings() {
+        assert_eq!(
+            "128,0".parse::<WindowArg>(),
+            Ok(WindowArg {
+                left: 128,
+                right: 0
+            })
+        );
+        assert_eq!(
+            " -1 , 5".parse::<WindowArg>(),
+            Ok(WindowArg { left: -1, right: 5 })
+        );
+        for bad in ["128", "a,1", "1,", "1,2,3"] {
+            assert!(bad.parse::<WindowArg>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,4 +1,5 @@
-//! `.npy` reading and writing shared by the subcommands (f16, f32, f64, uint8), via `npyz`.
+//! `.npy` reading and writing shared by the subcommands (f16, f32, f64, int32, uint8), via
+//! `npyz`.
 
 use std::{fs::File, io::BufWriter, path::Path};
 
@@ -11,7 +12,7 @@ use npyz::WriterBuilder;
 pub struct NpyArray {
     /// Dimensions, C order.
     pub shape: Vec<usize>,
-    /// The numpy type string (`<f2`, `<f4`, `<f8`, `|u1`).
+    /// The numpy type string (`<f2`, `<f4`, `<f8`, `<i4`, `|u1`).
     pub dtype: String,
     /// Values as f64 (exact for all accepted float types).
     pub data: Vec<f64>,
@@ -30,7 +31,7 @@ impl NpyArray {
     }
 }
 
-/// Reads a C-order `.npy` of f16, f32, f64 or uint8 values.
+/// Reads a C-order `.npy` of f16, f32, f64, int32 or uint8 values.
 pub fn read(path: &Path) -> anyhow::Result<NpyArray> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let file = npyz::NpyFile::new(&bytes[..])
@@ -45,7 +46,7 @@ pub fn read(path: &Path) -> anyhow::Result<NpyArray> {
     let dtype = match file.dtype() {
         npyz::DType::Plain(ts) => ts.to_string(),
         other => bail!(
-            "{}: unsupported dtype {other:?}; expected f16, f32, f64 or uint8",
+            "{}: unsupported dtype {other:?}; expected f16, f32, f64, int32 or uint8",
             path.display()
         ),
     };
@@ -64,6 +65,12 @@ pub fn read(path: &Path) -> anyhow::Result<NpyArray> {
             .map(f64::from)
             .collect(),
         "<f8" => file.into_vec::<f64>().with_context(ctx)?,
+        "<i4" => file
+            .into_vec::<i32>()
+            .with_context(ctx)?
+            .into_iter()
+            .map(f64::from)
+            .collect(),
         "|u1" => file
             .into_vec::<u8>()
             .with_context(ctx)?
@@ -71,7 +78,7 @@ pub fn read(path: &Path) -> anyhow::Result<NpyArray> {
             .map(f64::from)
             .collect(),
         other => bail!(
-            "{}: unsupported dtype `{other}`; expected <f2, <f4, <f8 or |u1",
+            "{}: unsupported dtype `{other}`; expected <f2, <f4, <f8, <i4 or |u1",
             path.display()
         ),
     };
@@ -85,6 +92,20 @@ pub fn read(path: &Path) -> anyhow::Result<NpyArray> {
         );
     }
     Ok(NpyArray { shape, dtype, data })
+}
+
+/// Reads a C-order int32 `.npy` (`<i4`): its shape and values.
+pub fn read_i32(path: &Path) -> anyhow::Result<(Vec<usize>, Vec<i32>)> {
+    let arr = read(path)?;
+    if arr.dtype != "<i4" {
+        bail!(
+            "{}: dtype `{}` is not int32 (`<i4`)",
+            path.display(),
+            arr.dtype
+        );
+    }
+    // Exact: every value came from an i32.
+    Ok((arr.shape, arr.data.iter().map(|&x| x as i32).collect()))
 }
 
 /// Writes `data` with `shape` as a C-order `.npy` of element type `T`.
@@ -138,6 +159,20 @@ mod tests {
         let a = read(&p).unwrap();
         assert_eq!(a.dtype, "<f2");
         assert_eq!(a.data, vec![0.5, 1.0]);
+    }
+
+    #[test]
+    fn int32_round_trip() {
+        let dir = std::env::temp_dir().join(format!("xtask-npy-i-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("i.npy");
+        write(&p, &[2, 2], &[0i32, -7, i32::MAX, i32::MIN]).unwrap();
+        let (shape, data) = read_i32(&p).unwrap();
+        assert_eq!(shape, vec![2, 2]);
+        assert_eq!(data, vec![0, -7, i32::MAX, i32::MIN]);
+        write(&p, &[2], &[1.0f32, 2.0]).unwrap();
+        let msg = format!("{:#}", read_i32(&p).unwrap_err());
+        assert!(msg.contains("not int32"), "{msg}");
     }
 
     #[test]

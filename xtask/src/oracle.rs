@@ -497,7 +497,7 @@ mod tests {
             };
             let p = match scale {
                 Some(s) => p.with_scale(s)?,
-                None => *p,
+                None => p.clone(),
             };
             let out = attn_ref::reference::emulate::forward_emulated(&p, q, k, v, storage)?;
             let (_, tiles) = tiled::forward_tiled(&p, q, k, v, 64, 64, dump)?;

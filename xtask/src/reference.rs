@@ -7,13 +7,18 @@
 //! With `--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy` (all four together) the backward
 //! pass runs too ([`reference::backward_with`] on this forward's O and LSE): dO is shaped
 //! like O, dQ is written like Q and dK, dV like K, in `--out-dtype` and `--layout`.
+//! Serving features ([`FeatureArgs`]): `--window L,R`, `--softcap F`, `--alibi A.npy`,
+//! `--sinks S.npy`; variable-length batches (`--cu-seqlens-q`/`--cu-seqlens-k`: Q, K, V and
+//! O are `[total, H, D]`, LSE `[Hq, total_q]`); a paged KV cache (`--block-table`/
+//! `--seqused-k`: K and V are `[num_blocks, page_size, Hkv, D]`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use attn_ref::{reference, AttnShape, Causal, Problem};
+use attn_ref::reference::{paged, varlen};
+use attn_ref::{reference, Alibi, AttnShape, Causal, Problem};
 
-use crate::flags::CausalArg;
+use crate::flags::{CausalArg, WindowArg};
 use crate::npy;
 
 /// Element type of the written O and LSE.
@@ -68,6 +73,9 @@ pub struct Args {
     /// Where to write dV, shaped like V (with --do).
     #[arg(long)]
     pub dv: Option<PathBuf>,
+    /// Serving features, varlen and paged KV.
+    #[command(flatten)]
+    pub features: FeatureArgs,
 }
 
 /// The paths of the backward pass: dO in, dQ, dK, dV out.
@@ -128,6 +136,254 @@ fn write_out(
     }
 }
 
+/// The serving-feature flags of `cargo xtask reference` (all optional).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct FeatureArgs {
+    /// Sliding window `L,R` (−1 = unbounded), bottom-right aligned like FlashAttention: key j
+    /// is visible to query i iff i+Sk−Sq−L ≤ j ≤ i+Sk−Sq+R; intersected with --causal.
+    #[arg(long, value_name = "L,R", allow_hyphen_values = true)]
+    pub window: Option<WindowArg>,
+    /// Softcap F > 0: score ← F·tanh(score/F) on the scaled score.
+    #[arg(long, value_name = "F")]
+    pub softcap: Option<f64>,
+    /// ALiBi slopes, f32 .npy `[Hq]` or `[B, Hq]`: score −= slope·|i+Sk−Sq−j|.
+    #[arg(long, value_name = "A.npy")]
+    pub alibi: Option<PathBuf>,
+    /// Attention-sink logits, f32 .npy `[Hq]`, added to each row's softmax denominator.
+    #[arg(long, value_name = "S.npy")]
+    pub sinks: Option<PathBuf>,
+    /// Varlen: int32 .npy `[B+1]` prefix sums of the query lengths; Q and O are then
+    /// `[total_q, Hq, D]` and LSE `[Hq, total_q]`.
+    #[arg(long, value_name = "C.npy", requires = "cu_seqlens_k", conflicts_with_all = ["block_table", "seqused_k"])]
+    pub cu_seqlens_q: Option<PathBuf>,
+    /// Varlen: int32 .npy `[B+1]` prefix sums of the key lengths; K and V are then
+    /// `[total_k, Hkv, D]`.
+    #[arg(long, value_name = "C.npy", requires = "cu_seqlens_q")]
+    pub cu_seqlens_k: Option<PathBuf>,
+    /// Paged KV: int32 .npy `[B, max_blocks_per_seq]`; K and V are then the paged caches
+    /// `[num_blocks, page_size, Hkv, D]` (page_size a multiple of 16).
+    #[arg(long, value_name = "T.npy", requires = "seqused_k")]
+    pub block_table: Option<PathBuf>,
+    /// Paged KV: int32 .npy `[B]`, the number of valid keys of each sequence.
+    #[arg(long, value_name = "U.npy", requires = "block_table")]
+    pub seqused_k: Option<PathBuf>,
+}
+
+/// Reads an f32 `.npy` for a feature flag.
+fn read_f32_flag(path: &Path, flag: &str) -> anyhow::Result<(Vec<usize>, Vec<f32>)> {
+    let arr = npy::read(path).with_context(|| format!("{flag} {}", path.display()))?;
+    if arr.dtype != "<f4" {
+        bail!(
+            "{flag} {}: dtype `{}` is not f32 (`<f4`)",
+            path.display(),
+            arr.dtype
+        );
+    }
+    Ok((arr.shape, arr.data.iter().map(|&x| x as f32).collect()))
+}
+
+/// Reads an int32 `.npy` of rank `rank` for a flag.
+fn read_i32_flag(path: &Path, flag: &str, rank: usize) -> anyhow::Result<(Vec<usize>, Vec<i32>)> {
+    let (shape, data) =
+        npy::read_i32(path).with_context(|| format!("{flag} {}", path.display()))?;
+    if shape.len() != rank {
+        bail!(
+            "{flag} {}: expected a {rank}-D int32 array, got shape {shape:?}",
+            path.display()
+        );
+    }
+    Ok((shape, data))
+}
+
+/// Adds the window, softcap, ALiBi and sinks flags to a problem; errors name the flag.
+fn apply_features(mut problem: Problem, f: &FeatureArgs) -> anyhow::Result<Problem> {
+    if let Some(w) = f.window {
+        problem = problem.with_window(w.left, w.right).context("--window")?;
+    }
+    if let Some(c) = f.softcap {
+        problem = problem.with_softcap(c).context("--softcap")?;
+    }
+    let (batch, hq) = (problem.shape().batch(), problem.shape().q_heads());
+    if let Some(path) = &f.alibi {
+        let (shape, slopes) = read_f32_flag(path, "--alibi")?;
+        let alibi = match shape[..] {
+            [h] if h == hq => Alibi::PerHead(slopes),
+            [b, h] if b == batch && h == hq => Alibi::PerBatchHead(slopes),
+            _ => bail!(
+                "--alibi {}: shape {shape:?} is neither [Hq] = [{hq}] nor [B, Hq] = [{batch}, {hq}]",
+                path.display()
+            ),
+        };
+        problem = problem
+            .with_alibi(alibi)
+            .with_context(|| format!("--alibi {}", path.display()))?;
+    }
+    if let Some(path) = &f.sinks {
+        let (shape, sinks) = read_f32_flag(path, "--sinks")?;
+        if shape != [hq] {
+            bail!(
+                "--sinks {}: shape {shape:?} is not [Hq] = [{hq}]",
+                path.display()
+            );
+        }
+        problem = problem
+            .with_sinks(sinks)
+            .with_context(|| format!("--sinks {}", path.display()))?;
+    }
+    Ok(problem)
+}
+
+/// Reads one float input of any rank.
+fn read_float(path: &Path, name: &str) -> anyhow::Result<npy::NpyArray> {
+    let arr = npy::read(path).with_context(|| format!("reading {name}"))?;
+    if !matches!(arr.dtype.as_str(), "<f2" | "<f4" | "<f8") {
+        bail!(
+            "{name} ({}): dtype `{}` is not a float type; expected f16, f32 or f64",
+            path.display(),
+            arr.dtype
+        );
+    }
+    Ok(arr)
+}
+
+/// Writes O and (with `--lse`) LSE in `--out-dtype`.
+fn write_outputs(
+    args: &Args,
+    o: &[f64],
+    o_dims: &[usize],
+    lse: &[f64],
+    lse_dims: &[usize],
+) -> anyhow::Result<()> {
+    match args.out_dtype {
+        OutDtype::F64 => {
+            npy::write(&args.out, o_dims, o)?;
+            if let Some(path) = &args.lse {
+                npy::write(path, lse_dims, lse)?;
+            }
+        }
+        OutDtype::F32 => {
+            let o: Vec<f32> = o.iter().map(|&x| x as f32).collect();
+            npy::write(&args.out, o_dims, &o)?;
+            if let Some(path) = &args.lse {
+                let lse: Vec<f32> = lse.iter().map(|&x| x as f32).collect();
+                npy::write(path, lse_dims, &lse)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `--cu-seqlens-q/-k`: Q `[total_q, Hq, D]`, K and V `[total_k, Hkv, D]`.
+fn run_varlen(args: &Args, cu_q: &Path, cu_k: &Path) -> anyhow::Result<()> {
+    if args.layout != crate::flags::LayoutArg::Bhsd {
+        bail!("--layout bshd does not apply to varlen inputs, which are [total, H, D]");
+    }
+    let (_, cu_q) = read_i32_flag(cu_q, "--cu-seqlens-q", 1)?;
+    let (_, cu_k) = read_i32_flag(cu_k, "--cu-seqlens-k", 1)?;
+    if cu_q.len() < 2 {
+        bail!(
+            "--cu-seqlens-q has {} entries; it needs B + 1 ≥ 2",
+            cu_q.len()
+        );
+    }
+    if cu_k.len() != cu_q.len() {
+        bail!(
+            "--cu-seqlens-k has {} entries but --cu-seqlens-q has {}; both are [B + 1]",
+            cu_k.len(),
+            cu_q.len()
+        );
+    }
+    let rank3 = |arr: &npy::NpyArray, name: &str| match arr.shape[..] {
+        [t, h, d] => Ok([t, h, d]),
+        _ => bail!(
+            "{name}: expected a 3-D [total, H, D] array with --cu-seqlens-*, got shape {:?}",
+            arr.shape
+        ),
+    };
+    let (q, k, v) = (
+        read_float(&args.q, "Q")?,
+        read_float(&args.k, "K")?,
+        read_float(&args.v, "V")?,
+    );
+    let ([tq, hq, dq], [_, hkv, dk]) = (rank3(&q, "Q")?, rank3(&k, "K")?);
+    if k.shape != v.shape {
+        bail!(
+            "K has shape {:?} but V has shape {:?}; they must be equal ([total_k, Hkv, D])",
+            k.shape,
+            v.shape
+        );
+    }
+    if dq != dk {
+        bail!("head-dim mismatch: Q has D = {dq}, K/V have D = {dk}");
+    }
+    let batch = cu_q.len() - 1;
+    let shape = AttnShape::new(batch, hq, hkv, 1, 1, dq).context("invalid attention shape")?;
+    let mut template = Problem::new(shape, Causal::from(args.causal));
+    if let Some(scale) = args.scale {
+        template = template.with_scale(scale)?;
+    }
+    let template = apply_features(template, &args.features)?;
+    let out = varlen::forward_varlen(&template, &cu_q, &cu_k, &q.data, &k.data, &v.data)
+        .context("varlen inputs (--cu-seqlens-q, --cu-seqlens-k)")?;
+    write_outputs(args, &out.o, &[tq, hq, dq], &out.lse, &[hq, tq])
+}
+
+/// `--block-table/--seqused-k`: Q `[B, Hq, Sq, D]` (or bshd), K and V the paged caches.
+fn run_paged(args: &Args, table: &Path, seqused: &Path) -> anyhow::Result<()> {
+    let layout = attn_kernels::Layout::from(args.layout);
+    let (table_shape, table) = read_i32_flag(table, "--block-table", 2)?;
+    let (_, seqused) = read_i32_flag(seqused, "--seqused-k", 1)?;
+    let (q_shape, q) = read_input(&args.q, "Q")?;
+    let q_shape = match layout {
+        attn_kernels::Layout::Bhsd => q_shape,
+        attn_kernels::Layout::Bshd => [q_shape[0], q_shape[2], q_shape[1], q_shape[3]],
+    };
+    let (k_shape, k) = read_input(&args.k, "K")?;
+    let (v_shape, v) = read_input(&args.v, "V")?;
+    if k_shape != v_shape {
+        bail!("K has shape {k_shape:?} but V has shape {v_shape:?}; they must be equal ([num_blocks, page_size, Hkv, D])");
+    }
+    let [b, hq, sq, dq] = q_shape;
+    let [_, page_size, hkv, dk] = k_shape;
+    if dq != dk {
+        bail!("head-dim mismatch: Q has D = {dq}, the K/V cache has D = {dk}");
+    }
+    if table_shape[0] != b {
+        bail!(
+            "--block-table has {} rows but Q has B = {b}",
+            table_shape[0]
+        );
+    }
+    if seqused.len() != b {
+        bail!(
+            "--seqused-k has {} entries but Q has B = {b}",
+            seqused.len()
+        );
+    }
+    let shape = AttnShape::new(b, hq, hkv, sq, 1, dq).context("invalid attention shape")?;
+    let mut template = Problem::new(shape, Causal::from(args.causal));
+    if let Some(scale) = args.scale {
+        template = template.with_scale(scale)?;
+    }
+    let template = apply_features(template, &args.features)?;
+    let q = layout.to_bhsd(&q, q_shape);
+    let kv = paged::PagedKv {
+        k_cache: &k,
+        v_cache: &v,
+        page_size,
+        block_table: &table,
+        seqused_k: &seqused,
+    };
+    let out = paged::forward_paged(&template, &q, &kv)
+        .context("paged KV (--block-table, --seqused-k)")?;
+    let o = layout.from_bhsd(&out.o, q_shape);
+    let o_dims = match layout {
+        attn_kernels::Layout::Bhsd => q_shape,
+        attn_kernels::Layout::Bshd => [b, sq, hq, dq],
+    };
+    write_outputs(args, &o, &o_dims, &out.lse, &q_shape[..3])
+}
+
 /// Reads one input tensor: a 4-D float array.
 fn read_input(path: &std::path::Path, name: &str) -> anyhow::Result<([usize; 4], Vec<f64>)> {
     let arr = npy::read(path).with_context(|| format!("reading {name}"))?;
@@ -161,6 +417,31 @@ fn problem_shape(q: [usize; 4], k: [usize; 4], v: [usize; 4]) -> anyhow::Result<
 /// Runs the reference and writes O (and LSE; and with `--do`, dQ, dK, dV).
 pub fn run(args: Args) -> anyhow::Result<()> {
     let backward = args.backward_paths()?;
+    let f = &args.features;
+    let sparse = f.cu_seqlens_q.is_some()
+        || f.cu_seqlens_k.is_some()
+        || f.block_table.is_some()
+        || f.seqused_k.is_some();
+    if backward.is_some() && sparse {
+        bail!("--do/--dq/--dk/--dv: the backward reference takes dense problems, not varlen or paged KV");
+    }
+    match (
+        &f.cu_seqlens_q,
+        &f.cu_seqlens_k,
+        &f.block_table,
+        &f.seqused_k,
+    ) {
+        (Some(_), _, Some(_), _) | (Some(_), _, _, Some(_)) | (_, Some(_), Some(_), _) => {
+            bail!("--cu-seqlens-q/-k (varlen) and --block-table/--seqused-k (paged KV) cannot be combined")
+        }
+        (Some(cq), Some(ck), None, None) => return run_varlen(&args, cq, ck),
+        (Some(_), None, ..) => bail!("--cu-seqlens-q needs --cu-seqlens-k"),
+        (None, Some(_), ..) => bail!("--cu-seqlens-k needs --cu-seqlens-q"),
+        (None, None, Some(t), Some(u)) => return run_paged(&args, t, u),
+        (None, None, Some(_), None) => bail!("--block-table needs --seqused-k"),
+        (None, None, None, Some(_)) => bail!("--seqused-k needs --block-table"),
+        (None, None, None, None) => {}
+    }
     let causal = Causal::from(args.causal);
     let layout = attn_kernels::Layout::from(args.layout);
     // [B, S, H, D] files are read as such and permuted to the reference's [B, H, S, D].
@@ -177,6 +458,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(scale) = args.scale {
         problem = problem.with_scale(scale)?;
     }
+    let problem = apply_features(problem, &args.features)?;
     let (q, k, v) = (
         layout.to_bhsd(&q, q_shape),
         layout.to_bhsd(&k, k_shape),
@@ -197,6 +479,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    if d_o.is_some() && !problem.features().is_empty() {
+        bail!("--do/--dq/--dk/--dv: the backward reference does not take --window, --softcap, --alibi or --sinks yet");
+    }
     let out = reference::forward(&problem, &q, &k, &v)?;
     let grads = d_o
         .map(|d_o| reference::backward_with(&problem, &q, &k, &v, &out.o, &out.lse, &d_o))
@@ -273,6 +558,7 @@ mod tests {
             dq: None,
             dk: None,
             dv: None,
+            features: FeatureArgs::default(),
         }
     }
 
@@ -657,5 +943,292 @@ mod tests {
         a.out = dir.join("missing-dir").join("o.npy");
         let msg = run_err(a);
         assert!(msg.contains("creating"), "{msg}");
+    }
+
+    /// Asserts that the written O and LSE are `want` narrowed to f32, with the given shapes.
+    fn assert_written(
+        dir: &Path,
+        o_shape: &[usize],
+        lse_shape: &[usize],
+        want: &reference::RefOutput,
+    ) {
+        let o = npy::read(&dir.join("o.npy")).unwrap();
+        let lse = npy::read(&dir.join("lse.npy")).unwrap();
+        assert_eq!(o.shape, o_shape);
+        assert_eq!(lse.shape, lse_shape);
+        assert_eq!(o.data.len(), want.o.len());
+        assert!(o
+            .data
+            .iter()
+            .zip(&want.o)
+            .all(|(a, b)| *a == f64::from(*b as f32)));
+        assert!(lse
+            .data
+            .iter()
+            .zip(&want.lse)
+            .all(|(a, b)| *a == f64::from(*b as f32)));
+    }
+
+    #[test]
+    fn feature_flags_give_the_library_result() {
+        let dir = temp_dir("features");
+        let [(_, q), (_, k), (_, v)] = write_qkv(&dir, [2, 4, 5, 8], [2, 2, 7, 8]);
+        let slopes: Vec<f32> = normal(8, 21).iter().map(|x| x.abs()).collect();
+        let sinks = normal(4, 22);
+        npy::write(&dir.join("alibi.npy"), &[2, 4], &slopes).unwrap();
+        npy::write(&dir.join("sinks.npy"), &[4], &sinks).unwrap();
+        let mut a = args(&dir, "top-left");
+        a.features = FeatureArgs {
+            window: Some(WindowArg { left: 2, right: 1 }),
+            softcap: Some(3.0),
+            alibi: Some(dir.join("alibi.npy")),
+            sinks: Some(dir.join("sinks.npy")),
+            ..FeatureArgs::default()
+        };
+        run(a).unwrap();
+        let problem = Problem::new(AttnShape::new(2, 4, 2, 5, 7, 8).unwrap(), Causal::TopLeft)
+            .with_window(2, 1)
+            .unwrap()
+            .with_softcap(3.0)
+            .unwrap()
+            .with_alibi(Alibi::PerBatchHead(slopes))
+            .unwrap()
+            .with_sinks(sinks)
+            .unwrap();
+        let want = reference::forward(&problem, &q, &k, &v).unwrap();
+        let plain =
+            reference::forward(&Problem::new(*problem.shape(), Causal::TopLeft), &q, &k, &v)
+                .unwrap();
+        assert_ne!(want.o, plain.o, "the features must change the result");
+        assert_written(&dir, &[2, 4, 5, 8], &[2, 4, 5], &want);
+    }
+
+    #[test]
+    fn varlen_flags_give_the_library_result() {
+        let dir = temp_dir("varlen");
+        // Three sequences (Sq, Sk) = (3, 5), (0, 1), (4, 0): an empty Q and an empty K.
+        let (cu_q, cu_k) = ([0i32, 3, 3, 7], [0i32, 5, 6, 6]);
+        npy::write(&dir.join("cuq.npy"), &[4], &cu_q).unwrap();
+        npy::write(&dir.join("cuk.npy"), &[4], &cu_k).unwrap();
+        let q = normal(7 * 4 * 8, 31);
+        let k = normal(6 * 2 * 8, 32);
+        let v = normal(6 * 2 * 8, 33);
+        npy::write(&dir.join("q.npy"), &[7, 4, 8], &q).unwrap();
+        npy::write(&dir.join("k.npy"), &[6, 2, 8], &k).unwrap();
+        npy::write(&dir.join("v.npy"), &[6, 2, 8], &v).unwrap();
+        let mut a = args(&dir, "bottom-right");
+        a.features.cu_seqlens_q = Some(dir.join("cuq.npy"));
+        a.features.cu_seqlens_k = Some(dir.join("cuk.npy"));
+        a.features.window = Some(WindowArg { left: 1, right: -1 });
+        run(a).unwrap();
+        let template = Problem::new(
+            AttnShape::new(3, 4, 2, 1, 1, 8).unwrap(),
+            Causal::BottomRight,
+        )
+        .with_window(1, -1)
+        .unwrap();
+        let want = varlen::forward_varlen(&template, &cu_q, &cu_k, &q, &k, &v).unwrap();
+        assert!(
+            want.lse[3..7].iter().all(|&x| x == f64::NEG_INFINITY),
+            "sequence 2 sees no key"
+        );
+        assert_written(&dir, &[7, 4, 8], &[4, 7], &want);
+    }
+
+    #[test]
+    fn paged_flags_give_the_library_result() {
+        let dir = temp_dir("paged");
+        // Cache of 4 pages of 16; sequence 0 has 20 keys in pages 2, 0; sequence 1 has 16 in 3.
+        let cache_shape = [4, 16, 2, 8];
+        let [(_, q), (_, k), (_, v)] = write_qkv(&dir, [2, 4, 5, 8], cache_shape);
+        let table = [2i32, 0, 3, -1];
+        let seqused = [20i32, 16];
+        npy::write(&dir.join("table.npy"), &[2, 2], &table).unwrap();
+        npy::write(&dir.join("seqused.npy"), &[2], &seqused).unwrap();
+        let mut a = args(&dir, "bottom-right");
+        a.features.block_table = Some(dir.join("table.npy"));
+        a.features.seqused_k = Some(dir.join("seqused.npy"));
+        run(a).unwrap();
+        let template = Problem::new(
+            AttnShape::new(2, 4, 2, 5, 1, 8).unwrap(),
+            Causal::BottomRight,
+        );
+        let kv = paged::PagedKv {
+            k_cache: &k,
+            v_cache: &v,
+            page_size: 16,
+            block_table: &table,
+            seqused_k: &seqused,
+        };
+        let want = paged::forward_paged(&template, &q, &kv).unwrap();
+        assert_written(&dir, &[2, 4, 5, 8], &[2, 4, 5], &want);
+    }
+
+    #[test]
+    fn feature_flag_errors_name_the_flag() {
+        let dir = temp_dir("feature-errors");
+        write_qkv(&dir, [1, 2, 3, 4], [1, 2, 3, 4]);
+        let with = |f: FeatureArgs| {
+            let mut a = args(&dir, "none");
+            a.features = f;
+            run_err(a)
+        };
+        let msg = with(FeatureArgs {
+            softcap: Some(0.0),
+            ..Default::default()
+        });
+        assert!(
+            msg.contains("--softcap") && msg.contains("softcap must be finite and > 0"),
+            "{msg}"
+        );
+        let msg = with(FeatureArgs {
+            window: Some(WindowArg { left: -3, right: 0 }),
+            ..Default::default()
+        });
+        assert!(msg.contains("--window") && msg.contains("(-3, 0)"), "{msg}");
+        npy::write(&dir.join("a3.npy"), &[3], &[0.1f32; 3]).unwrap();
+        let msg = with(FeatureArgs {
+            alibi: Some(dir.join("a3.npy")),
+            ..Default::default()
+        });
+        assert!(
+            msg.contains("--alibi") && msg.contains("neither [Hq] = [2]"),
+            "{msg}"
+        );
+        npy::write(&dir.join("a64.npy"), &[2], &[0.1f64; 2]).unwrap();
+        let msg = with(FeatureArgs {
+            alibi: Some(dir.join("a64.npy")),
+            ..Default::default()
+        });
+        assert!(msg.contains("--alibi") && msg.contains("not f32"), "{msg}");
+        npy::write(&dir.join("nan.npy"), &[2], &[0.0f32, f32::NAN]).unwrap();
+        let msg = with(FeatureArgs {
+            sinks: Some(dir.join("nan.npy")),
+            ..Default::default()
+        });
+        assert!(msg.contains("--sinks") && msg.contains("sinks[1]"), "{msg}");
+        let msg = with(FeatureArgs {
+            sinks: Some(dir.join("a3.npy")),
+            ..Default::default()
+        });
+        assert!(
+            msg.contains("--sinks") && msg.contains("is not [Hq] = [2]"),
+            "{msg}"
+        );
+        let msg = with(FeatureArgs {
+            sinks: Some(dir.join("missing.npy")),
+            ..Default::default()
+        });
+        assert!(msg.contains("--sinks"), "{msg}");
+
+        // Varlen.
+        npy::write(&dir.join("cu_bad.npy"), &[3], &[0i32, 2, 1]).unwrap();
+        npy::write(&dir.join("cu_ok.npy"), &[3], &[0i32, 1, 3]).unwrap();
+        npy::write(&dir.join("cu_f.npy"), &[3], &[0.0f32, 1.0, 3.0]).unwrap();
+        npy::write(&dir.join("q3.npy"), &[3, 2, 4], &normal(24, 5)).unwrap();
+        let varlen_args = |cq: &str, ck: &str| {
+            let mut a = args(&dir, "none");
+            a.q = dir.join("q3.npy");
+            a.k = dir.join("q3.npy");
+            a.v = dir.join("q3.npy");
+            a.features.cu_seqlens_q = Some(dir.join(cq));
+            a.features.cu_seqlens_k = Some(dir.join(ck));
+            a
+        };
+        assert!(run(varlen_args("cu_ok.npy", "cu_ok.npy")).is_ok());
+        std::fs::remove_file(dir.join("o.npy")).unwrap();
+        std::fs::remove_file(dir.join("lse.npy")).unwrap();
+        let msg = run_err(varlen_args("cu_bad.npy", "cu_ok.npy"));
+        assert!(
+            msg.contains("--cu-seqlens-q") && msg.contains("cu_seqlens_q[2] = 1"),
+            "{msg}"
+        );
+        let msg = run_err(varlen_args("cu_ok.npy", "cu_f.npy"));
+        assert!(
+            msg.contains("--cu-seqlens-k") && msg.contains("not int32"),
+            "{msg}"
+        );
+        let mut a = varlen_args("cu_ok.npy", "cu_ok.npy");
+        a.features.cu_seqlens_k = None;
+        assert!(run_err(a).contains("--cu-seqlens-q needs --cu-seqlens-k"));
+        let mut a = varlen_args("cu_ok.npy", "cu_ok.npy");
+        a.q = dir.join("q.npy");
+        assert!(run_err(a).contains("expected a 3-D [total, H, D] array"));
+
+        // Paged.
+        npy::write(&dir.join("cache.npy"), &[2, 16, 2, 4], &normal(256, 6)).unwrap();
+        npy::write(&dir.join("cache8.npy"), &[4, 8, 2, 4], &normal(256, 6)).unwrap();
+        npy::write(&dir.join("table.npy"), &[1, 2], &[1i32, 2]).unwrap();
+        npy::write(&dir.join("used.npy"), &[1], &[20i32]).unwrap();
+        let paged_args = |cache: &str| {
+            let mut a = args(&dir, "none");
+            a.k = dir.join(cache);
+            a.v = dir.join(cache);
+            a.features.block_table = Some(dir.join("table.npy"));
+            a.features.seqused_k = Some(dir.join("used.npy"));
+            a
+        };
+        let msg = run_err(paged_args("cache.npy"));
+        assert!(
+            msg.contains("--block-table") && msg.contains("block_table[0][1] = 2"),
+            "{msg}"
+        );
+        let msg = run_err(paged_args("cache8.npy"));
+        assert!(msg.contains("page size 8"), "{msg}");
+        let mut a = paged_args("cache.npy");
+        a.features.cu_seqlens_q = Some(dir.join("cu_ok.npy"));
+        assert!(run_err(a).contains("cannot be combined"));
+        assert!(!dir.join("o.npy").exists(), "no output on error");
+
+        // clap: the window's spelling, and flags that need each other.
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let parse = |extra: &[&str]| {
+            let mut argv = vec![
+                "reference",
+                "--q",
+                "q",
+                "--k",
+                "k",
+                "--v",
+                "v",
+                "--out",
+                "o",
+            ];
+            argv.extend_from_slice(extra);
+            <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.args)
+        };
+        let ok = parse(&["--window", "-1,0", "--softcap", "30"]).unwrap();
+        assert_eq!(ok.features.window, Some(WindowArg { left: -1, right: 0 }));
+        let msg = parse(&["--window", "12"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("--window") && msg.contains("expected L,R"),
+            "{msg}"
+        );
+        let msg = parse(&["--block-table", "t.npy"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("--seqused-k"), "{msg}");
+        let msg = parse(&[
+            "--cu-seqlens-q",
+            "a",
+            "--cu-seqlens-k",
+            "b",
+            "--block-table",
+            "t",
+            "--seqused-k",
+            "u",
+        ])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(msg.contains("cannot be used with"), "{msg}");
     }
 }

@@ -288,6 +288,7 @@ pub(crate) fn plan_fp8(
 ) -> Result<Fp8Plan, KernelError> {
     let s = problem.shape();
     let d = s.head_dim();
+    crate::launch::check_no_features(problem)?;
     fp8_unit(Dtype::F16, d)?;
     if !FP8_CONFIGS.contains(&config) {
         return Err(KernelError::UnknownConfig {

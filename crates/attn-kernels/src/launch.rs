@@ -757,6 +757,7 @@ pub(crate) fn plan_launch(
 ) -> Result<LaunchPlan, KernelError> {
     let s = problem.shape();
     let d = s.head_dim();
+    check_no_features(problem)?;
     crate::config::bucket_for(d)?;
     let i32_max = i32::MAX as usize;
     let overflow = |what: &'static str, v: Option<usize>, limit: usize| match v {
@@ -810,6 +811,30 @@ pub(crate) fn plan_launch(
         smem_bytes: config.smem_bytes(d) as u32,
         params: fwd_params(problem, n_splits as i32),
     })
+}
+
+/// Refuses problems carrying features the kernels do not implement (a wrong result would be
+/// worse than an error).
+pub(crate) fn check_no_features(problem: &Problem) -> Result<(), KernelError> {
+    let f = problem.features();
+    let mut missing = Vec::new();
+    if f.window.is_some() {
+        missing.push("sliding windows");
+    }
+    if f.softcap.is_some() {
+        missing.push("softcap");
+    }
+    if f.alibi.is_some() {
+        missing.push("ALiBi");
+    }
+    if f.sinks.is_some() {
+        missing.push("attention sinks");
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(KernelError::UnsupportedFeature(missing.join(", ")))
+    }
 }
 
 /// The scalars of one forward (shared by the f16/bf16 and FP8 launchers); sizes were checked
@@ -938,6 +963,22 @@ mod tests {
             .unwrap();
             assert_eq!(plan.params.head_dim, d as i32);
         }
+    }
+
+    #[test]
+    fn features_the_kernels_lack_are_refused() {
+        let p = problem(8, 8, 64, Causal::None).with_softcap(30.0).unwrap();
+        let e = plan_launch(&p, crate::config::cfg(64, 64, 4, 2), None, 132).unwrap_err();
+        assert!(
+            matches!(&e, KernelError::UnsupportedFeature(f) if f == "softcap"),
+            "{e}"
+        );
+        let p = problem(8, 8, 64, Causal::None).with_window(4, 0).unwrap();
+        assert!(plan_launch(&p, crate::config::cfg(64, 64, 4, 2), None, 132).is_err());
+        let p = problem(8, 8, 64, Causal::None)
+            .with_sinks(vec![0.5; 8])
+            .unwrap();
+        assert!(crate::fp8::plan_fp8(&p, crate::FP8_CONFIGS[0], crate::Fp8Variant::Fp8).is_err());
     }
 
     #[test]

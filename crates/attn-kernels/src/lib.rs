@@ -86,6 +86,10 @@ pub enum KernelError {
         /// The supported set, in words.
         supported: &'static str,
     },
+    /// A problem feature (window, softcap, ALiBi, sinks) no kernel implements yet: refused,
+    /// never silently dropped.
+    #[error("the kernels do not implement {0} yet; the f64 reference (attn-ref) does")]
+    UnsupportedFeature(String),
     /// A tensor whose dims, strides or extent do not fit the problem or its view.
     #[error("{tensor}: {reason}")]
     InvalidTensor {

@@ -21,7 +21,7 @@ pub mod reference;
 
 pub use backend::ReferenceBackend;
 pub use dtype::Dtype;
-pub use problem::{check_len, AttnShape, Causal, Element, Problem, Tile, TileId};
+pub use problem::{check_len, Alibi, AttnShape, Causal, Element, Features, Problem, Tile, TileId};
 
 /// Errors from building or checking a problem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -59,6 +59,106 @@ pub enum AttnError {
     /// An unknown causal spelling.
     #[error("unknown causal mode `{0}`: expected none, top-left or bottom-right")]
     UnknownCausal(String),
+    /// A sliding-window bound below −1.
+    #[error(
+        "sliding window ({left}, {right}) is invalid: each side must be >= 0, or -1 for unbounded"
+    )]
+    InvalidWindow {
+        /// Keys to the left of the diagonal.
+        left: i64,
+        /// Keys to the right of the diagonal.
+        right: i64,
+    },
+    /// A softcap that is not finite and positive.
+    #[error("softcap must be finite and > 0, got {0}")]
+    InvalidSoftcap(f64),
+    /// ALiBi slopes or sinks of the wrong length.
+    #[error("{feature} have {got} values but the shape needs {expected}")]
+    FeatureLength {
+        /// Which feature.
+        feature: &'static str,
+        /// Values the shape implies.
+        expected: usize,
+        /// Values given.
+        got: usize,
+    },
+    /// A NaN or infinite ALiBi slope, or a NaN or +∞ sink.
+    #[error("{feature}[{index}] = {value} is not allowed")]
+    NonFiniteFeature {
+        /// Which feature.
+        feature: &'static str,
+        /// Index of the bad value.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
+    /// A `cu_seqlens` array of the wrong length (it must hold `B + 1` prefix sums).
+    #[error("{name} has {got} entries but {expected} are needed (batch + 1)")]
+    CuSeqlensLength {
+        /// Which array (`cu_seqlens_q`, `cu_seqlens_k`).
+        name: &'static str,
+        /// Entries needed.
+        expected: usize,
+        /// Entries given.
+        got: usize,
+    },
+    /// A `cu_seqlens` array that does not start at 0 or decreases.
+    #[error("{name}[{index}] = {value} is invalid: prefix sums start at 0 and never decrease (previous {previous})")]
+    CuSeqlensNotMonotone {
+        /// Which array.
+        name: &'static str,
+        /// Index of the bad entry.
+        index: usize,
+        /// Its value.
+        value: i64,
+        /// The entry before it (0 for index 0, which must be 0).
+        previous: i64,
+    },
+    /// A paged-KV page size that is not a positive multiple of 16.
+    #[error("page size {0} must be a positive multiple of 16")]
+    InvalidPageSize(usize),
+    /// A paged-KV cache whose length is not a whole number of pages.
+    #[error("{tensor} cache has {got} elements, not a whole number of pages of {page_elems} (page_size × Hkv × D)")]
+    PagedCacheShape {
+        /// Which cache (`K`, `V`).
+        tensor: &'static str,
+        /// Elements given.
+        got: usize,
+        /// Elements per page.
+        page_elems: usize,
+    },
+    /// A block table whose length is not a positive multiple of the batch.
+    #[error("block table has {len} entries, not [batch = {batch}, max_blocks_per_seq ≥ 1]")]
+    BlockTableShape {
+        /// Entries given.
+        len: usize,
+        /// Batch size.
+        batch: usize,
+    },
+    /// A block-table entry that a sequence uses but that names no block of the cache.
+    #[error("block_table[{batch}][{slot}] = {index} is outside the cache's {num_blocks} blocks")]
+    BlockIndexOutOfRange {
+        /// Sequence.
+        batch: usize,
+        /// Slot in the sequence's row of the table.
+        slot: usize,
+        /// The entry.
+        index: i64,
+        /// Blocks in the cache.
+        num_blocks: usize,
+    },
+    /// A `seqused_k` entry outside `0..=capacity` (`max_blocks_per_seq · page_size`).
+    #[error(
+        "seqused_k[{batch}] = {seqused} is outside 0..={capacity} (the block table's capacity)"
+    )]
+    SequsedOutOfRange {
+        /// Sequence.
+        batch: usize,
+        /// The entry.
+        seqused: i64,
+        /// Keys the sequence's row of the block table can hold.
+        capacity: usize,
+    },
     /// A tile size or row selection is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

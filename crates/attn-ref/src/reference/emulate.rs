@@ -20,6 +20,13 @@
 //! used here), the tensor core's internal accumulation order. Both are at the f32 level,
 //! orders of magnitude below the f16/bf16 rounding of P and O that dominates the error.
 //!
+//! Features, as FlashAttention-2 applies them: with a softcap `c` the raw score is
+//! `tanh(q·k · (scale/c))` (f32) and the softmax scale becomes `c`; ALiBi subtracts
+//! `(slope / softmax scale) · |i + Sk − Sq − j|` from the raw f32 score; a sliding window
+//! leaves the masked keys out of the (0-aligned) key tiles; an attention sink joins the
+//! running max and the f32 denominator after the last tile, in log2 units
+//! (`sink·log2(e)`). The sink's placement is a model, not a copy of a particular kernel.
+//!
 //! Fully masked rows give O = 0, LSE = −∞; NaN/Inf propagate as in [`super::forward`].
 //!
 //! ```
@@ -141,7 +148,14 @@ pub fn forward_emulated_spec(
     };
     let (q, k, v) = (round_all(q), round_all(k), round_all(v));
     let block_n = spec.block_n;
-    let scale_log2 = (p.scale() * std::f64::consts::LOG2_E) as f32;
+    let features = p.features();
+    // FlashAttention-2 folds the scale into the softcap: raw scores are tanh(q·k · scale/c)
+    // and the softmax scale becomes c (`params.softcap`, `params.scale_softmax`).
+    let (softcap_in, scale_softmax) = match features.softcap {
+        Some(c) => (Some((p.scale() / c) as f32), c),
+        None => (None, p.scale()),
+    };
+    let scale_log2 = (scale_softmax * std::f64::consts::LOG2_E) as f32;
     let (sq, d) = (shape.q_len(), shape.head_dim());
 
     let mut o = vec![0.0; shape.o_elems()];
@@ -156,14 +170,32 @@ pub fn forward_emulated_spec(
                 let (b, h, i) = (bh / shape.q_heads(), bh % shape.q_heads(), row_index % sq);
                 let kvh = shape.kv_head_of(h);
                 let qi = &q[shape.q_offset(b, h, i)..][..d];
+                // ALiBi in raw-score units, `slope / scale_softmax` as the kernel divides it.
+                let alibi = features
+                    .alibi
+                    .as_ref()
+                    .map(|a| (f64::from(a.slope(b, h, shape.q_heads())) / scale_softmax) as f32);
                 acc.fill(0.0);
                 let mut m = f32::NEG_INFINITY;
                 let mut l = 0.0f32;
-                let n = p.visible_keys(i);
-                for c0 in (0..n).step_by(block_n) {
-                    let cols = block_n.min(n - c0);
+                let range = p.visible_range(i);
+                // Key tiles are aligned to multiples of block_n, as the kernel's are; the
+                // masked part of a tile is left out (−∞ scores add nothing).
+                let mut tile = range.start / block_n * block_n;
+                while tile < range.end {
+                    let c0 = tile.max(range.start);
+                    let cols = (tile + block_n).min(range.end) - c0;
+                    tile += block_n;
                     for (c, sc) in s[..cols].iter_mut().enumerate() {
-                        *sc = dot_f32(qi, &k[shape.kv_offset(b, kvh, c0 + c)..][..d]);
+                        let j = c0 + c;
+                        let mut x = dot_f32(qi, &k[shape.kv_offset(b, kvh, j)..][..d]);
+                        if let Some(f) = softcap_in {
+                            x = (x * f).tanh();
+                        }
+                        if let Some(slope) = alibi {
+                            x -= slope * p.alibi_distance(i, j) as f32;
+                        }
+                        *sc = x;
                     }
                     let m_new = max_f32(m, max_f32_slice(&s[..cols]));
                     if m_new == f32::NEG_INFINITY {
@@ -182,10 +214,21 @@ pub fn forward_emulated_spec(
                     }
                     m = m_new;
                 }
-                if n == 0 {
+                // The running max in log2 units.
+                let mut m_log2 = m * scale_log2;
+                if let (Some(sink), false) = (p.sink(h), range.is_empty()) {
+                    // The sink joins the max and the denominator after the last tile.
+                    let sink_log2 = (sink * std::f64::consts::LOG2_E) as f32;
+                    let m_new = max_f32(m_log2, sink_log2);
+                    let alpha = (m_log2 - m_new).exp2();
+                    l = l * alpha + (sink_log2 - m_new).exp2();
+                    acc.iter_mut().for_each(|a| *a *= alpha);
+                    m_log2 = m_new;
+                }
+                if range.is_empty() {
                     out.fill(0.0);
                     *lse_out = f64::NEG_INFINITY;
-                } else if l == 0.0 && m == f32::NEG_INFINITY {
+                } else if l == 0.0 && m_log2 == f32::NEG_INFINITY {
                     // Visible keys whose scores are all −∞ (Inf inputs): propagate.
                     out.fill(f64::NAN);
                     *lse_out = f64::NAN;
@@ -193,7 +236,7 @@ pub fn forward_emulated_spec(
                     for (od, &a) in out.iter_mut().zip(acc.iter()) {
                         *od = f64::from(spec.out.round(a / l));
                     }
-                    *lse_out = f64::from((m * scale_log2 + l.log2()) * LN_2);
+                    *lse_out = f64::from((m_log2 + l.log2()) * LN_2);
                 }
             },
         );

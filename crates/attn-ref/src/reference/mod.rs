@@ -3,20 +3,25 @@
 //! For every query row `i` of every (batch, query head):
 //!
 //! ```text
-//! s_j  = scale · q_i · k_j            for the visible keys j < n(i)   (Causal)
-//! m    = max_j s_j
-//! l    = Σ_j exp(s_j − m)
+//! s_j  = score(scale · q_i · k_j)      for the visible keys j ∈ visible_range(i)
+//! m    = max(max_j s_j, sink)
+//! l    = Σ_j exp(s_j − m) + exp(sink − m)
 //! o_i  = Σ_j exp(s_j − m) · v_j / l
 //! lse  = m + ln l
 //! ```
 //!
-//! everything accumulated in f64. This is the plain (two-pass, max-subtracted) softmax, not
+//! everything accumulated in f64. `score` is the softcap then ALiBi ([`Problem::score`]),
+//! `visible_range` the causal mask intersected with the sliding window
+//! ([`Problem::visible_range`]), and the sink terms are there only when the problem has
+//! attention sinks ([`crate::Features`]). Variable-length batches ([`varlen`]) and paged KV
+//! caches ([`paged`]) are defined by running this on each sequence. This is the plain (two-pass, max-subtracted) softmax, not
 //! the online one: [`tiled`] is the online-softmax twin and the two are checked against each
 //! other, so a mistake in either shows up as a disagreement.
 //!
 //! Conventions (docs/ARCHITECTURE.md):
 //! - a row with no visible key (possible with [`Causal::BottomRight`](crate::Causal) when
-//!   `Sq > Sk`) has O = 0 and LSE = −∞, as FlashAttention does;
+//!   `Sq > Sk`, or with a sliding window) has O = 0 and LSE = −∞, as FlashAttention does,
+//!   even when the problem has an attention sink;
 //! - NaN or ±Inf reaching a visible score, or NaN/Inf in a visible V row, propagates to the
 //!   row's output (a NaN score gives a NaN row; an infinite score gives `inf − inf = NaN`);
 //! - a key that is masked for a row never touches that row: NaN in a masked K or V row does
@@ -50,7 +55,9 @@
 
 pub mod backward;
 pub mod emulate;
+pub mod paged;
 pub mod tiled;
+pub mod varlen;
 
 pub use backward::{backward, backward_with, RefGrads};
 
@@ -301,7 +308,7 @@ pub fn forward_rows<T: Element>(
 }
 
 /// The softmax weights of one query row: `Sk` values, 0 for masked keys, summing to 1 (all
-/// zero for a fully masked row). The same formula as [`forward`], exposed for tests and for
+/// zero for a fully masked row; less than 1 with an attention sink, which takes the rest). The same formula as [`forward`], exposed for tests and for
 /// explaining a row: `o = Σ_j w_j · v_j`.
 pub fn attention_weights<T: Element>(
     p: &Problem,
@@ -323,16 +330,20 @@ pub fn attention_weights<T: Element>(
         )));
     }
     let mut w = vec![0.0; shape.kv_len()];
-    let n = p.visible_keys(row);
-    if n == 0 {
+    let range = p.visible_range(row);
+    if range.is_empty() {
         return Ok(w);
     }
     let scores = naive_scores(p, q, k, b, h, row);
-    let m = max_propagating_nan(&scores);
-    for (wj, s) in w.iter_mut().zip(&scores) {
+    let m = with_sink(max_propagating_nan(&scores), p.sink(h));
+    let visible = &mut w[range];
+    for (wj, s) in visible.iter_mut().zip(&scores) {
         *wj = (s - m).exp();
     }
-    let l: f64 = w.iter().sum();
+    let mut l: f64 = visible.iter().sum();
+    if let Some(sink) = p.sink(h) {
+        l += (sink - m).exp();
+    }
     w.iter_mut().for_each(|x| *x /= l);
     Ok(w)
 }
@@ -355,21 +366,25 @@ pub fn forward_naive<T: Element>(
             let kvh = shape.kv_head_of(h);
             for i in 0..shape.q_len() {
                 let li = shape.lse_offset(b, h, i);
-                if p.visible_keys(i) == 0 {
+                let range = p.visible_range(i);
+                if range.is_empty() {
                     lse[li] = f64::NEG_INFINITY;
                     continue;
                 }
                 let scores = naive_scores(p, q, k, b, h, i);
-                let m = max_propagating_nan(&scores);
+                let m = with_sink(max_propagating_nan(&scores), p.sink(h));
                 let mut l = 0.0;
                 let out = &mut o[shape.q_offset(b, h, i)..][..d];
-                for (j, s) in scores.iter().enumerate() {
+                for (j, s) in range.zip(&scores) {
                     let e = (s - m).exp();
                     l += e;
                     let vj = &v[shape.kv_offset(b, kvh, j)..][..d];
                     for (od, vd) in out.iter_mut().zip(vj) {
                         *od += e * vd.to_f64();
                     }
+                }
+                if let Some(sink) = p.sink(h) {
+                    l += (sink - m).exp();
                 }
                 out.iter_mut().for_each(|x| *x /= l);
                 lse[li] = m + l.ln();
@@ -379,7 +394,8 @@ pub fn forward_naive<T: Element>(
     Ok(RefOutput { o, lse })
 }
 
-/// Scaled scores of the visible keys of one row, each a sequential f64 dot product.
+/// Scores of the visible keys ([`Problem::visible_range`]) of one row: each a sequential
+/// f64 dot product, scaled, then softcapped and ALiBi-shifted ([`Problem::score`]).
 fn naive_scores<T: Element>(
     p: &Problem,
     q: &[T],
@@ -392,7 +408,7 @@ fn naive_scores<T: Element>(
     let d = shape.head_dim();
     let kvh = shape.kv_head_of(h);
     let qi = &q[shape.q_offset(b, h, i)..][..d];
-    (0..p.visible_keys(i))
+    p.visible_range(i)
         .map(|j| {
             let kj = &k[shape.kv_offset(b, kvh, j)..][..d];
             let dot: f64 = qi
@@ -400,9 +416,66 @@ fn naive_scores<T: Element>(
                 .zip(kj)
                 .map(|(a, c)| a.to_f64() * c.to_f64())
                 .sum();
-            dot * p.scale()
+            p.score(b, h, i, j, dot * p.scale())
         })
         .collect()
+}
+
+/// The softmax's subtracted maximum once the sink logit joins the row's scores (NaN stays
+/// NaN). Every implementation subtracts this, adds `exp(sink − m)` to the denominator last,
+/// and lets the sink contribute no value.
+pub(crate) fn with_sink(m: f64, sink: Option<f64>) -> f64 {
+    match sink {
+        Some(s) => max_propagating_nan(&[m, s]),
+        None => m,
+    }
+}
+
+/// (min start, max end) of the non-empty ranges `lo[r]..hi[r]`; `(0, 0)` if all are empty.
+fn span(lo: &[usize], hi: &[usize]) -> (usize, usize) {
+    let mut out: Option<(usize, usize)> = None;
+    for (&a, &e) in lo.iter().zip(hi) {
+        if a < e {
+            out = Some(out.map_or((a, e), |(x, y)| (x.min(a), y.max(e))));
+        }
+    }
+    out.unwrap_or((0, 0))
+}
+
+/// (max start, min end) of the non-empty ranges: the keys every non-empty row sees (empty
+/// when start ≥ end); `(0, 0)` if all are empty.
+fn common(lo: &[usize], hi: &[usize]) -> (usize, usize) {
+    let mut out: Option<(usize, usize)> = None;
+    for (&a, &e) in lo.iter().zip(hi) {
+        if a < e {
+            out = Some(out.map_or((a, e), |(x, y)| (x.max(a), y.min(e))));
+        }
+    }
+    out.unwrap_or((0, 0))
+}
+
+/// `acc_row += Σ_{j ∈ a..e} p_j · v_j` in key order, one row, from the packed V block of
+/// `cols` keys starting at key `j0` (`s_row` indexed by absolute key).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn add_keys<const FMA: bool>(
+    acc_row: &mut [f64],
+    s_row: &[f64],
+    v_pack: &[f64],
+    cols: usize,
+    j0: usize,
+    a: usize,
+    e: usize,
+) {
+    for j in a..e {
+        let pv = s_row[j];
+        let panels = v_pack.chunks_exact(cols * NR);
+        for (acc_part, panel) in acc_row.chunks_exact_mut(NR).zip(panels) {
+            for (acc, &x) in acc_part.iter_mut().zip(&panel[(j - j0) * NR..][..NR]) {
+                *acc = mul_add::<FMA>(pv, x, *acc);
+            }
+        }
+    }
 }
 
 /// The maximum of `xs`, NaN if any element is NaN (`f64::max` would drop it), −∞ if empty.
@@ -434,8 +507,10 @@ struct Inputs<'a, T> {
 struct Workspace {
     /// Query rows of the current block.
     rows: Vec<usize>,
-    /// Visible keys of each (padded) row.
-    visible: Vec<usize>,
+    /// First visible key of each (padded) row.
+    lo: Vec<usize>,
+    /// One past the last visible key of each (padded) row (`lo == hi`: fully masked).
+    hi: Vec<usize>,
     /// Q of the block, packed per MR-row group as `[d][r]`.
     q_pack: Vec<f64>,
     /// One K block, packed per NR-key panel as `[d][n]`.
@@ -534,12 +609,19 @@ impl<T: Element> Inputs<'_, T> {
         let rows_pad = round_up(rows, MR);
         let d_pad = round_up(d, NR);
 
-        ws.visible.clear();
-        ws.visible
-            .extend(ws.rows.iter().map(|&i| self.p.visible_keys(i)));
-        ws.visible.resize(rows_pad, 0); // padding rows see nothing
-        let n_max = ws.visible.iter().copied().max().unwrap_or(0);
+        ws.lo.clear();
+        ws.hi.clear();
+        for &i in &ws.rows {
+            let range = self.p.visible_range(i);
+            ws.lo.push(range.start);
+            ws.hi.push(range.end);
+        }
+        ws.lo.resize(rows_pad, 0); // padding rows see nothing
+        ws.hi.resize(rows_pad, 0);
+        let (k_lo, n_max) = span(&ws.lo, &ws.hi);
         let s_stride = round_up(n_max.max(1), NR);
+        // Key blocks that end at or before k_lo are masked for every row of the block.
+        let j_first = k_lo / BLOCK_N * BLOCK_N;
 
         // Pack Q: group g holds rows g·MR.. as [d][r].
         ws.q_pack.clear();
@@ -558,7 +640,7 @@ impl<T: Element> Inputs<'_, T> {
         if ws.s.len() < rows_pad * s_stride {
             ws.s.resize(rows_pad * s_stride, 0.0);
         }
-        for j0 in (0..n_max).step_by(BLOCK_N) {
+        for j0 in (j_first..n_max).step_by(BLOCK_N) {
             let cols = BLOCK_N.min(n_max - j0);
             let cols_pad = round_up(cols, NR);
             ws.k_pack.clear();
@@ -571,12 +653,8 @@ impl<T: Element> Inputs<'_, T> {
                 }
             }
             for g in 0..rows_pad / MR {
-                let group_max = ws.visible[g * MR..][..MR]
-                    .iter()
-                    .copied()
-                    .max()
-                    .unwrap_or(0);
-                if group_max <= j0 {
+                let (g_lo, g_hi) = span(&ws.lo[g * MR..][..MR], &ws.hi[g * MR..][..MR]);
+                if g_hi <= j0 || g_lo >= j0 + cols {
                     continue; // this key block is masked for every row of the group
                 }
                 let a = &ws.q_pack[g * d * MR..][..d * MR];
@@ -593,27 +671,44 @@ impl<T: Element> Inputs<'_, T> {
             }
         }
 
+        // Softcap and ALiBi on the visible scores.
+        if self.p.features().transforms_scores() {
+            for (r, &i) in ws.rows.iter().enumerate() {
+                let (lo, hi) = (ws.lo[r], ws.hi[r]);
+                let s_row = &mut ws.s[r * s_stride..][lo..hi];
+                for (j, s) in (lo..hi).zip(s_row) {
+                    *s = self.p.score(b, h, i, j, *s);
+                }
+            }
+        }
+
         // Softmax per row, in place: S becomes exp(s − m) on visible keys, 0 elsewhere.
+        let sink = self.p.sink(h);
         ws.l.clear();
         ws.l.resize(rows_pad, 0.0);
-        // Padding rows (r ≥ rows) have n = 0 and no LSE slot.
+        // Padding rows (r ≥ rows) have an empty range and no LSE slot.
         let s_rows = ws.s.chunks_exact_mut(s_stride);
-        for (r, ((s_row, &n), l_slot)) in s_rows.zip(&ws.visible).zip(&mut ws.l).enumerate() {
+        let ranges = ws.lo.iter().zip(&ws.hi);
+        for (r, ((s_row, (&lo, &hi)), l_slot)) in s_rows.zip(ranges).zip(&mut ws.l).enumerate() {
             let lse_slot = lse_out.get_mut(r);
-            if n == 0 {
+            if lo == hi {
                 s_row.fill(0.0);
                 if let Some(slot) = lse_slot {
                     *slot = f64::NEG_INFINITY;
                 }
                 continue;
             }
-            let m = max_propagating_nan(&s_row[..n]);
+            let m = with_sink(max_propagating_nan(&s_row[lo..hi]), sink);
             let mut l = 0.0;
-            for s in &mut s_row[..n] {
+            for s in &mut s_row[lo..hi] {
                 *s = (*s - m).exp();
                 l += *s;
             }
-            s_row[n..].fill(0.0);
+            if let Some(sink) = sink {
+                l += (sink - m).exp();
+            }
+            s_row[..lo].fill(0.0);
+            s_row[hi..].fill(0.0);
             *l_slot = l;
             if let Some(slot) = lse_slot {
                 *slot = m + l.ln();
@@ -621,11 +716,12 @@ impl<T: Element> Inputs<'_, T> {
         }
 
         // acc = P · V. Within a row group, keys every row sees go through the micro-kernel;
-        // the few keys only some rows see (the causal staircase) are added row by row, so
+        // the few keys only some rows see (the causal staircase, the window's edges) are
+        // added row by row, before and after, so that each row still sums in key order and
         // a masked V row never reaches a row (0 · NaN would).
         ws.acc.clear();
         ws.acc.resize(rows_pad * d_pad, 0.0);
-        for j0 in (0..n_max).step_by(BLOCK_N) {
+        for j0 in (j_first..n_max).step_by(BLOCK_N) {
             let cols = BLOCK_N.min(n_max - j0);
             ws.v_pack.clear();
             ws.v_pack.resize(cols * d_pad, 0.0);
@@ -638,21 +734,39 @@ impl<T: Element> Inputs<'_, T> {
                     }
                 }
             }
+            let j_end = j0 + cols;
             for g in 0..rows_pad / MR {
-                let vis = &ws.visible[g * MR..][..MR];
-                let group_max = vis.iter().copied().max().unwrap_or(0);
-                if group_max <= j0 {
+                let (lo, hi) = (&ws.lo[g * MR..][..MR], &ws.hi[g * MR..][..MR]);
+                let (g_lo, g_hi) = span(lo, hi);
+                if g_hi <= j0 || g_lo >= j_end {
                     continue;
                 }
                 // Fully masked rows (and padding) contribute nothing and do not limit the
-                // common part.
-                let common = vis.iter().copied().filter(|&n| n > 0).min().unwrap_or(0);
-                let kc = common.saturating_sub(j0).min(cols);
-                if kc > 0 {
+                // common part; their P is 0 and their output is overwritten with 0.
+                let (c_lo, c_hi) = common(lo, hi);
+                let (ks, ke) = (c_lo.max(j0), c_hi.min(j_end));
+                let has_common = ks < ke;
+                for r in 0..MR {
+                    let row = g * MR + r;
+                    if lo[r] < hi[r] {
+                        let end = if has_common { ks } else { hi[r].min(j_end) };
+                        add_keys::<FMA>(
+                            &mut ws.acc[row * d_pad..][..d_pad],
+                            &ws.s[row * s_stride..][..s_stride],
+                            &ws.v_pack,
+                            cols,
+                            j0,
+                            lo[r].max(j0),
+                            end,
+                        );
+                    }
+                }
+                if has_common {
+                    let kc = ke - ks;
                     ws.p_pack.clear();
                     ws.p_pack.resize(kc * MR, 0.0);
                     for r in 0..MR {
-                        let s_row = &ws.s[(g * MR + r) * s_stride + j0..][..kc];
+                        let s_row = &ws.s[(g * MR + r) * s_stride + ks..][..kc];
                         for (jj, &pv) in s_row.iter().enumerate() {
                             ws.p_pack[jj * MR + r] = pv;
                         }
@@ -665,25 +779,25 @@ impl<T: Element> Inputs<'_, T> {
                         micro_kernel::<FMA>(
                             kc,
                             &ws.p_pack,
-                            &ws.v_pack[pn * cols * NR..][..cols * NR],
+                            &ws.v_pack[pn * cols * NR + (ks - j0) * NR..][..kc * NR],
                             &mut c,
                         );
                         for (r, c_row) in c.iter().enumerate() {
                             ws.acc[(g * MR + r) * d_pad + pn * NR..][..NR].copy_from_slice(c_row);
                         }
                     }
-                }
-                for (r, &n) in vis.iter().enumerate() {
-                    let end = n.saturating_sub(j0).min(cols);
-                    let row = g * MR + r;
-                    let acc_row = &mut ws.acc[row * d_pad..][..d_pad];
-                    for jj in kc..end {
-                        let pv = ws.s[row * s_stride + j0 + jj];
-                        let panels = ws.v_pack.chunks_exact(cols * NR);
-                        for (acc_part, panel) in acc_row.chunks_exact_mut(NR).zip(panels) {
-                            for (a, &x) in acc_part.iter_mut().zip(&panel[jj * NR..][..NR]) {
-                                *a = mul_add::<FMA>(pv, x, *a);
-                            }
+                    for r in 0..MR {
+                        let row = g * MR + r;
+                        if lo[r] < hi[r] {
+                            add_keys::<FMA>(
+                                &mut ws.acc[row * d_pad..][..d_pad],
+                                &ws.s[row * s_stride..][..s_stride],
+                                &ws.v_pack,
+                                cols,
+                                j0,
+                                ke,
+                                hi[r].min(j_end),
+                            );
                         }
                     }
                 }
@@ -693,7 +807,7 @@ impl<T: Element> Inputs<'_, T> {
         // O = acc / l.
         for r in 0..rows {
             let out = &mut o_out[r * d..][..d];
-            if ws.visible[r] == 0 {
+            if ws.lo[r] == ws.hi[r] {
                 out.fill(0.0);
                 continue;
             }

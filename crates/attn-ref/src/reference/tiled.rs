@@ -6,15 +6,18 @@
 //! For a query block, key tiles are visited in order. For each visited tile, per row:
 //!
 //! ```text
-//! s        = scale · q·k        (−∞ where masked)
+//! s        = scale · q·k, softcapped and ALiBi-shifted (Problem::score); −∞ where masked
 //! m_new    = max(m, max_c s)
 //! p        = exp(s − m_new)     (0 where masked, and on a row whose m_new is still −∞)
 //! l        = exp(m − m_new) · l + Σ_c p
 //! acc      = exp(m − m_new) · acc + Σ_c p · v_c
 //! ```
 //!
-//! and at the end `O = acc / l`, `LSE = m + ln l` (O = 0, LSE = −∞ for a row with no
-//! visible key; NaN for a row whose visible scores are all −∞, as in `forward`).
+//! and at the end, with an attention sink, `m_new = max(m, sink)`, `α = exp(m − m_new)`,
+//! `l = α·l + exp(sink − m_new)`, `acc = α·acc`, `m = m_new`; then `O = acc / l`,
+//! `LSE = m + ln l` (O = 0, LSE = −∞ for a row with no visible key; NaN for a row whose
+//! visible scores are all −∞ and which has no sink, as in `forward`). The `l` and `m` of a
+//! captured [`Tile`] are the running values before the sink joins.
 //!
 //! A key tile that is masked for *every* row of the query block is skipped — no Tile, no
 //! update — exactly as a causal kernel never loads it; a tile that is masked for only some
@@ -41,7 +44,7 @@
 
 use rayon::prelude::*;
 
-use super::{max_propagating_nan, RefOutput};
+use super::{max_propagating_nan, with_sink, RefOutput};
 use crate::{AttnError, Element, Problem, Tile, TileId};
 
 /// Runs the online-softmax algorithm over `block_m × block_n` tiles and returns the output
@@ -135,8 +138,9 @@ impl<T: Element> QueryBlock<'_, T> {
         let (d, kvh, scale) = (shape.head_dim(), shape.kv_head_of(self.h), self.p.scale());
         let rows = lse_blk.len();
         let row0 = self.q_tile * self.block_m;
-        let visible: Vec<usize> = (0..rows).map(|r| self.p.visible_keys(row0 + r)).collect();
-        let n_max = visible.iter().copied().max().unwrap_or(0);
+        let ranges: Vec<std::ops::Range<usize>> =
+            (0..rows).map(|r| self.p.visible_range(row0 + r)).collect();
+        let n_max = ranges.iter().map(|x| x.end).max().unwrap_or(0);
         let q_rows: Vec<Vec<f64>> = (0..rows)
             .map(|r| {
                 self.q[shape.q_offset(self.b, self.h, row0 + r)..][..d]
@@ -155,10 +159,20 @@ impl<T: Element> QueryBlock<'_, T> {
         let mut acc = vec![0.0; rows * d];
         let mut tiles = Vec::new();
         let mut v_row = vec![0.0; d];
-        // Tiles from n_max on are masked for every row of the block: skipped.
+        // Tiles from n_max on, and tiles no row's range meets, are masked for every row of
+        // the block: skipped.
         for k_tile in 0..n_max.div_ceil(self.block_n) {
             let c0 = k_tile * self.block_n;
             let cols = self.block_n.min(shape.kv_len() - c0);
+            // Visible columns of each row in this tile, `a..e` relative to c0.
+            let cut = |x: &std::ops::Range<usize>| {
+                let a = x.start.clamp(c0, c0 + cols) - c0;
+                let e = x.end.clamp(c0, c0 + cols) - c0;
+                a..e.max(a)
+            };
+            if ranges.iter().all(|x| cut(x).is_empty()) {
+                continue;
+            }
             let k_rows: Vec<Vec<f64>> = (0..cols)
                 .map(|c| {
                     self.k[shape.kv_offset(self.b, kvh, c0 + c)..][..d]
@@ -170,14 +184,14 @@ impl<T: Element> QueryBlock<'_, T> {
             let mut s = vec![f64::NEG_INFINITY; rows * cols];
             let mut pt = vec![0.0; rows * cols];
             for r in 0..rows {
-                let vis = visible[r].saturating_sub(c0).min(cols);
+                let vis = cut(&ranges[r]);
                 let s_row = &mut s[r * cols..][..cols];
-                for (c, s_rc) in s_row.iter_mut().enumerate().take(vis) {
+                for c in vis.clone() {
                     let dot: f64 = q_rows[r].iter().zip(&k_rows[c]).map(|(a, b)| a * b).sum();
-                    *s_rc = scale * dot;
+                    s_row[c] = self.p.score(self.b, self.h, row0 + r, c0 + c, scale * dot);
                 }
-                seen[r] |= vis > 0;
-                let m_new = max_propagating_nan(&[m[r], max_propagating_nan(&s_row[..vis])]);
+                seen[r] |= !vis.is_empty();
+                let m_new = max_propagating_nan(&[m[r], max_propagating_nan(&s_row[vis.clone()])]);
                 if m_new == f64::NEG_INFINITY {
                     continue; // nothing visible yet: p = 0, l and acc stay 0
                 }
@@ -185,14 +199,14 @@ impl<T: Element> QueryBlock<'_, T> {
                 let alpha = (m[r] - m_new).exp();
                 let p_row = &mut pt[r * cols..][..cols];
                 let mut tile_sum = 0.0;
-                for (pv, sv) in p_row.iter_mut().zip(&s_row[..vis]) {
+                for (pv, sv) in p_row[vis.clone()].iter_mut().zip(&s_row[vis.clone()]) {
                     *pv = (sv - m_new).exp();
                     tile_sum += *pv;
                 }
                 l[r] = alpha * l[r] + tile_sum;
                 let acc_row = &mut acc[r * d..][..d];
                 acc_row.iter_mut().for_each(|a| *a *= alpha);
-                for (c, pv) in p_row[..vis].iter().enumerate() {
+                for (c, pv) in vis.clone().zip(&p_row[vis.clone()]) {
                     let src = &self.v[shape.kv_offset(self.b, kvh, c0 + c)..][..d];
                     v_row.iter_mut().zip(src).for_each(|(x, y)| *x = y.to_f64());
                     acc_row
@@ -220,19 +234,29 @@ impl<T: Element> QueryBlock<'_, T> {
             }
         }
 
+        let sink = self.p.sink(self.h);
         for r in 0..rows {
             let out = &mut o_blk[r * d..][..d];
+            if !seen[r] {
+                out.fill(0.0);
+                lse_blk[r] = f64::NEG_INFINITY;
+                continue;
+            }
+            let acc_row = &mut acc[r * d..][..d];
+            if let Some(sink) = sink {
+                // The sink joins the running max and the denominator after the last tile.
+                let m_new = with_sink(m[r], Some(sink));
+                let alpha = (m[r] - m_new).exp();
+                l[r] = alpha * l[r] + (sink - m_new).exp();
+                acc_row.iter_mut().for_each(|a| *a *= alpha);
+                m[r] = m_new;
+            }
             if l[r] == 0.0 && m[r] == f64::NEG_INFINITY {
-                let (o_val, lse_val) = if seen[r] {
-                    (f64::NAN, f64::NAN)
-                } else {
-                    (0.0, f64::NEG_INFINITY)
-                };
-                out.fill(o_val);
-                lse_blk[r] = lse_val;
+                out.fill(f64::NAN);
+                lse_blk[r] = f64::NAN;
             } else {
                 out.iter_mut()
-                    .zip(&acc[r * d..][..d])
+                    .zip(acc_row.iter())
                     .for_each(|(o, a)| *o = a / l[r]);
                 lse_blk[r] = m[r] + l[r].ln();
             }

@@ -1,0 +1,132 @@
+//! Variable-length batches (FlashAttention's `flash_attn_varlen_func`): sequences of
+//! different lengths packed back to back, described by prefix sums.
+//!
+//! Q is `[total_q, Hq, D]`, K and V are `[total_k, Hkv, D]`; `cu_seqlens_q` and
+//! `cu_seqlens_k` hold `B + 1` non-decreasing int32 prefix sums starting at 0, so sequence
+//! `b` owns query rows `cu_q[b]..cu_q[b+1]` and keys `cu_k[b]..cu_k[b+1]`. Each sequence is an
+//! independent problem of lengths `(cu_q[b+1] − cu_q[b], cu_k[b+1] − cu_k[b])`, with causal
+//! and window alignment computed per sequence: [`forward_varlen`] builds it
+//! ([`Problem::sequence`]) and runs the dense [`forward`](super::forward) on it, so there is
+//! one definition of attention. A sequence with no query rows produces nothing; one with
+//! query rows but no keys gives O = 0 and LSE = −∞ for its rows.
+//!
+//! ```
+//! use attn_ref::{AttnShape, Causal, Problem};
+//! use attn_ref::reference::{forward, varlen::forward_varlen};
+//!
+//! // Two sequences: (Sq, Sk) = (2, 3) and (1, 1); Hq = Hkv = 1, D = 2.
+//! let template = Problem::new(AttnShape::new(2, 1, 1, 1, 1, 2)?, Causal::BottomRight);
+//! let (cu_q, cu_k) = ([0, 2, 3], [0, 3, 4]);
+//! let q: Vec<f64> = (0..6).map(|i| (i as f64 * 0.3).sin()).collect();
+//! let k: Vec<f64> = (0..8).map(|i| (i as f64 * 0.7).cos()).collect();
+//! let out = forward_varlen(&template, &cu_q, &cu_k, &q, &k, &k)?;
+//! assert_eq!((out.o.len(), out.lse.len()), (6, 3)); // O [3, 1, 2], LSE [1, 3]
+//! // Sequence 1 alone is the dense problem on its rows.
+//! let one = Problem::new(AttnShape::new(1, 1, 1, 1, 1, 2)?, Causal::BottomRight);
+//! let dense = forward(&one, &q[4..6], &k[6..8], &k[6..8])?;
+//! assert_eq!(&out.o[4..6], &dense.o[..]);
+//! # Ok::<(), attn_ref::AttnError>(())
+//! ```
+
+use super::{forward, RefOutput};
+use crate::{check_len, AttnError, Element, Problem};
+
+/// Validates one `cu_seqlens` array for `batch` sequences and returns it as offsets.
+pub fn check_cu_seqlens(
+    name: &'static str,
+    cu: &[i32],
+    batch: usize,
+) -> Result<Vec<usize>, AttnError> {
+    if cu.len() != batch + 1 {
+        return Err(AttnError::CuSeqlensLength {
+            name,
+            expected: batch + 1,
+            got: cu.len(),
+        });
+    }
+    let mut previous = 0i64;
+    for (index, &value) in cu.iter().enumerate() {
+        let value = i64::from(value);
+        if (index == 0 && value != 0) || value < previous {
+            return Err(AttnError::CuSeqlensNotMonotone {
+                name,
+                index,
+                value,
+                previous,
+            });
+        }
+        previous = value;
+    }
+    Ok(cu.iter().map(|&x| x as usize).collect())
+}
+
+/// The reference on a variable-length batch (see the module documentation).
+///
+/// `template` gives the heads (Hq, Hkv), head dim, causal mode, scale and features; its
+/// batch must be the number of sequences (`cu_seqlens_*.len() − 1`, which also sizes
+/// per-(batch, head) ALiBi slopes); its `q_len` and `kv_len` are not used.
+///
+/// Returns O `[total_q, Hq, D]` and LSE `[Hq, total_q]` (FlashAttention's varlen layouts).
+/// Errors: malformed `cu_seqlens` (wrong length, not starting at 0, decreasing) and Q, K, V
+/// whose lengths are not `total × H × D`.
+pub fn forward_varlen<T: Element>(
+    template: &Problem,
+    cu_seqlens_q: &[i32],
+    cu_seqlens_k: &[i32],
+    q: &[T],
+    k: &[T],
+    v: &[T],
+) -> Result<RefOutput, AttnError> {
+    let shape = template.shape();
+    let (batch, hq, hkv, d) = (
+        shape.batch(),
+        shape.q_heads(),
+        shape.kv_heads(),
+        shape.head_dim(),
+    );
+    let cu_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch)?;
+    let cu_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch)?;
+    let (total_q, total_k) = (cu_q[batch], cu_k[batch]);
+    let elems = |rows: usize, heads: usize| {
+        rows.checked_mul(heads)
+            .and_then(|x| x.checked_mul(d))
+            .ok_or(AttnError::TooLarge)
+    };
+    check_len("Q", elems(total_q, hq)?, q.len())?;
+    check_len("K", elems(total_k, hkv)?, k.len())?;
+    check_len("V", elems(total_k, hkv)?, v.len())?;
+
+    let mut o = vec![0.0; total_q * hq * d];
+    let mut lse = vec![f64::NEG_INFINITY; hq * total_q];
+    for b in 0..batch {
+        let (q0, sq) = (cu_q[b], cu_q[b + 1] - cu_q[b]);
+        let (k0, sk) = (cu_k[b], cu_k[b + 1] - cu_k[b]);
+        if sq == 0 || sk == 0 {
+            continue; // no rows, or rows that see no key: O = 0, LSE = −∞ as initialized
+        }
+        let p = template.sequence(b, sq, sk)?;
+        // [S, H, D] rows → [1, H, S, D].
+        let to_bhsd = |x: &[T], s0: usize, len: usize, heads: usize| -> Vec<T> {
+            let mut out = Vec::with_capacity(heads * len * d);
+            for h in 0..heads {
+                for s in 0..len {
+                    out.extend_from_slice(&x[((s0 + s) * heads + h) * d..][..d]);
+                }
+            }
+            out
+        };
+        let out = forward(
+            &p,
+            &to_bhsd(q, q0, sq, hq),
+            &to_bhsd(k, k0, sk, hkv),
+            &to_bhsd(v, k0, sk, hkv),
+        )?;
+        for h in 0..hq {
+            for s in 0..sq {
+                o[((q0 + s) * hq + h) * d..][..d].copy_from_slice(&out.o[(h * sq + s) * d..][..d]);
+                lse[h * total_q + q0 + s] = out.lse[h * sq + s];
+            }
+        }
+    }
+    Ok(RefOutput { o, lse })
+}
