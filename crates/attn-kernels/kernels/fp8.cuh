@@ -68,24 +68,19 @@ template <int ROW_BYTES> __device__ __forceinline__ int swz_bytes(int row, int c
 }
 
 // Copies ROWS rows of ROW_BYTES bytes (row r at src + r·stride) into a swizzled tile; rows
-// >= valid are zero-filled without being read. Each thread walks its rows with one running
-// pointer (a runtime stride would otherwise leave one hoisted row offset per unrolled step
-// in registers).
+// >= valid are zero-filled without being read.
 template <int ROW_BYTES, int ROWS, int NTHREADS>
 __device__ __forceinline__ void load_bytes_async(uint8_t* tile, const uint8_t* __restrict__ src,
-                                                 int stride, int valid, int tid) {
+                                                 int64_t stride, int valid, int tid) {
     constexpr int kChunksPerRow = ROW_BYTES / 16;
     constexpr int kChunks = ROWS * kChunksPerRow;
-    static_assert(NTHREADS % kChunksPerRow == 0, "each thread keeps one chunk column");
-    constexpr int kRowStep = NTHREADS / kChunksPerRow;
-    const int c = tid % kChunksPerRow;
-    int r = tid / kChunksPerRow;
-    const uint8_t* s = src + r * stride + c * 16;
-    const int step = kRowStep * stride;
 #pragma unroll
-    for (int i = tid; i < kChunks; i += NTHREADS, r += kRowStep, s += step) {
+    for (int i = tid; i < kChunks; i += NTHREADS) {
+        const int r = i / kChunksPerRow;
+        const int c = i % kChunksPerRow;
         const bool in_bounds = r < valid;
-        cp_async_16(smem_addr(tile + swz_bytes<ROW_BYTES>(r, c)), in_bounds ? s : src, in_bounds);
+        const uint8_t* s = src + (in_bounds ? r * stride : 0) + c * 16;
+        cp_async_16(smem_addr(tile + swz_bytes<ROW_BYTES>(r, c)), s, in_bounds);
     }
 }
 

@@ -1,7 +1,9 @@
 // What both FP8 forward kernels (mma.sync: fwd_fp8_kernel.cuh, wgmma:
 // fwd_fp8_wgmma_kernel.cuh) share: the tile geometry of a config, and one CTA's view of the
 // problem — which (batch, head, query block) it owns, its heads' base pointers, and the
-// cp.async loads of the Q tile and of one K/Vᵀ ring stage.
+// cp.async loads of the Q tile and of one K/Vᵀ ring stage. Q, K and O are contiguous
+// [B, H, S, D] (the launcher refuses other strides): compile-time row strides keep the
+// one-warpgroup wgmma kernel within its 168-register budget.
 #pragma once
 #include "fp8.cuh"
 #include "mask.cuh"
@@ -44,8 +46,8 @@ template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS> struct Fp
         m0 = blockIdx.x * BM;
         qh = blockIdx.z * p.q_heads + blockIdx.y;
         kh = blockIdx.z * p.kv_heads + blockIdx.y / p.group;
-        q_head = head_ptr(q, p.q_stride, blockIdx.z, blockIdx.y);
-        k_head = head_ptr(k, p.k_stride, blockIdx.z, blockIdx.y / p.group);
+        q_head = q + static_cast<int64_t>(qh) * p.q_len * D;
+        k_head = k + static_cast<int64_t>(kh) * p.kv_len * D;
         vt_head = vt + static_cast<int64_t>(kh) * D * vt_stride;
     }
 
@@ -54,7 +56,7 @@ template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS> struct Fp
         return sQ + BM * D + STAGES * BN * D + buf * BN * D;
     }
     __device__ __forceinline__ OutT* o_head(OutT* o, const FwdParams& p) const {
-        return head_ptr(o, p.o_stride, blockIdx.z, blockIdx.y);
+        return o + static_cast<int64_t>(qh) * p.q_len * D;
     }
     // Null when no LSE is written.
     __device__ __forceinline__ float* lse_head(float* lse, const FwdParams& p) const {
@@ -65,18 +67,15 @@ template <typename OutT, int D, int BM, int BN, int STAGES, int WARPS> struct Fp
     // one of its rows is in bounds.
     __device__ __forceinline__ void load_kv(int tile, int buf, const FwdParams& p, int tid) const {
         const int key0 = tile * BN;
-        // Row offsets in 32 bits (the launcher checks kv_len · row stride < 2³¹): a 64-bit
-        // product here costs the registers that hold three CTAs per SM.
-        const int k_row = static_cast<int>(p.k_stride[2]);
-        load_bytes_async<D, BN, Cfg::kThreads>(k_tile(buf), k_head + key0 * k_row, k_row, p.kv_len - key0, tid);
+        load_bytes_async<D, BN, Cfg::kThreads>(k_tile(buf), k_head + static_cast<int64_t>(key0) * D, D,
+                                               p.kv_len - key0, tid);
         load_bytes_async<BN, D, Cfg::kThreads>(v_tile(buf), vt_head + key0, vt_stride, D, tid);
     }
 
     // Issues the Q tile and the first STAGES - 1 K/Vᵀ tiles, one cp.async group per stage
     // (the Q tile rides in the first).
     __device__ __forceinline__ void start(int n_tiles, const FwdParams& p, int tid) const {
-        const int q_row = static_cast<int>(p.q_stride[2]);
-        load_bytes_async<D, BM, Cfg::kThreads>(sQ, q_head + m0 * q_row, q_row, p.q_len - m0, tid);
+        load_bytes_async<D, BM, Cfg::kThreads>(sQ, q_head + static_cast<int64_t>(m0) * D, D, p.q_len - m0, tid);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (s < n_tiles) load_kv(s, s, p, tid);

@@ -186,7 +186,7 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
     softmax.m[0] -= kLog2Gain;
     softmax.m[1] -= kLog2Gain;
     write_output<OutT, D, Cfg::kNO>(acc_o, softmax.m, softmax.l, reinterpret_cast<OutT*>(smem_raw), blk.o_head(o, p),
-                                    blk.lse_head(lse, p), warp_row0, m0, p.q_len, lane, static_cast<int>(p.o_stride[2]), D / 8, out_scale);
+                                    blk.lse_head(lse, p), warp_row0, m0, p.q_len, lane, D, D / 8, out_scale);
 }
 
 } // namespace attn

@@ -128,7 +128,7 @@ __device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__
     softmax.m[0] -= kLog2Gain;
     softmax.m[1] -= kLog2Gain;
     write_output<OutT, D, kNO>(acc_o, softmax.m, softmax.l, reinterpret_cast<OutT*>(base), blk.o_head(o, p), blk.lse_head(lse, p),
-                               warp_row0, m0, p.q_len, lane, static_cast<int>(p.o_stride[2]), D / 8, out_scale);
+                               warp_row0, m0, p.q_len, lane, D, D / 8, out_scale);
 #else
     __trap(); // the `wgmma` entry points exist only in sm_90a cubins
 #endif

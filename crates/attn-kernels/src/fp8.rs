@@ -26,7 +26,7 @@ use crate::{
     catalog::{self, Arch, Family, UnitKey},
     config::{Dtype, KernelConfig},
     launch::{check_buffer, check_tensors, dims_kv, dims_q, driver, fwd_params, FwdParams},
-    tensor::{Tensor, TensorMut},
+    tensor::{Layout, Tensor, TensorMut},
     FlashAttention, HostOutput, KernelError, LaunchInfo, StorageType,
 };
 
@@ -500,13 +500,18 @@ impl FlashAttention {
             (o.dims, o.strides, o_len, o_ptr),
             lse_bound.as_ref().map(|(len, p, _)| (*len, *p)),
         )?;
-        // The FP8 kernels index rows in 32 bits (kernels/fp8_block.cuh).
-        for (t, rows) in [(&q, shape.q_len()), (&k, shape.kv_len())] {
-            if rows
-                .checked_mul(t.strides.row)
-                .is_none_or(|x| x > i32::MAX as usize)
-            {
-                return Err(KernelError::IndexOverflow("FP8 rows · row stride (32-bit)"));
+        // Q, K and O contiguous [B, H, S, D] (kernels/fp8_block.cuh: compile-time row strides
+        // hold the wgmma kernel's register budget); V may be strided (the Vᵀ pass reads it).
+        for (name, dims, strides) in [
+            ("Q", q.dims, q.strides),
+            ("K", k.dims, k.strides),
+            ("O", o.dims, o.strides),
+        ] {
+            if strides != Layout::Bhsd.strides(dims) {
+                return Err(KernelError::InvalidTensor {
+                    tensor: name,
+                    reason: "the FP8 kernels take Q, K and O as contiguous [B, H, S, D] (strided FP8 Q/K/O is not implemented yet; V may be strided)".into(),
+                });
             }
         }
         let lse_ptr = lse_bound.as_mut().map_or(0u64, |(_, p, _)| *p);
