@@ -1,11 +1,15 @@
-//! `attn-kernels`: FlashAttention-2-style forward kernels for FP16 and BF16 (tensor cores
-//! through `mma.sync.m16n8k16`, `ldmatrix`, a `cp.async` K/V pipeline), compiled by nvcc into
-//! cubins for sm_80, sm_89 and sm_90a at build time, embedded in the crate and launched
+//! `attn-kernels`: the attention kernel family — a catalog of FlashAttention-2-style forward
+//! kernels for FP16 and BF16 (tensor cores through `mma.sync.m16n8k16`, `ldmatrix`, a
+//! `cp.async` K/V pipeline) for every head dim `D % 8 == 0` up to 256, and an FP8 (E4M3)
+//! forward with a Hopper `wgmma` variant — compiled by nvcc into cubins for sm_80, sm_89 and
+//! sm_90a at build time ([`catalog`] decides which), embedded in the crate and launched
 //! through `cudarc` behind a safe API that validates every argument before a launch.
 //!
-//! Problems are described with [`attn_ref`]'s types; [`GpuBackend`] implements
-//! [`attn_ref::Attention`], the same trait as the CPU reference, so tests and the release
-//! gate can run either on the same inputs.
+//! Problems are described with [`attn_ref`]'s types; tensors are cudarc views with dims and
+//! strides ([`Tensor`], [`TensorMut`]), so `[B,H,S,D]`, `[B,S,H,D]` and views into a larger KV
+//! cache all run without copies. [`GpuBackend`] implements [`attn_ref::Attention`], the same
+//! trait as the CPU reference, so tests and the release gate can run either on the same
+//! inputs.
 //!
 //! ```no_run
 //! use attn_kernels::FlashAttention;
@@ -19,6 +23,37 @@
 //! let gpu = FlashAttention::new(0)?; // a typed error, not a panic, without a driver
 //! let out = gpu.forward_host(&problem, &q, &kv, &kv)?;
 //! assert_eq!(out.o.len(), shape.o_elems());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Device buffers in `[B, S, H, D]`, K and V inside a cache with room for 4096 positions:
+//!
+//! ```no_run
+//! use attn_kernels::{dims_kv, dims_q, FlashAttention, Forward, ForwardOptions, Layout, Tensor, TensorMut};
+//! use attn_ref::{AttnShape, Causal, Problem};
+//! use half::f16;
+//!
+//! let shape = AttnShape::new(2, 8, 2, 1024, 1024, 96)?;
+//! let problem = Problem::new(shape, Causal::BottomRight);
+//! let gpu = FlashAttention::new(0)?;
+//! let s = gpu.stream();
+//! let q = s.alloc_zeros::<f16>(shape.q_elems())?;
+//! let mut o = s.alloc_zeros::<f16>(shape.o_elems())?;
+//! let cache_dims = [2, 2, 4096, 96];
+//! let k_cache = s.alloc_zeros::<f16>(cache_dims.iter().product())?;
+//! let v_cache = s.alloc_zeros::<f16>(cache_dims.iter().product())?;
+//! let cache = Layout::Bshd.strides(cache_dims);
+//! let (qd, kd) = (dims_q(&shape), dims_kv(&shape));
+//! let info = gpu.forward(Forward {
+//!     problem: &problem,
+//!     q: Tensor::contiguous(q.as_view(), qd, Layout::Bshd),
+//!     k: Tensor::new(k_cache.as_view(), kd, cache),
+//!     v: Tensor::new(v_cache.as_view(), kd, cache),
+//!     o: TensorMut::contiguous(o.as_view_mut(), qd, Layout::Bshd),
+//!     lse: None,
+//!     options: ForwardOptions::default(),
+//! })?;
+//! println!("ran {}", info.kernel);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
