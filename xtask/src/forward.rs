@@ -143,6 +143,26 @@ pub struct GpuRun {
     pub fp8_variant: Option<attn_kernels::Fp8Variant>,
 }
 
+impl GpuRun {
+    /// What a launch returned, with the tile size and name of the config that ran.
+    fn new(
+        o: Vec<f32>,
+        lse: Vec<f32>,
+        tiles: Vec<Tile>,
+        launch: &attn_kernels::LaunchInfo,
+        fp8_variant: Option<attn_kernels::Fp8Variant>,
+    ) -> Self {
+        GpuRun {
+            output: AttnOutput { o, lse },
+            block_m: launch.config.block_m,
+            block_n: launch.config.block_n,
+            tiles,
+            kernel: format!("{} ({})", launch.kernel, launch.config.name()),
+            fp8_variant,
+        }
+    }
+}
+
 /// [`run_gpu`] on buffers in `layout` (no tile dumps): the kernel runs on the strided
 /// layout directly and O comes back in it.
 pub fn run_gpu_layout(
@@ -179,14 +199,7 @@ pub fn run_gpu_layout(
         Dtype::F16 => go!(half::f16),
         Dtype::Bf16 => go!(half::bf16),
     };
-    Ok(GpuRun {
-        output: AttnOutput { o, lse },
-        block_m: launch.config.block_m,
-        block_n: launch.config.block_n,
-        tiles: Vec::new(),
-        kernel: format!("{} ({})", launch.kernel, launch.config.name()),
-        fp8_variant: None,
-    })
+    Ok(GpuRun::new(o, lse, Vec::new(), &launch, None))
 }
 
 /// Runs the GPU kernel once on host inputs (f32 values, rounded to `dtype` = "f16"|"bf16").
@@ -238,14 +251,7 @@ pub fn run_gpu(
         Dtype::Bf16 => go!(half::bf16),
     };
     // The tile size of the config that actually ran (the debug build has fewer configs).
-    Ok(GpuRun {
-        output: AttnOutput { o, lse },
-        block_m: launch.config.block_m,
-        block_n: launch.config.block_n,
-        tiles,
-        kernel: format!("{} ({})", launch.kernel, launch.config.name()),
-        fp8_variant: None,
-    })
+    Ok(GpuRun::new(o, lse, tiles, &launch, None))
 }
 
 /// The FP8 kernel (E4M3 codes, per-head scales, f16 O, the device's default variant) on
@@ -282,17 +288,13 @@ fn run_fp8(
         &quantize(v, kd, Fp8Format::E4M3, Granularity::Head)?,
         &opts,
     )?;
-    Ok(GpuRun {
-        output: AttnOutput {
-            o: out.o.iter().map(|x| x.to_f32()).collect(),
-            lse: out.lse,
-        },
-        block_m: out.launch.config.block_m,
-        block_n: out.launch.config.block_n,
-        tiles: Vec::new(),
-        kernel: format!("{} ({})", out.launch.kernel, out.launch.config.name()),
-        fp8_variant: Some(variant),
-    })
+    Ok(GpuRun::new(
+        out.o.iter().map(|x| x.to_f32()).collect(),
+        out.lse,
+        Vec::new(),
+        &out.launch,
+        Some(variant),
+    ))
 }
 
 type DebugParts = (Vec<f32>, Vec<f32>, Vec<Tile>, attn_kernels::LaunchInfo);

@@ -33,19 +33,25 @@ pub struct Args {
     /// crates/attn-kernels/elite.tsv.
     #[arg(long)]
     write_elite: Option<PathBuf>,
+    /// Head-dim buckets to sweep (comma separated; each must be one of the catalog's
+    /// buckets: 32, 64, 96, 128, 160, 192, 224, 256).
+    #[arg(long, value_delimiter = ',', default_value = "64,128")]
+    head_dims: Vec<usize>,
 }
 
 /// Representative shapes, one per (head dim, shape class).
-fn class_shapes() -> Vec<BenchShape> {
+fn class_shapes(head_dims: &[usize]) -> Vec<BenchShape> {
     let mut v = Vec::new();
-    for d in [64, 128] {
+    for &d in head_dims {
         for causal in [false, true] {
             v.push(BenchShape::mha(1, 8, 512, d, causal));
             v.push(BenchShape::mha(2, 8, 2048, d, causal));
             v.push(BenchShape::mha(4, 16, 4096, d, causal));
         }
     }
-    v.push(BenchShape::mha(1, 16, 16384, 128, false));
+    if head_dims.contains(&128) {
+        v.push(BenchShape::mha(1, 16, 16384, 128, false));
+    }
     v
 }
 
@@ -58,10 +64,7 @@ fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
         let s = p.shape();
         let mut randn = |n: usize| -> Vec<f32> {
             (0..n)
-                .map(|_| match dtype {
-                    Dtype::F16 => half::f16::from_f32(rng.sample(StandardNormal)).to_f32(),
-                    Dtype::Bf16 => half::bf16::from_f32(rng.sample(StandardNormal)).to_f32(),
-                })
+                .map(|_| dtype.round(rng.sample(StandardNormal)))
                 .collect()
         };
         let (q, k, v) = (randn(s.q_elems()), randn(s.kv_elems()), randn(s.kv_elems()));
@@ -76,18 +79,13 @@ fn gate(dtype: Dtype, d: usize, cfg: KernelConfig) -> anyhow::Result<()> {
         let got = attn_ref::Attention::forward(&backend, &p, &q, &k, &v)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let want = reference::forward(&p, &q, &k, &v)?;
-        let storage = match dtype {
-            Dtype::F16 => attn_ref::Dtype::F16,
-            Dtype::Bf16 => attn_ref::Dtype::Bf16,
-        };
-        let emu = emulate::forward_emulated(&p, &q, &k, &v, storage)?;
+        let emu = emulate::forward_emulated(&p, &q, &k, &v, dtype)?;
         // The same rule (bound and sanity caps) the oracle and the gate apply.
         let opts = attn_oracle::CompareOptions::default();
         let out = attn_oracle::compare(&got.o, &want.o, s, &opts)?;
         let emu32: Vec<f32> = emu.o.iter().map(|&x| x as f32).collect();
         let emu = attn_oracle::compare(&emu32, &want.o, s, &opts)?;
-        let verdict =
-            attn_oracle::ToleranceRule::for_storage(storage.into()).check(&out, &emu, None);
+        let verdict = attn_oracle::ToleranceRule::for_storage(dtype.into()).check(&out, &emu, None);
         if !verdict.pass {
             bail!(
                 "config {} D={d} {causal}: {}",
@@ -108,7 +106,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let arch = format!("sm_{ma}{mi}");
     let mut rows = Vec::new();
     let mut passed: Vec<(usize, KernelConfig)> = Vec::new();
-    for d in [64, 128] {
+    for &d in &args.head_dims {
+        if !attn_kernels::FWD_HEAD_DIM_BUCKETS.contains(&d) {
+            anyhow::bail!(
+                "--head-dims: {d} is not a kernel bucket (one of {:?}); the elite table is keyed by bucket",
+                attn_kernels::FWD_HEAD_DIM_BUCKETS
+            );
+        }
         for cfg in configs_for(d) {
             if cfg.smem_bytes(d) > gpu.max_smem_per_block() {
                 continue;
@@ -119,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
-    for shape in class_shapes() {
+    for shape in class_shapes(&args.head_dims) {
         let p = shape.problem()?;
         let s = p.shape();
         let class = elite::shape_class(s.q_len(), s.batch() * s.q_heads(), p.causal());

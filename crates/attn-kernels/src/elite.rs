@@ -109,7 +109,12 @@ pub fn lookup_dtype(problem: &Problem, arch: &str, dtype: Option<Dtype>) -> Opti
     let class = shape_class(s.q_len(), s.batch() * s.q_heads(), problem.causal());
     table()
         .iter()
-        .filter(|e| e.arch == arch && e.head_dim == s.head_dim() && e.class == class)
+        // Keyed by bucket: a D = 120 problem runs (and is tuned as) the D = 128 kernels.
+        .filter(|e| {
+            e.arch == arch
+                && Some(e.head_dim) == crate::catalog::fwd_bucket(s.head_dim())
+                && e.class == class
+        })
         .filter(|e| dtype.is_none_or(|d| d == e.dtype))
         .min_by_key(|e| e.rank)
         .map(|e| e.config)
@@ -140,5 +145,23 @@ mod tests {
         assert!(parse("sm_90\tf16\t64\ts512-bh16-full\t1\t99_64_4_s2\t10\t9\t11").is_err());
         assert!(parse("sm_90\tf16\t64\ts512-bh16-full\t1\t64_64_4_s2\t10\t11\t12").is_err());
         assert!(parse("sm_90\tf16\t64").is_err());
+    }
+
+    #[test]
+    fn padded_head_dims_use_their_buckets_row() {
+        use attn_ref::{AttnShape, Causal};
+        let p = |d| {
+            Problem::new(
+                AttnShape::self_attention(1, 8, 512, d).unwrap(),
+                Causal::None,
+            )
+        };
+        let d128 = lookup(&p(128), "sm_90");
+        assert!(d128.is_some(), "the committed table has sm_90 D=128 rows");
+        assert_eq!(lookup(&p(120), "sm_90"), d128);
+        assert_eq!(lookup(&p(104), "sm_90"), d128);
+        // D = 96 is its own bucket, with no rows yet: the chooser decides.
+        assert_eq!(lookup(&p(96), "sm_90"), None);
+        assert_eq!(lookup(&p(128), "sm_80"), None);
     }
 }

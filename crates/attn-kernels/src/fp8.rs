@@ -19,13 +19,13 @@ use attn_ref::{
     reference::emulate::{EmuSpec, PRounding},
     AttnError, Causal, Problem,
 };
-use cudarc::driver::{CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
 pub use crate::catalog::FP8_HEAD_DIMS;
 use crate::{
     catalog::{self, Arch, Family, UnitKey},
     config::{Dtype, KernelConfig},
-    launch::{check_buffer, check_tensors, dims_kv, dims_q, driver, fwd_params, FwdParams},
+    launch::{bind_tensors, check_buffer, dims_kv, dims_q, driver, fwd_params, FwdParams},
     tensor::{Layout, Tensor, TensorMut},
     FlashAttention, HostOutput, KernelError, LaunchInfo, StorageType,
 };
@@ -477,29 +477,6 @@ impl FlashAttention {
             false,
             0,
         )?;
-        let stream = self.stream();
-        let (q_ptr, _q_guard) = q.view.device_ptr(stream);
-        let (k_ptr, _k_guard) = k.view.device_ptr(stream);
-        let (v_ptr, _v_guard) = v.view.device_ptr(stream);
-        let o_len = o.view.len();
-        let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
-        let mut lse_bound = match lse.as_mut() {
-            Some(l) => {
-                let len = l.len();
-                let (p, g) = l.device_ptr_mut(stream);
-                Some((len, p, g))
-            }
-            None => None,
-        };
-        check_tensors(
-            problem,
-            [1, std::mem::size_of::<T>()],
-            (q.dims, q.strides, q.view.len(), q_ptr),
-            (k.dims, k.strides, k.view.len(), k_ptr),
-            (v.dims, v.strides, v.view.len(), v_ptr),
-            (o.dims, o.strides, o_len, o_ptr),
-            lse_bound.as_ref().map(|(len, p, _)| (*len, *p)),
-        )?;
         // Q, K and O contiguous [B, H, S, D] (kernels/fp8_block.cuh: compile-time row strides
         // hold the wgmma kernel's register budget); V may be strided (the Vᵀ pass reads it).
         for (name, dims, strides) in [
@@ -514,10 +491,12 @@ impl FlashAttention {
                 });
             }
         }
-        let lse_ptr = lse_bound.as_mut().map_or(0u64, |(_, p, _)| *p);
+        let stream = self.stream();
+        let o_strides = o.strides;
+        let ptrs = bind_tensors(stream, problem, &q, &k, &v, &mut o, lse.as_mut())?;
         let params = plan
             .params
-            .with_strides(q.strides, k.strides, v.strides, o.strides);
+            .with_strides(q.strides, k.strides, v.strides, o_strides);
 
         let vt_len = shape.batch() * shape.kv_heads() * d * plan.kv_pad;
         let mut vt_guard = self.fp8_vt.lock().map_err(|_| KernelError::Poisoned)?;
@@ -537,7 +516,7 @@ impl FlashAttention {
         let kv_heads = shape.kv_heads() as i32;
         let [vb, vh, vr] = params.v_stride;
         let mut b = stream.launch_builder(&transpose);
-        b.arg(&v_ptr)
+        b.arg(&ptrs.v)
             .arg(&mut *vt)
             .arg(&kv_len)
             .arg(&kv_pad)
@@ -559,14 +538,14 @@ impl FlashAttention {
         .map_err(driver("launching the FP8 Vᵀ pass"))?;
 
         let mut b = stream.launch_builder(&func);
-        b.arg(&q_ptr)
-            .arg(&k_ptr)
+        b.arg(&ptrs.q)
+            .arg(&ptrs.k)
             .arg(&*vt)
             .arg(&scales.q)
             .arg(&scales.k)
             .arg(&scales.v)
-            .arg(&o_ptr)
-            .arg(&lse_ptr);
+            .arg(&ptrs.o)
+            .arg(&ptrs.lse);
         b.arg(&params).arg(&kv_pad);
         // SAFETY: matches ATTN_FP8_ENTRY (q, k, vt, q_scale, k_scale, v_scale, o, lse,
         // FwdParams by value, vt_stride). Q, K and O were checked against the problem, their
@@ -584,7 +563,7 @@ impl FlashAttention {
             })
         }
         .map_err(driver("launching the FP8 kernel"))?;
-        drop(lse_bound);
+        drop(ptrs);
         Ok(LaunchInfo {
             kernel: name,
             arch,

@@ -9,7 +9,7 @@ use std::{
 use attn_ref::{AttnError, Causal, Problem};
 use cudarc::driver::{
     sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaViewMut, DevicePtr,
-    DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
+    DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg, SyncOnDrop,
 };
 
 use crate::{
@@ -365,14 +365,62 @@ pub fn dims_kv(s: &attn_ref::AttnShape) -> [usize; 4] {
     [s.batch(), s.kv_heads(), s.kv_len(), s.head_dim()]
 }
 
-/// Device pointers of a launch's tensors, after validation; the guards make cudarc order
-/// the launch after pending writes and record the launch's reads/writes when dropped.
-pub(crate) struct BoundTensors {
+/// Device pointers of a launch's tensors, after validation. The guards make cudarc order the
+/// launch after pending writes to each buffer and record its reads/writes when dropped, so
+/// a `BoundTensors` lives until after the launch.
+pub(crate) struct BoundTensors<'a> {
     pub q: u64,
     pub k: u64,
     pub v: u64,
     pub o: u64,
+    /// 0 when no LSE is written (the kernels test for null).
     pub lse: u64,
+    _guards: Vec<SyncOnDrop<'a>>,
+}
+
+/// Takes the device pointers of Q, K, V, O (and LSE) on `stream` and validates them
+/// ([`check_tensors`]); the one place the f16/bf16 and FP8 launchers bind their tensors.
+pub(crate) fn bind_tensors<'a, T, U>(
+    stream: &'a CudaStream,
+    problem: &Problem,
+    q: &'a Tensor<'_, T>,
+    k: &'a Tensor<'_, T>,
+    v: &'a Tensor<'_, T>,
+    o: &'a mut TensorMut<'_, U>,
+    lse: Option<&'a mut CudaViewMut<'_, f32>>,
+) -> Result<BoundTensors<'a>, KernelError> {
+    let (q_ptr, gq) = q.view.device_ptr(stream);
+    let (k_ptr, gk) = k.view.device_ptr(stream);
+    let (v_ptr, gv) = v.view.device_ptr(stream);
+    let (o_dims, o_strides, o_len) = (o.dims, o.strides, o.view.len());
+    let (o_ptr, go) = o.view.device_ptr_mut(stream);
+    let mut guards = vec![gq, gk, gv, go];
+    let lse = match lse {
+        Some(l) => {
+            let len = l.len();
+            let (p, g) = l.device_ptr_mut(stream);
+            guards.push(g);
+            Some((len, p))
+        }
+        None => None,
+    };
+    check_tensors(
+        problem,
+        [std::mem::size_of::<T>(), std::mem::size_of::<U>()],
+        (q.dims, q.strides, q.view.len(), q_ptr),
+        (k.dims, k.strides, k.view.len(), k_ptr),
+        (v.dims, v.strides, v.view.len(), v_ptr),
+        (o_dims, o_strides, o_len, o_ptr),
+        lse,
+    )?;
+    Ok(BoundTensors {
+        q: q_ptr,
+        k: k_ptr,
+        v: v_ptr,
+        o: o_ptr,
+        lse: lse.map_or(0, |(_, p)| p),
+        _guards: guards,
+    })
 }
 
 /// Validates Q, K, V, O (and LSE) against the problem and each other. Pure over addresses
@@ -588,39 +636,11 @@ impl FlashAttention {
         let name = fwd_entry_name(&unit, &cfg, mode, split);
         let (func, arch) = self.function(&unit, &name, debug, plan.smem_bytes as usize)?;
         let stream = &self.stream;
-        let (q_ptr, _q_guard) = q.view.device_ptr(stream);
-        let (k_ptr, _k_guard) = k.view.device_ptr(stream);
-        let (v_ptr, _v_guard) = v.view.device_ptr(stream);
-        let o_len = o.view.len();
-        let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
-        let mut lse_bound = match lse.as_mut() {
-            Some(l) => {
-                let len = l.len();
-                let (p, g) = l.device_ptr_mut(stream);
-                Some((len, p, g))
-            }
-            None => None,
-        };
-        let bytes = std::mem::size_of::<T>();
-        check_tensors(
-            problem,
-            [bytes, bytes],
-            (q.dims, q.strides, q.view.len(), q_ptr),
-            (k.dims, k.strides, k.view.len(), k_ptr),
-            (v.dims, v.strides, v.view.len(), v_ptr),
-            (o.dims, o.strides, o_len, o_ptr),
-            lse_bound.as_ref().map(|(len, p, _)| (*len, *p)),
-        )?;
-        let ptrs = BoundTensors {
-            q: q_ptr,
-            k: k_ptr,
-            v: v_ptr,
-            o: o_ptr,
-            lse: lse_bound.as_mut().map_or(0, |(_, p, _)| *p),
-        };
+        let o_strides = o.strides;
+        let ptrs = bind_tensors(stream, problem, &q, &k, &v, &mut o, lse.as_mut())?;
         let mut params = plan
             .params
-            .with_strides(q.strides, k.strides, v.strides, o.strides);
+            .with_strides(q.strides, k.strides, v.strides, o_strides);
         params.dump_count = extras.dump.as_ref().map_or(0, |d| d.count);
         let launch_cfg = LaunchConfig {
             grid_dim: plan.grid,
@@ -688,7 +708,7 @@ impl FlashAttention {
         // null; the workspace only in split entry points); the dynamic shared-memory size was
         // raised on the function and fits the device.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the kernel"))?;
-        drop(lse_bound);
+        drop(ptrs);
         Ok(LaunchInfo {
             kernel: name,
             arch,
