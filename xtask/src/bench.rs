@@ -78,8 +78,8 @@ pub struct Args {
     /// chooser's).
     #[arg(long)]
     fp8_config: Option<String>,
-    /// Memory layout of our kernel's Q, K, V and O: bhsd (contiguous [B,H,S,D]) or bshd
-    /// ([B,S,H,D], strided heads). SDPA always runs on contiguous [B,H,S,D].
+    /// Memory layout of our kernel's Q, K, V and O: bhsd (contiguous `[B,H,S,D]`) or bshd
+    /// (`[B,S,H,D]`, strided heads). SDPA always runs on contiguous `[B,H,S,D]`.
     #[arg(long, value_enum, default_value = "bhsd")]
     layout: crate::flags::LayoutArg,
 }

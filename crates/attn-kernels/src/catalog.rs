@@ -1,7 +1,7 @@
 //! The kernel catalog: the single source of which kernels exist.
 //!
 //! A kernel is named by a [`UnitKey`] (family, arch, storage type, head-dim bucket) plus a
-//! tile config and an entry [`Variant`]. The tile table below (the role of
+//! tile config and an entry mode ([`FwdMode`], [`Fp8Mma`]). The tile table below (the role of
 //! FlashAttention-3's `hopper/tile_size.h`, here in Rust) decides which configs each unit
 //! instantiates. `build.rs` includes this file (`#[path]`), generates one CUDA compile unit
 //! per [`UnitKey`] from it — compiled only for that unit's arch — and the launcher looks

@@ -114,7 +114,7 @@ pub struct ForwardOptions {
     pub config: Option<KernelConfig>,
     /// Key splits per query block: `None` = the heuristic
     /// ([`crate::config::choose_splits`]), `Some(1)` = never split. Values above 1 need a
-    /// config of [`crate::config::SPLIT_CONFIGS`].
+    /// config with split-KV entry points ([`crate::config::has_split`]).
     pub splits: Option<usize>,
 }
 

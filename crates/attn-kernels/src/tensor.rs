@@ -5,7 +5,7 @@
 //! stride sets of one type ([`Layout`]); a view may start anywhere inside a larger
 //! allocation (a KV cache with spare capacity) and may have any strides, so callers never
 //! copy. What a launch reads and writes is checked against the view before anything runs
-//! ([`check_tensor`]).
+//! (dims, extent, alignment, aliasing).
 
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 

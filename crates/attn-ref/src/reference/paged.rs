@@ -7,7 +7,7 @@
 //! Only the table entries a sequence uses (`j < seqused_k[b]`) are read or checked. Q is
 //! dense `[B, Hq, Sq, D]`; sequence `b` is the problem of lengths `(Sq, seqused_k[b])` with
 //! causal and window alignment computed for those lengths. [`forward_paged`] gathers each
-//! sequence's keys and runs the dense [`forward`](super::forward), so there is one definition
+//! sequence's keys and runs the dense [`forward`], so there is one definition
 //! of attention; a sequence with no keys gives O = 0 and LSE = −∞.
 //!
 //! ```

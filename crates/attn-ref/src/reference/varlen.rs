@@ -6,7 +6,7 @@
 //! `b` owns query rows `cu_q[b]..cu_q[b+1]` and keys `cu_k[b]..cu_k[b+1]`. Each sequence is an
 //! independent problem of lengths `(cu_q[b+1] − cu_q[b], cu_k[b+1] − cu_k[b])`, with causal
 //! and window alignment computed per sequence: [`forward_varlen`] builds it
-//! ([`Problem::sequence`]) and runs the dense [`forward`](super::forward) on it, so there is
+//! ([`Problem::sequence`]) and runs the dense [`forward`] on it, so there is
 //! one definition of attention. A sequence with no query rows produces nothing; one with
 //! query rows but no keys gives O = 0 and LSE = −∞ for its rows.
 //!
