@@ -389,7 +389,7 @@ fn with_lse_returns_the_reference_lse() -> R<()> {
                 .collect();
             let got = values(&lse)?;
             assert_eq!(got, want, "lse causal={causal}");
-            assert_eq!(got.iter().any(|x| *x == f64::NEG_INFINITY), causal);
+            assert_eq!(got.contains(&f64::NEG_INFINITY), causal);
         }
     }
     Ok(())
