@@ -1,0 +1,713 @@
+//! Every public function on the CPU device against attn-ref's f64 reference, computed here
+//! independently on the same values: fresh seeded N(0, 1) data, contiguous `(b, s, h, d)`
+//! tensors and strided views (a transpose of `(b, h, s, d)`, a narrow of a larger tensor),
+//! f32, f16 and bf16.
+
+use attn_candle::*;
+use attn_ref::reference::{forward, varlen::forward_varlen, RefOutput};
+use attn_ref::{Alibi, AttnShape, Problem};
+use candle_core::{DType, Device, Tensor};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+fn randn(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| StandardNormal.sample(&mut rng)).collect()
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// A contiguous `(b, s, h, d)` tensor.
+    Contiguous,
+    /// `(b, h, s, d)` storage viewed as `(b, s, h, d)` through `transpose(1, 2)`.
+    Transposed,
+    /// A narrow of a larger `(b, s + 3, h + 2, d)` tensor on the seq and head dims.
+    Narrowed,
+}
+const LAYOUTS: [Layout; 3] = [Layout::Contiguous, Layout::Transposed, Layout::Narrowed];
+
+/// A `(b, s, h, d)` tensor of dtype `dt` in `layout`, with its values as `[B, H, S, D]` f32
+/// (read back through candle's own strided copy, after rounding to `dt`).
+fn tensor(
+    dims: (usize, usize, usize, usize),
+    dt: DType,
+    layout: Layout,
+    seed: u64,
+) -> R<(Tensor, Vec<f32>)> {
+    let (b, s, h, d) = dims;
+    let dev = Device::Cpu;
+    let t = match layout {
+        Layout::Contiguous => {
+            Tensor::from_vec(randn(b * s * h * d, seed), (b, s, h, d), &dev)?.to_dtype(dt)?
+        }
+        Layout::Transposed => Tensor::from_vec(randn(b * h * s * d, seed), (b, h, s, d), &dev)?
+            .to_dtype(dt)?
+            .transpose(1, 2)?,
+        Layout::Narrowed => Tensor::from_vec(
+            randn(b * (s + 3) * (h + 2) * d, seed),
+            (b, s + 3, h + 2, d),
+            &dev,
+        )?
+        .to_dtype(dt)?
+        .narrow(1, 2, s)?
+        .narrow(2, 1, h)?,
+    };
+    assert_eq!(t.dims(), &[b, s, h, d]);
+    if !matches!(layout, Layout::Contiguous) && s > 1 && h > 1 {
+        assert!(!t.is_contiguous(), "{layout:?} must be a strided view");
+    }
+    let bshd = t
+        .to_dtype(DType::F32)?
+        .contiguous()?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    Ok((t, bshd_to_bhsd(&bshd, b, s, h, d)))
+}
+
+fn bshd_to_bhsd(x: &[f32], b: usize, s: usize, h: usize, d: usize) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for bi in 0..b {
+        for si in 0..s {
+            for hi in 0..h {
+                for di in 0..d {
+                    out[((bi * h + hi) * s + si) * d + di] = x[((bi * s + si) * h + hi) * d + di];
+                }
+            }
+        }
+    }
+    out
+}
+
+fn bhsd_to_bshd(x: &[f64], b: usize, h: usize, s: usize, d: usize) -> Vec<f64> {
+    let mut out = vec![0.0; x.len()];
+    for bi in 0..b {
+        for hi in 0..h {
+            for si in 0..s {
+                for di in 0..d {
+                    out[((bi * s + si) * h + hi) * d + di] = x[((bi * h + hi) * s + si) * d + di];
+                }
+            }
+        }
+    }
+    out
+}
+
+fn tol(dt: DType) -> f64 {
+    match dt {
+        DType::F32 => 1e-6,
+        DType::F16 => 1e-3,
+        _ => 8e-3,
+    }
+}
+
+fn values(t: &Tensor) -> R<Vec<f64>> {
+    Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?)
+}
+
+fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g == w) || (g - w).abs() <= tol * (1.0 + w.abs());
+        assert!(ok, "{what}: element {i}: got {g}, want {w}");
+    }
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+/// Q, K, V of one case, each `(b, s, h, d)`, and their `[B, H, S, D]` values.
+struct Case {
+    shape: AttnShape,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    qh: Vec<f32>,
+    kh: Vec<f32>,
+    vh: Vec<f32>,
+    dt: DType,
+}
+
+impl Case {
+    fn new(
+        dims: (usize, usize, usize, usize, usize, usize),
+        dt: DType,
+        layout: Layout,
+        seed: u64,
+    ) -> R<Self> {
+        let (b, hq, hkv, sq, sk, d) = dims;
+        let (q, qh) = tensor((b, sq, hq, d), dt, layout, seed)?;
+        let (k, kh) = tensor((b, sk, hkv, d), dt, layout, seed + 1)?;
+        let (v, vh) = tensor((b, sk, hkv, d), dt, layout, seed + 2)?;
+        Ok(Self {
+            shape: AttnShape::new(b, hq, hkv, sq, sk, d)?,
+            q,
+            k,
+            v,
+            qh,
+            kh,
+            vh,
+            dt,
+        })
+    }
+
+    fn reference(&self, p: &Problem) -> R<RefOutput> {
+        Ok(forward(p, &self.qh, &self.kh, &self.vh)?)
+    }
+
+    /// Checks an output `(b, sq, hq, d)` against the reference of `p`.
+    fn check(&self, out: &Tensor, p: &Problem, what: &str) -> R<Vec<f64>> {
+        let s = self.shape;
+        assert_eq!(
+            out.dims(),
+            &[s.batch(), s.q_len(), s.q_heads(), s.head_dim()],
+            "{what}"
+        );
+        assert_eq!(out.dtype(), self.dt, "{what}");
+        let want = bhsd_to_bshd(
+            &self.reference(p)?.o,
+            s.batch(),
+            s.q_heads(),
+            s.q_len(),
+            s.head_dim(),
+        );
+        let got = values(out)?;
+        assert_close(&got, &want, tol(self.dt), &format!("{what} {:?}", self.dt));
+        Ok(got)
+    }
+
+    fn problem(&self, causal: Causal, scale: f32) -> Problem {
+        Problem::new(self.shape, causal)
+            .with_scale(f64::from(scale))
+            .unwrap()
+    }
+}
+
+/// GQA 4:2 with Sq < Sk, and MQA 3:1 with Sq > Sk (bottom-right causal masks whole rows).
+const SHAPES: [(usize, usize, usize, usize, usize, usize); 2] =
+    [(2, 4, 2, 5, 7, 16), (1, 3, 1, 6, 3, 8)];
+
+#[test]
+fn flash_attn_matches_the_reference_for_every_dtype_and_layout() -> R<()> {
+    let scale = 0.3f32;
+    let mut seed = 10;
+    for dt in DTYPES {
+        for layout in LAYOUTS {
+            for dims in SHAPES {
+                seed += 3;
+                let c = Case::new(dims, dt, layout, seed)?;
+                let what = format!("{layout:?} {dims:?}");
+                let plain = flash_attn(&c.q, &c.k, &c.v, scale, false)?;
+                let plain = c.check(
+                    &plain,
+                    &c.problem(Causal::None, scale),
+                    &format!("plain {what}"),
+                )?;
+                let causal = flash_attn(&c.q, &c.k, &c.v, scale, true)?;
+                let causal = c.check(
+                    &causal,
+                    &c.problem(Causal::BottomRight, scale),
+                    &format!("causal {what}"),
+                )?;
+                // The mask matters: causal and plain attention differ on these shapes.
+                assert!(
+                    max_diff(&plain, &causal) > 0.05,
+                    "{what}: causal changed nothing"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn causal_is_bottom_right_and_top_left_is_available() -> R<()> {
+    let scale = 0.25f32;
+    for dt in DTYPES {
+        let c = Case::new((1, 2, 2, 4, 9, 8), dt, Layout::Transposed, 40)?;
+        let br = flash_attn(&c.q, &c.k, &c.v, scale, true)?;
+        let br = c.check(&br, &c.problem(Causal::BottomRight, scale), "bottom-right")?;
+        let tl = flash_attn_causal_top_left(&c.q, &c.k, &c.v, scale)?;
+        let tl = c.check(&tl, &c.problem(Causal::TopLeft, scale), "top-left")?;
+        assert!(
+            max_diff(&br, &tl) > 0.05,
+            "top-left and bottom-right must differ when Sq != Sk"
+        );
+        // The builder with Causal::TopLeft is the same op.
+        let op = FlashAttn::new(scale)
+            .causal(Causal::TopLeft)
+            .forward(&c.q, &c.k, &c.v)?;
+        assert_eq!(values(&op)?, tl);
+    }
+    Ok(())
+}
+
+#[test]
+fn windowed_matches_the_reference_window() -> R<()> {
+    let scale = 0.35f32;
+    for dt in DTYPES {
+        for layout in [Layout::Contiguous, Layout::Narrowed] {
+            let c = Case::new((2, 4, 2, 6, 9, 16), dt, layout, 70)?;
+            let base = c.problem(Causal::None, scale);
+            let cases: [(Option<usize>, Option<usize>, Problem); 5] = [
+                (Some(2), Some(1), base.with_window(2, 1)?),
+                (Some(3), None, base.with_window(3, -1)?),
+                (None, Some(2), base.with_window(-1, 2)?),
+                // candle-flash-attn's causal spelling.
+                (None, Some(0), c.problem(Causal::BottomRight, scale)),
+                // A size beyond Sk is unbounded.
+                (Some(100), Some(100), base.clone()),
+            ];
+            let plain = values(&flash_attn(&c.q, &c.k, &c.v, scale, false)?)?;
+            for (l, r, p) in cases {
+                let out = flash_attn_windowed(&c.q, &c.k, &c.v, scale, l, r)?;
+                let got = c.check(&out, &p, &format!("window ({l:?}, {r:?}) {layout:?}"))?;
+                if l != Some(100) {
+                    assert!(
+                        max_diff(&got, &plain) > 0.01,
+                        "window ({l:?}, {r:?}) masked nothing"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn softcap_matches_the_reference_and_zero_means_none() -> R<()> {
+    let scale = 1.0f32; // large scores, so that a softcap of 2 bites
+    for dt in DTYPES {
+        let c = Case::new((1, 4, 4, 5, 5, 16), dt, Layout::Transposed, 90)?;
+        let out =
+            flash_attn_alibi_windowed_softcap(&c.q, &c.k, &c.v, None, scale, None, None, 2.0)?;
+        let capped = c.check(
+            &out,
+            &c.problem(Causal::None, scale).with_softcap(2.0)?,
+            "softcap 2",
+        )?;
+        let out =
+            flash_attn_alibi_windowed_softcap(&c.q, &c.k, &c.v, None, scale, None, Some(0), 0.0)?;
+        c.check(
+            &out,
+            &c.problem(Causal::BottomRight, scale),
+            "softcap 0 = none, causal",
+        )?;
+        let plain = values(&flash_attn(&c.q, &c.k, &c.v, scale, false)?)?;
+        assert!(max_diff(&capped, &plain) > 0.01, "softcap changed nothing");
+    }
+    Ok(())
+}
+
+#[test]
+fn alibi_per_head_and_per_batch_head_match_the_reference() -> R<()> {
+    let scale = 0.25f32;
+    let dev = Device::Cpu;
+    for dt in DTYPES {
+        let c = Case::new((2, 4, 2, 5, 8, 16), dt, Layout::Narrowed, 110)?;
+        let per_head = vec![0.5f32, 0.25, 0.125, 0.0625];
+        let per_bh: Vec<f32> = (0..8).map(|i| 0.05 * (i + 1) as f32).collect();
+        let s1 = Tensor::new(per_head.as_slice(), &dev)?;
+        let s2 = Tensor::from_vec(per_bh.clone(), (2, 4), &dev)?;
+        let base = c.problem(Causal::None, scale);
+        let causal = c.problem(Causal::BottomRight, scale);
+
+        let out = flash_attn_alibi(&c.q, &c.k, &c.v, &s1, scale, false)?;
+        let a = c.check(
+            &out,
+            &base.with_alibi(Alibi::PerHead(per_head.clone()))?,
+            "alibi [Hq]",
+        )?;
+        let plain = values(&flash_attn(&c.q, &c.k, &c.v, scale, false)?)?;
+        assert!(max_diff(&a, &plain) > 0.01, "ALiBi changed nothing");
+
+        let out = flash_attn_alibi(&c.q, &c.k, &c.v, &s2, scale, true)?;
+        c.check(
+            &out,
+            &causal.with_alibi(Alibi::PerBatchHead(per_bh.clone()))?,
+            "alibi [B, Hq] causal",
+        )?;
+
+        let out = flash_attn_alibi_windowed(&c.q, &c.k, &c.v, &s1, scale, Some(3), Some(0))?;
+        c.check(
+            &out,
+            &base
+                .with_window(3, 0)?
+                .with_alibi(Alibi::PerHead(per_head.clone()))?,
+            "alibi windowed",
+        )?;
+
+        let out = flash_attn_alibi_windowed_softcap(
+            &c.q,
+            &c.k,
+            &c.v,
+            Some(&s2),
+            scale,
+            Some(4),
+            Some(1),
+            3.0,
+        )?;
+        let p = base
+            .with_window(4, 1)?
+            .with_softcap(3.0)?
+            .with_alibi(Alibi::PerBatchHead(per_bh.clone()))?;
+        c.check(&out, &p, "alibi + window + softcap")?;
+    }
+    Ok(())
+}
+
+#[test]
+fn with_lse_returns_the_reference_lse() -> R<()> {
+    let scale = 0.3f32;
+    for dt in DTYPES {
+        // Sq > Sk: causal rows 0..2 see no key (O = 0, LSE = −∞).
+        let c = Case::new((2, 2, 1, 5, 3, 8), dt, Layout::Transposed, 130)?;
+        for causal in [false, true] {
+            let (out, lse) = flash_attn_with_lse(&c.q, &c.k, &c.v, scale, causal)?;
+            let mode = if causal {
+                Causal::BottomRight
+            } else {
+                Causal::None
+            };
+            let p = c.problem(mode, scale);
+            c.check(&out, &p, "with_lse output")?;
+            assert_eq!(lse.dims(), &[2, 2, 5]);
+            assert_eq!(lse.dtype(), DType::F32);
+            let want: Vec<f64> = c
+                .reference(&p)?
+                .lse
+                .iter()
+                .map(|&x| f64::from(x as f32))
+                .collect();
+            let got = values(&lse)?;
+            assert_eq!(got, want, "lse causal={causal}");
+            assert_eq!(got.contains(&f64::NEG_INFINITY), causal);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn sdpa_bhsd_takes_candle_nn_layout() -> R<()> {
+    let dev = Device::Cpu;
+    let scale = 0.3f32;
+    let (b, hq, hkv, sq, sk, d) = (2, 4, 2, 3, 6, 8);
+    for dt in DTYPES {
+        let q =
+            Tensor::from_vec(randn(b * hq * sq * d, 150), (b, hq, sq, d), &dev)?.to_dtype(dt)?;
+        let k =
+            Tensor::from_vec(randn(b * hkv * sk * d, 151), (b, hkv, sk, d), &dev)?.to_dtype(dt)?;
+        let v =
+            Tensor::from_vec(randn(b * hkv * sk * d, 152), (b, hkv, sk, d), &dev)?.to_dtype(dt)?;
+        let f = |t: &Tensor| -> R<Vec<f32>> {
+            Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+        };
+        let (qh, kh, vh) = (f(&q)?, f(&k)?, f(&v)?);
+        let shape = AttnShape::new(b, hq, hkv, sq, sk, d)?;
+        for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+            let out = sdpa_bhsd(&q, &k, &v, scale, causal)?;
+            assert_eq!(out.dims(), &[b, hq, sq, d]);
+            assert!(out.is_contiguous());
+            let p = Problem::new(shape, causal).with_scale(f64::from(scale))?;
+            let want = forward(&p, &qh, &kh, &vh)?.o;
+            assert_close(
+                &values(&out)?,
+                &want,
+                tol(dt),
+                &format!("sdpa_bhsd {causal} {dt:?}"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `(total, h, d)` tensor, contiguous or a narrow of a larger one on the head dim, and its
+/// values `[total, H, D]`.
+fn packed(
+    total: usize,
+    h: usize,
+    d: usize,
+    dt: DType,
+    strided: bool,
+    seed: u64,
+) -> R<(Tensor, Vec<f32>)> {
+    let dev = Device::Cpu;
+    let t = if strided {
+        Tensor::from_vec(randn(total * (h + 1) * d, seed), (total, h + 1, d), &dev)?
+            .to_dtype(dt)?
+            .narrow(1, 1, h)?
+    } else {
+        Tensor::from_vec(randn(total * h * d, seed), (total, h, d), &dev)?.to_dtype(dt)?
+    };
+    let vals = t
+        .to_dtype(DType::F32)?
+        .contiguous()?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    Ok((t, vals))
+}
+
+#[test]
+fn varlen_matches_the_reference_with_empty_sequences() -> R<()> {
+    let dev = Device::Cpu;
+    let scale = 0.3f32;
+    let (hq, hkv, d) = (4, 2, 8);
+    // Sequence 1 has no query rows; sequence 2 has rows but no keys (zeros); 0 and 3 are
+    // ordinary, with Sq != Sk.
+    let cu_q = [0u32, 3, 3, 5, 11];
+    let cu_k = [0u32, 4, 6, 6, 9];
+    let (max_q, max_k) = (6, 4);
+    let seqlens_q = Tensor::new(&cu_q, &dev)?;
+    let seqlens_k = Tensor::new(&cu_k, &dev)?;
+    let cu_qi: Vec<i32> = cu_q.iter().map(|&x| x as i32).collect();
+    let cu_ki: Vec<i32> = cu_k.iter().map(|&x| x as i32).collect();
+    let template = AttnShape::new(4, hq, hkv, 1, 1, d)?;
+    for dt in DTYPES {
+        for strided in [false, true] {
+            let (q, qv) = packed(11, hq, d, dt, strided, 170)?;
+            let (k, kv) = packed(9, hkv, d, dt, strided, 171)?;
+            let (v, vv) = packed(9, hkv, d, dt, strided, 172)?;
+            assert_eq!(q.is_contiguous(), !strided);
+            let what = format!("{dt:?} strided={strided}");
+            let mut outs = Vec::new();
+            for causal in [false, true] {
+                let out = flash_attn_varlen(
+                    &q, &k, &v, &seqlens_q, &seqlens_k, max_q, max_k, scale, causal,
+                )?;
+                assert_eq!(out.dims(), &[11, hq, d]);
+                assert_eq!(out.dtype(), dt);
+                let mode = if causal {
+                    Causal::BottomRight
+                } else {
+                    Causal::None
+                };
+                let p = Problem::new(template, mode).with_scale(f64::from(scale))?;
+                let want = forward_varlen(&p, &cu_qi, &cu_ki, &qv, &kv, &vv)?.o;
+                let got = values(&out)?;
+                assert_close(
+                    &got,
+                    &want,
+                    tol(dt),
+                    &format!("varlen causal={causal} {what}"),
+                );
+                // Rows 3..5 belong to the sequence with no keys: exactly zero.
+                assert!(
+                    got[3 * hq * d..5 * hq * d].iter().all(|&x| x == 0.0),
+                    "{what}: keyless rows"
+                );
+                assert!(got[..3 * hq * d].iter().any(|&x| x != 0.0));
+                outs.push(got);
+            }
+            assert!(
+                max_diff(&outs[0], &outs[1]) > 0.05,
+                "{what}: causal changed nothing"
+            );
+
+            let out = flash_attn_varlen_windowed(
+                &q,
+                &k,
+                &v,
+                &seqlens_q,
+                &seqlens_k,
+                max_q,
+                max_k,
+                scale,
+                Some(1),
+                Some(0),
+            )?;
+            let p = Problem::new(template, Causal::None)
+                .with_scale(f64::from(scale))?
+                .with_window(1, 0)?;
+            let want = forward_varlen(&p, &cu_qi, &cu_ki, &qv, &kv, &vv)?.o;
+            assert_close(
+                &values(&out)?,
+                &want,
+                tol(dt),
+                &format!("varlen windowed {what}"),
+            );
+
+            let slopes: Vec<f32> = (0..4 * hq).map(|i| 0.03 * (i + 1) as f32).collect();
+            let st = Tensor::from_vec(slopes.clone(), (4, hq), &dev)?;
+            let out = flash_attn_varlen_alibi_windowed_softcap(
+                &q,
+                &k,
+                &v,
+                Some(&st),
+                &seqlens_q,
+                &seqlens_k,
+                max_q,
+                max_k,
+                scale,
+                None,
+                Some(0),
+                1.5,
+            )?;
+            let p = Problem::new(template, Causal::BottomRight)
+                .with_scale(f64::from(scale))?
+                .with_softcap(1.5)?
+                .with_alibi(Alibi::PerBatchHead(slopes))?;
+            let want = forward_varlen(&p, &cu_qi, &cu_ki, &qv, &kv, &vv)?.o;
+            assert_close(
+                &values(&out)?,
+                &want,
+                tol(dt),
+                &format!("varlen alibi softcap {what}"),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn err_msg<T: std::fmt::Debug>(r: candle_core::Result<T>) -> String {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors_not_panics() -> R<()> {
+    let dev = Device::Cpu;
+    let t = |dims: &[usize]| Tensor::zeros(dims, DType::F32, &dev).unwrap();
+    let (q, k) = (t(&[1, 4, 4, 8]), t(&[1, 6, 2, 8]));
+    let expect = |r: candle_core::Result<Tensor>, needle: &str| {
+        let m = err_msg(r);
+        assert!(m.contains(needle), "message `{m}` lacks `{needle}`");
+    };
+    expect(flash_attn(&t(&[4, 4, 8]), &k, &k, 1.0, false), "rank 4");
+    expect(
+        flash_attn(&q, &t(&[1, 6, 2, 16]), &t(&[1, 6, 2, 16]), 1.0, false),
+        "head_dim",
+    );
+    expect(
+        flash_attn(&q, &t(&[2, 6, 2, 8]), &t(&[2, 6, 2, 8]), 1.0, false),
+        "batch",
+    );
+    expect(
+        flash_attn(&q, &k, &t(&[1, 5, 2, 8]), 1.0, false),
+        "same shape",
+    );
+    expect(
+        flash_attn(&q, &t(&[1, 6, 3, 8]), &t(&[1, 6, 3, 8]), 1.0, false),
+        "must divide",
+    );
+    expect(
+        flash_attn(&q, &k, &k.to_dtype(DType::F16)?, 1.0, false),
+        "same dtype",
+    );
+    let qu = q.to_dtype(DType::U8)?;
+    let ku = k.to_dtype(DType::U8)?;
+    expect(flash_attn(&qu, &ku, &ku, 1.0, false), "unsupported dtype");
+    expect(flash_attn(&q, &k, &k, 0.0, false), "scale");
+    expect(flash_attn(&q, &k, &k, f32::NAN, true), "scale");
+    expect(
+        flash_attn_alibi_windowed_softcap(&q, &k, &k, None, 1.0, None, None, -1.0),
+        "softcap",
+    );
+    // ALiBi: wrong length, wrong rank, wrong dtype.
+    expect(flash_attn_alibi(&q, &k, &k, &t(&[3]), 1.0, false), "ALiBi");
+    expect(
+        flash_attn_alibi(&q, &k, &k, &t(&[2, 4]), 1.0, false),
+        "ALiBi",
+    );
+    expect(
+        flash_attn_alibi(&q, &k, &k, &t(&[1, 1, 4]), 1.0, false),
+        "rank 3",
+    );
+    expect(
+        flash_attn_alibi(&q, &k, &k, &t(&[4]).to_dtype(DType::F16)?, 1.0, false),
+        "f32",
+    );
+    let nan = Tensor::new(&[f32::NAN, 0.0, 0.0, 0.0], &dev)?;
+    expect(flash_attn_alibi(&q, &k, &k, &nan, 1.0, false), "ALiBi");
+    // sdpa_bhsd wants rank 4.
+    let r = sdpa_bhsd(&t(&[4, 4, 8]), &k, &k, 1.0, Causal::None);
+    expect(r, "(batch, heads, seq, head_dim)");
+
+    // Varlen.
+    let (vq, vk) = (t(&[5, 4, 8]), t(&[6, 2, 8]));
+    let u = |x: &[u32]| Tensor::new(x, &dev).unwrap();
+    let ok_q = u(&[0, 2, 5]);
+    let ok_k = u(&[0, 3, 6]);
+    flash_attn_varlen(&vq, &vk, &vk, &ok_q, &ok_k, 3, 3, 1.0, true)?; // the valid baseline
+    expect(
+        flash_attn_varlen(&q, &vk, &vk, &ok_q, &ok_k, 3, 3, 1.0, true),
+        "rank 3",
+    );
+    expect(
+        flash_attn_varlen(&vq, &vk, &vk, &u(&[0, 2]), &ok_k, 3, 3, 1.0, true),
+        "batch + 1",
+    );
+    expect(
+        flash_attn_varlen(&vq, &vk, &vk, &u(&[0, 3, 2]), &ok_k, 3, 3, 1.0, true),
+        "never decrease",
+    );
+    expect(
+        flash_attn_varlen(&vq, &vk, &vk, &u(&[1, 2, 5]), &ok_k, 3, 3, 1.0, true),
+        "start at 0",
+    );
+    expect(
+        flash_attn_varlen(&vq, &vk, &vk, &u(&[0, 2, 4]), &ok_k, 3, 3, 1.0, true),
+        "q has 5 rows",
+    );
+    expect(
+        flash_attn_varlen(&vq, &vk, &vk, &ok_q, &ok_k, 2, 3, 1.0, true),
+        "max_seqlen",
+    );
+    let f = Tensor::new(&[0f32, 2.0, 5.0], &dev)?;
+    expect(
+        flash_attn_varlen(&vq, &vk, &vk, &f, &ok_k, 3, 3, 1.0, true),
+        "u32",
+    );
+    expect(
+        flash_attn_varlen(
+            &vq,
+            &t(&[6, 3, 8]),
+            &t(&[6, 3, 8]),
+            &ok_q,
+            &ok_k,
+            3,
+            3,
+            1.0,
+            true,
+        ),
+        "must divide",
+    );
+    Ok(())
+}
+
+#[test]
+fn backward_is_a_clear_error() -> R<()> {
+    let dev = Device::Cpu;
+    let q = candle_core::Var::from_tensor(&Tensor::randn(0f32, 1.0, (1, 3, 2, 8), &dev)?)?;
+    let k = Tensor::randn(0f32, 1.0, (1, 3, 2, 8), &dev)?;
+    let out = flash_attn(q.as_tensor(), &k, &k, 0.3, true)?;
+    let m = err_msg(out.sum_all()?.backward());
+    assert!(m.contains("backward is not implemented"), "{m}");
+    Ok(())
+}
+
+#[test]
+fn cuda_fwd_is_a_clear_error() {
+    use candle_core::{CudaStorage, CustomOp3, Layout};
+    let l = Layout::contiguous((1, 1, 1, 8));
+    let s = CudaStorage;
+    let m = err_msg(
+        FlashAttn::new(1.0)
+            .cuda_fwd(&s, &l, &s, &l, &s, &l)
+            .map(|_| ()),
+    );
+    if cfg!(feature = "cuda") {
+        assert!(m.contains(CUDA_NOT_IMPLEMENTED), "{m}");
+    } else {
+        assert!(m.contains("without the `cuda` feature"), "{m}");
+    }
+}
