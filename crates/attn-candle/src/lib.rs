@@ -448,53 +448,61 @@ fn dtype_error(q: &CpuStorage, k: &CpuStorage, v: &CpuStorage) -> candle_core::E
     }
 }
 
-impl candle_core::CustomOp3 for FlashAttn {
-    fn name(&self) -> &'static str {
-        "attn-candle-flash-attn"
-    }
+/// The `CustomOp3` of an op with a generic `cpu_typed`: the dtype dispatch on CPU, the CUDA
+/// path's "not implemented yet" error, and the backward's. One definition for both ops.
+macro_rules! attention_op {
+    ($op:ty, $name:literal) => {
+        impl candle_core::CustomOp3 for $op {
+            fn name(&self) -> &'static str {
+                $name
+            }
 
-    fn cpu_fwd(
-        &self,
-        q: &CpuStorage,
-        ql: &Layout,
-        k: &CpuStorage,
-        kl: &Layout,
-        v: &CpuStorage,
-        vl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        use CpuStorage as S;
-        match (q, k, v) {
-            (S::F32(q), S::F32(k), S::F32(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
-            (S::F16(q), S::F16(k), S::F16(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
-            (S::BF16(q), S::BF16(k), S::BF16(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
-            (S::F64(q), S::F64(k), S::F64(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
-            _ => Err(dtype_error(q, k, v)),
+            fn cpu_fwd(
+                &self,
+                q: &CpuStorage,
+                ql: &Layout,
+                k: &CpuStorage,
+                kl: &Layout,
+                v: &CpuStorage,
+                vl: &Layout,
+            ) -> Result<(CpuStorage, Shape)> {
+                use CpuStorage as S;
+                match (q, k, v) {
+                    (S::F32(q), S::F32(k), S::F32(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
+                    (S::F16(q), S::F16(k), S::F16(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
+                    (S::BF16(q), S::BF16(k), S::BF16(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
+                    (S::F64(q), S::F64(k), S::F64(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
+                    _ => Err(dtype_error(q, k, v)),
+                }
+            }
+
+            fn cuda_fwd(
+                &self,
+                _: &candle_core::CudaStorage,
+                _: &Layout,
+                _: &candle_core::CudaStorage,
+                _: &Layout,
+                _: &candle_core::CudaStorage,
+                _: &Layout,
+            ) -> Result<(candle_core::CudaStorage, Shape)> {
+                cuda_not_implemented()
+            }
+
+            fn bwd(
+                &self,
+                _: &Tensor,
+                _: &Tensor,
+                _: &Tensor,
+                _: &Tensor,
+                _: &Tensor,
+            ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+                bail!("{BACKWARD_NOT_IMPLEMENTED}")
+            }
         }
-    }
-
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        cuda_not_implemented()
-    }
-
-    fn bwd(
-        &self,
-        _: &Tensor,
-        _: &Tensor,
-        _: &Tensor,
-        _: &Tensor,
-        _: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        bail!("{BACKWARD_NOT_IMPLEMENTED}")
-    }
+    };
 }
+
+attention_op!(FlashAttn, "attn-candle-flash-attn");
 
 /// What `cuda_fwd` answers: with the `cuda` feature, that the path is not implemented yet;
 /// without it, that the crate was built without it.
@@ -573,53 +581,7 @@ impl FlashAttnVarLen {
     }
 }
 
-impl candle_core::CustomOp3 for FlashAttnVarLen {
-    fn name(&self) -> &'static str {
-        "attn-candle-flash-attn-varlen"
-    }
-
-    fn cpu_fwd(
-        &self,
-        q: &CpuStorage,
-        ql: &Layout,
-        k: &CpuStorage,
-        kl: &Layout,
-        v: &CpuStorage,
-        vl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        use CpuStorage as S;
-        match (q, k, v) {
-            (S::F32(q), S::F32(k), S::F32(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
-            (S::F16(q), S::F16(k), S::F16(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
-            (S::BF16(q), S::BF16(k), S::BF16(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
-            (S::F64(q), S::F64(k), S::F64(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
-            _ => Err(dtype_error(q, k, v)),
-        }
-    }
-
-    fn cuda_fwd(
-        &self,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-        _: &candle_core::CudaStorage,
-        _: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        cuda_not_implemented()
-    }
-
-    fn bwd(
-        &self,
-        _: &Tensor,
-        _: &Tensor,
-        _: &Tensor,
-        _: &Tensor,
-        _: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        bail!("{BACKWARD_NOT_IMPLEMENTED}")
-    }
-}
+attention_op!(FlashAttnVarLen, "attn-candle-flash-attn-varlen");
 
 /// Reads a `seqlens` tensor (`B + 1` prefix sums, u32 as candle-flash-attn takes; i32 and
 /// i64 accepted) and checks it against `max_seqlen`.
