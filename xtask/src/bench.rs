@@ -50,7 +50,8 @@ pub struct Args {
     /// Storage type(s).
     #[arg(long, value_enum, default_value_t = DtypeChoice::F16)]
     dtype: DtypeChoice,
-    /// Kernel config name (default: the chooser's).
+    /// Kernel config: an mma.sync config (`128_64_8_s2`), a Hopper config (`wg128_128_s2_pp`),
+    /// or an engine with its default config (`mma`, `hopper`); default: the chooser's.
     #[arg(long)]
     config: Option<String>,
     /// Warm-up launches per shape.
@@ -234,11 +235,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !fp8_variants.is_empty() && !dtypes.contains(&Dtype::F16) {
         dtypes.insert(0, Dtype::F16);
     }
-    let config = args
-        .config
-        .as_deref()
-        .map(KernelConfig::by_name)
-        .transpose()?;
+    let config = match args.config.as_deref() {
+        Some(name) => ForwardOptions::from_config_name(name)?,
+        None => ForwardOptions::default(),
+    };
     let layout = attn_kernels::Layout::from(args.layout);
     // SAFETY: the benchmark issues all its work on one stream, so cudarc's cross-stream
     // event tracking is not needed; without it, no event records enter the timed region or
@@ -248,7 +248,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let shape = shapes.first().context("no shape")?;
         if fp8_variants.is_empty() {
             for &dt in &dtypes {
-                time_ours(&gpu, shape, dt, config, layout, 5, 1, true)?;
+                time_ours(&gpu, shape, dt, &config, layout, 5, 1, true)?;
             }
         } else {
             // FP8 only: the f16 launches would be profiled too.
@@ -265,7 +265,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(args.out_dir.join("samples"))
         .with_context(|| format!("creating {}", args.out_dir.display()))?;
-    let report = bench(&gpu, &shapes, &dtypes, &fp8_variants, config, &args)?;
+    let report = bench(&gpu, &shapes, &dtypes, &fp8_variants, &config, &args)?;
     let path = args.out_dir.join("bench.json");
     report.write(&path)?;
     println!("{}", render_table(&report));
@@ -278,7 +278,7 @@ fn bench(
     shapes: &[BenchShape],
     dtypes: &[Dtype],
     fp8_variants: &[Fp8Variant],
-    config: Option<KernelConfig>,
+    config: &ForwardOptions,
     args: &Args,
 ) -> anyhow::Result<BenchFile> {
     // Our side first, then the SDPA script on the same GPU in the same run.
@@ -456,7 +456,7 @@ pub(crate) fn time_ours(
     gpu: &Arc<FlashAttention>,
     shape: &BenchShape,
     dtype: Dtype,
-    config: Option<KernelConfig>,
+    config: &ForwardOptions,
     layout: Layout,
     warmup: usize,
     samples: usize,
@@ -473,7 +473,7 @@ type InputSet<T> = (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>, CudaSlice<T>);
 fn time_typed<T: StorageType>(
     gpu: &Arc<FlashAttention>,
     shape: &BenchShape,
-    config: Option<KernelConfig>,
+    config: &ForwardOptions,
     layout: Layout,
     warmup: usize,
     samples: usize,
@@ -495,10 +495,7 @@ fn time_typed<T: StorageType>(
         ));
     }
     let mut lse = stream.alloc_zeros::<f32>(s.lse_elems())?;
-    let opts = ForwardOptions {
-        config,
-        ..Default::default()
-    };
+    let opts = config.clone();
     let mut kernel = String::new();
     let mut launch = |i: usize| -> anyhow::Result<()> {
         let (q, k, v, o) = &mut sets[i % n_sets];

@@ -7,7 +7,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use attn_kernels::{Dtype, FlashAttention, ForwardOptions, KernelConfig, Layout};
+use attn_kernels::{Dtype, FlashAttention, ForwardOptions, Layout};
 use attn_ref::{AttnOutput, AttnShape, Problem, Tile};
 
 use crate::flags::{CausalArg, DtypeArg};
@@ -180,9 +180,9 @@ pub fn run_gpu_layout(
     let dtype = Dtype::parse(dtype)?;
     problem.shape().check_qkv_lens(q.len(), k.len(), v.len())?;
     let gpu = gpu()?;
-    let opts = ForwardOptions {
-        config: config.map(KernelConfig::by_name).transpose()?,
-        ..Default::default()
+    let opts = match config {
+        Some(name) => ForwardOptions::from_config_name(name)?,
+        None => ForwardOptions::default(),
     };
     macro_rules! go {
         ($t:ty) => {{
@@ -224,10 +224,9 @@ pub fn run_gpu(
     let dtype = Dtype::parse(dtype)?;
     problem.shape().check_qkv_lens(q.len(), k.len(), v.len())?;
     let gpu = gpu()?;
-    let config: Option<KernelConfig> = config.map(KernelConfig::by_name).transpose()?;
-    let opts = ForwardOptions {
-        config,
-        ..Default::default()
+    let opts = match config {
+        Some(name) => ForwardOptions::from_config_name(name)?,
+        None => ForwardOptions::default(),
     };
     fn cvt<T: attn_kernels::StorageType>(x: &[f32]) -> Vec<T> {
         x.iter().map(|&e| T::from_f32(e)).collect()

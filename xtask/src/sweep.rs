@@ -133,7 +133,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 &gpu,
                 &shape,
                 dtype,
-                Some(cfg),
+                &ForwardOptions {
+                    config: Some(cfg),
+                    ..Default::default()
+                },
                 attn_kernels::Layout::Bhsd,
                 args.warmup,
                 args.samples,

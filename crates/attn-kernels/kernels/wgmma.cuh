@@ -1,5 +1,7 @@
-// Hopper warpgroup MMA (wgmma, sm_90a only) on E4M3 operands: shared-memory matrix
-// descriptors and the m64nNk32 instructions the FP8 kernel uses, N ∈ {64, 128}.
+// Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors, the E4M3
+// m64nNk32 instructions the FP8 kernel uses (N ∈ {64, 128}), and the declaration of the
+// f16/bf16 m64nNk16 instructions, whose per-N operand lists src/catalog.rs generates into the
+// units that use them (`Wgmma16`).
 //
 // Operand layouts (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
 // - The f32 accumulator of a warpgroup's 64×N tile gives warp w rows 16w..16w+15, and in
@@ -31,6 +33,20 @@ template <int ROW_BYTES> __device__ __forceinline__ uint64_t wgmma_desc(uint32_t
     d |= static_cast<uint64_t>(1) << 16;                        // leading byte offset (unused)
     d |= static_cast<uint64_t>((8 * ROW_BYTES) >> 4) << 32;     // stride byte offset
     d |= kSwizzle << 62;
+    return d;
+}
+
+// Descriptor of an MN-major ("transposed") 16-bit operand stored as 128-byte-swizzled rows
+// of 64 elements along MN, one row per k: CUTLASS's canonical MN-major SW128 layout
+// ((8,n),(8,k)):((1,LBO),(8,SBO)) in 16-byte units (cute/atom/mma_traits_sm90_gmma.hpp).
+// The leading byte offset steps between 64-element MN blocks (`mn_block_bytes`, the size of
+// one 64-column sub-tile), the stride byte offset between groups of 8 k rows (1024 bytes).
+// A k-step of 16 rows advances the start address by 2048 bytes (+128 in the descriptor).
+__device__ __forceinline__ uint64_t wgmma_desc_mn128(uint32_t smem_byte_addr, uint32_t mn_block_bytes) {
+    uint64_t d = static_cast<uint64_t>((smem_byte_addr & 0x3FFFF) >> 4);
+    d |= static_cast<uint64_t>((mn_block_bytes >> 4) & 0x3FFF) << 16; // leading byte offset
+    d |= static_cast<uint64_t>(1024 >> 4) << 32;                       // stride byte offset
+    d |= static_cast<uint64_t>(1) << 62;                               // 128-byte swizzle
     return d;
 }
 
@@ -133,6 +149,12 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[N / 8][4], const uint32
     __trap();
 #endif
 }
+
+// f16/bf16 m64nNk16, f32 accumulation: `ss` reads A (K-major) and B (K-major) through
+// descriptors, D = A·B (+ D when `accumulate`); `rs` takes A from registers (the mma.m16n8k16
+// A fragment per warp) and B MN-major (transposed), D += A·B. Specialized per (T, N) by the
+// generated units: an asm operand list cannot be written generically over N.
+template <typename T, int N> struct Wgmma16;
 
 #undef ATTN_WG_REGS32
 #undef ATTN_WG_REGS64

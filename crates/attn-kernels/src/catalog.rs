@@ -79,6 +79,9 @@ pub enum Family {
     Fp8Fwd,
     /// The FP8 forward's Vᵀ pass (`kernels/fp8_prep.cuh`).
     Fp8Prep,
+    /// The Hopper f16/bf16 forward (`kernels/fwd_hopper_kernel.cuh`: TMA, warp-specialized
+    /// wgmma), sm_90a only.
+    FwdHopper,
 }
 
 /// Storage type of Q, K, V and O (of O only, for [`Family::Fp8Fwd`]).
@@ -138,6 +141,12 @@ impl UnitKey {
                 self.head_dim
             ),
             Family::Fp8Prep => format!("fp8prep_sm{}", self.arch.nvcc_name()),
+            Family::FwdHopper => format!(
+                "fwdh_sm{}_{}_d{}",
+                self.arch.nvcc_name(),
+                self.elem.as_str(),
+                self.head_dim
+            ),
         }
     }
 }
@@ -295,6 +304,139 @@ pub fn fwd_tiles_for(arch: Arch, bucket: usize) -> Vec<FwdTileEntry> {
         .collect()
 }
 
+/// One config of the Hopper forward (`kernels/fwd_hopper_kernel.cuh`): 128 query rows per
+/// CTA on two consumer warpgroups plus a producer warpgroup; `block_n` keys per K/V stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HopperTile {
+    /// Keys per pipeline stage (the N of Q·Kᵀ's wgmma).
+    pub block_n: usize,
+    /// Depth of the TMA K/V ring.
+    pub stages: usize,
+    /// The two consumers' GEMMs alternate (FlashAttention-3's ping-pong schedule).
+    pub pingpong: bool,
+}
+
+/// Query rows per Hopper CTA (two consumer warpgroups of 64 rows).
+pub const HOPPER_BLOCK_M: usize = 128;
+
+/// Threads per Hopper CTA (three warpgroups).
+pub const HOPPER_THREADS: usize = 384;
+
+const fn ht(block_n: usize, stages: usize, pingpong: bool) -> HopperTile {
+    HopperTile {
+        block_n,
+        stages,
+        pingpong,
+    }
+}
+
+impl HopperTile {
+    /// `wg128_{block_n}_s{stages}` plus `_pp` for ping-pong (e.g. `wg128_128_s2_pp`).
+    pub fn name(&self) -> String {
+        format!(
+            "wg{HOPPER_BLOCK_M}_{}_s{}{}",
+            self.block_n,
+            self.stages,
+            if self.pingpong { "_pp" } else { "" }
+        )
+    }
+}
+
+/// The Hopper forward's configs per head-dim bucket, the default first. Shared memory holds
+/// the Q tile and `stages` K and V tiles in 64-column sub-tiles ([`hopper_smem_bytes`]):
+/// 128 keys per stage up to D = 128, 96 up to 192, 64 above (FlashAttention-3's
+/// `tile_size.h` picks 176, 112 and 80 for its own register and smem budget; the N of a
+/// wgmma here must also divide into the 16-key k-steps of P·V).
+pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
+    const UP_TO_128: [HopperTile; 2] = [ht(128, 2, true), ht(128, 2, false)];
+    const UP_TO_192: [HopperTile; 2] = [ht(96, 2, true), ht(96, 2, false)];
+    const UP_TO_256: [HopperTile; 3] = [ht(64, 2, true), ht(64, 2, false), ht(80, 2, true)];
+    match bucket {
+        32 | 64 | 96 | 128 => &UP_TO_128,
+        160 | 192 => &UP_TO_192,
+        224 | 256 => &UP_TO_256,
+        _ => &[],
+    }
+}
+
+/// Dynamic shared memory of a Hopper CTA: 1 KiB alignment slack, the Q tile, the K and V
+/// rings (64-column sub-tiles of 128-byte rows) and the mbarriers; mirrors
+/// `HopperFwdLayout::kSmemBytes`.
+pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
+    let sub_tiles = bucket.div_ceil(64);
+    let q = HOPPER_BLOCK_M * sub_tiles * 128;
+    let kv = tile.block_n * sub_tiles * 128;
+    1024 + q + 2 * tile.stages * kv + 8 * (1 + 3 * tile.stages)
+}
+
+/// The extern "C" name of a Hopper forward entry.
+pub fn hopper_entry_name(unit: &UnitKey, tile: &HopperTile, causal: bool) -> String {
+    format!(
+        "attn_fwdh_{}_d{}_{}_{}",
+        unit.elem.as_str(),
+        unit.head_dim,
+        tile.name(),
+        if causal { "causal" } else { "full" }
+    )
+}
+
+/// The f16/bf16 `wgmma` instructions of one N (`kernels/wgmma.cuh`'s `Wgmma16`), written
+/// out: inline asm needs one literal operand list per N.
+fn wgmma16_source(elem: Elem, n: usize) -> String {
+    let ty = elem.cuda_type();
+    let ptx_ty = elem.as_str();
+    let regs = n / 2; // f32 accumulators per thread
+    let list = |from: usize, count: usize| {
+        (from..from + count)
+            .map(|i| format!("%{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let acc = (0..regs)
+        .map(|i| format!("\"+f\"(d[{}][{}])", i / 4, i % 4))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut s = String::new();
+    let _ = writeln!(s, "template <> struct Wgmma16<{ty}, {n}> {{");
+    let _ = writeln!(
+        s,
+        "    static __device__ __forceinline__ void ss(float (&d)[{}][4], uint64_t a, uint64_t b, bool accumulate) {{",
+        n / 8
+    );
+    let _ = writeln!(
+        s,
+        "        asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n\"\n            \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_ty}.{ptx_ty} {{{}}}, %{}, %{}, p, 1, 1, 0, 0;\\n}}\\n\"",
+        regs + 2,
+        list(0, regs),
+        regs,
+        regs + 1
+    );
+    let _ = writeln!(
+        s,
+        "            : {acc}\n            : \"l\"(a), \"l\"(b), \"r\"(static_cast<int>(accumulate)));"
+    );
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(
+        s,
+        "    static __device__ __forceinline__ void rs(float (&d)[{}][4], const uint32_t (&a)[4], uint64_t b) {{",
+        n / 8
+    );
+    let _ = writeln!(
+        s,
+        "        asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n\"\n            \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_ty}.{ptx_ty} {{{}}}, {{{}}}, %{}, p, 1, 1, 1;\\n}}\\n\"",
+        list(0, regs),
+        list(regs, 4),
+        regs + 4
+    );
+    let _ = writeln!(
+        s,
+        "            : {acc}\n            : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b));"
+    );
+    let _ = writeln!(s, "    }}");
+    let _ = writeln!(s, "}};");
+    s
+}
+
 /// Configs of the FP8 forward (16 query rows per warp).
 pub const FP8_TILES: [Tile; 4] = [
     tile(128, 128, 8, 2),
@@ -406,6 +548,16 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
                     head_dim: d,
                 });
             }
+            if arch == Arch::Sm90a {
+                for &d in FWD_HEAD_DIM_BUCKETS.iter().filter(|&&d| keep_d(d)) {
+                    out.push(UnitKey {
+                        family: Family::FwdHopper,
+                        arch,
+                        elem,
+                        head_dim: d,
+                    });
+                }
+            }
             for &d in FP8_HEAD_DIMS.iter().filter(|&&d| keep_d(d)) {
                 out.push(UnitKey {
                     family: Family::Fp8Fwd,
@@ -495,6 +647,36 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                             c.warps,
                         );
                     }
+                }
+            }
+            Some(s)
+        }
+        Family::FwdHopper => {
+            if debug {
+                return None;
+            }
+            s.push_str("#include \"fwd_hopper_kernel.cuh\"\n\nnamespace attn {\n");
+            let d = unit.head_dim;
+            let tiles = hopper_tiles(d);
+            let mut ns: Vec<usize> = tiles.iter().map(|t| t.block_n).collect();
+            ns.push(d);
+            ns.sort_unstable();
+            ns.dedup();
+            for n in ns {
+                s.push_str(&wgmma16_source(unit.elem, n));
+            }
+            s.push_str("} // namespace attn\n\n");
+            let ty = unit.elem.cuda_type();
+            for t in tiles {
+                for causal in [false, true] {
+                    let _ = writeln!(
+                        s,
+                        "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {})",
+                        hopper_entry_name(unit, t, causal),
+                        t.block_n,
+                        t.stages,
+                        t.pingpong
+                    );
                 }
             }
             Some(s)

@@ -13,12 +13,13 @@ use cudarc::driver::{
 };
 
 use crate::{
-    catalog::{fwd_entry_name, UnitKey},
+    catalog::{fwd_entry_name, hopper_entry_name, HopperTile, UnitKey, HOPPER_BLOCK_M, HOPPER_THREADS},
     config::{
         choose_config, choose_splits, has_split, unit_key, Arch, KernelConfig, KernelMode,
         MAX_SPLITS,
     },
     cubin,
+    hopper::{auto_prefers_hopper, encode_tma, plan_hopper, tma_geometry, Engine},
     tensor::{check_tensor, ranges_overlap, Strides, Tensor, TensorMut},
     Dtype, KernelError,
 };
@@ -116,6 +117,31 @@ pub struct ForwardOptions {
     /// ([`crate::config::choose_splits`]), `Some(1)` = never split. Values above 1 need a
     /// config with split-KV entry points ([`crate::config::has_split`]).
     pub splits: Option<usize>,
+    /// Which mainloop runs it: the Hopper kernel or mma.sync ([`Engine::Auto`] picks).
+    pub engine: Engine,
+}
+
+impl ForwardOptions {
+    /// Options from a config name, as the CLI takes them: an mma.sync config
+    /// (`128_64_8_s2`, [`KernelConfig::by_name`]), a Hopper config (`wg128_128_s2_pp`,
+    /// [`HopperTile::by_name`]), or an engine with its default config (`mma`, `hopper`).
+    pub fn from_config_name(name: &str) -> Result<Self, KernelError> {
+        let engine = match name {
+            "mma" => Engine::MmaSync,
+            "hopper" => Engine::Hopper(None),
+            n if n.starts_with("wg") => Engine::Hopper(Some(HopperTile::by_name(n)?)),
+            n => {
+                return Ok(Self {
+                    config: Some(KernelConfig::by_name(n)?),
+                    ..Self::default()
+                })
+            }
+        };
+        Ok(Self {
+            engine,
+            ..Self::default()
+        })
+    }
 }
 
 /// What ran: the kernel name and its launch geometry.
@@ -611,9 +637,13 @@ impl FlashAttention {
         let d = shape.head_dim();
         let debug = extras.dump.is_some();
         let unit = unit_key(Arch::Sm80, T::DTYPE, d)?;
+        let planted = debug || extras.mode.is_some();
+        if let Some(tile) = self.hopper_choice(problem, T::DTYPE, &opts, planted)? {
+            return self.launch_hopper(problem, &q, &k, &v, &mut o, lse.as_mut(), tile);
+        }
         let config = opts.config.unwrap_or_else(|| self.default_config(problem));
         // Debug launches (tile dumps, planted bugs) never split: dumps are per query block.
-        let splits = if debug || extras.mode.is_some() {
+        let splits = if planted {
             Some(1)
         } else {
             opts.splits
@@ -720,6 +750,136 @@ impl FlashAttention {
     }
 }
 
+impl FlashAttention {
+    /// Whether this device runs sm_90a cubins (Hopper's wgmma, TMA).
+    fn is_hopper(&self) -> bool {
+        Arch::Sm90a.runs_on(self.cache.major, self.cache.minor)
+    }
+
+    /// The Hopper tile a launch runs with (`Some(None)`: the bucket's default), or `None` for
+    /// the mma.sync kernel (see [`Engine`]). `planted`: a debug launch (tile dumps, planted
+    /// bugs), which only the mma.sync kernel has.
+    fn hopper_choice(
+        &self,
+        problem: &Problem,
+        dtype: Dtype,
+        opts: &ForwardOptions,
+        planted: bool,
+    ) -> Result<Option<Option<HopperTile>>, KernelError> {
+        match opts.engine {
+            Engine::MmaSync => Ok(None),
+            Engine::Hopper(tile) => {
+                if !self.is_hopper() {
+                    return Err(KernelError::EngineUnavailable(format!(
+                        "the Hopper engine needs an sm_90 device; this one is sm_{}{}",
+                        self.cache.major, self.cache.minor
+                    )));
+                }
+                if planted || opts.config.is_some() || opts.splits.is_some_and(|n| n != 1) {
+                    return Err(KernelError::EngineUnavailable(
+                        "the Hopper engine has no tile dumps, mma.sync configs or split-KV; use Engine::MmaSync or Engine::Auto for those".into(),
+                    ));
+                }
+                Ok(Some(tile))
+            }
+            Engine::Auto => {
+                if planted || !self.is_hopper() {
+                    return Ok(None);
+                }
+                let Ok(bucket) = crate::config::bucket_for(problem.shape().head_dim()) else {
+                    return Ok(None); // the mma.sync path reports the head dim
+                };
+                let unit = hopper_unit(dtype, bucket);
+                if cubin::select(&unit, false, self.cache.major, self.cache.minor).is_none() {
+                    return Ok(None); // a filtered build without this unit
+                }
+                let mma = self.default_config(problem);
+                Ok(auto_prefers_hopper(
+                    problem,
+                    &mma,
+                    opts.config.is_some(),
+                    opts.splits,
+                    self.sm_count(),
+                )
+                .then_some(None))
+            }
+        }
+    }
+
+    /// Validates and launches the Hopper kernel (the rest of [`FlashAttention::forward`]).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_hopper<T: StorageType>(
+        &self,
+        problem: &Problem,
+        q: &Tensor<'_, T>,
+        k: &Tensor<'_, T>,
+        v: &Tensor<'_, T>,
+        o: &mut TensorMut<'_, T>,
+        lse: Option<&mut CudaViewMut<'_, f32>>,
+        tile: Option<HopperTile>,
+    ) -> Result<LaunchInfo, KernelError> {
+        let plan = plan_hopper(problem, tile, self.max_smem_per_block())?;
+        let unit = hopper_unit(T::DTYPE, plan.bucket);
+        let causal = problem.causal() != Causal::None;
+        let name = hopper_entry_name(&unit, &plan.tile, causal);
+        let (func, arch) = self.function(&unit, &name, false, plan.smem_bytes as usize)?;
+        let stream = &self.stream;
+        let o_strides = o.strides;
+        let ptrs = bind_tensors(stream, problem, q, k, v, o, lse)?;
+        let params = plan
+            .params
+            .with_strides(q.strides, k.strides, v.strides, o_strides);
+        let elem = crate::config::elem_of(T::DTYPE);
+        let rows_kv = plan.tile.block_n;
+        let tma_q = encode_tma(&tma_geometry(q.dims, q.strides, 2, HOPPER_BLOCK_M)?, ptrs.q, elem)?;
+        let tma_k = encode_tma(&tma_geometry(k.dims, k.strides, 2, rows_kv)?, ptrs.k, elem)?;
+        let tma_v = encode_tma(&tma_geometry(v.dims, v.strides, 2, rows_kv)?, ptrs.v, elem)?;
+        let launch_cfg = LaunchConfig {
+            grid_dim: plan.grid,
+            block_dim: (HOPPER_THREADS as u32, 1, 1),
+            shared_mem_bytes: plan.smem_bytes,
+        };
+        let mut builder = stream.launch_builder(&func);
+        builder
+            .arg(&ptrs.o)
+            .arg(&ptrs.lse)
+            .arg(&tma_q)
+            .arg(&tma_k)
+            .arg(&tma_v)
+            .arg(&params);
+        // SAFETY: the argument list matches ATTN_FWD_HOPPER_ENTRY (o, lse, three TMA
+        // descriptors by value, FwdParams by value). Every tensor was checked by
+        // `bind_tensors` (dims, extent inside its view, 16-byte alignment of starts and
+        // strides, O names no element twice and overlaps no input, LSE holds B·Hq·Sq floats)
+        // and the descriptors were encoded from the same dims and strides, so TMA reads stay
+        // inside Q, K and V (out-of-range boxes are zero-filled, not read). The kernel bounds
+        // its O and LSE writes by q_len and head_dim. The guards keep cudarc's stream
+        // ordering for the raw pointers until after the launch; sizes were checked against
+        // 32-bit indexing and the grid limits in `plan_hopper`; the dynamic shared memory was
+        // raised on the function and fits the device.
+        unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the Hopper kernel"))?;
+        drop(ptrs);
+        Ok(LaunchInfo {
+            kernel: name,
+            arch,
+            config: plan.tile.as_config(),
+            grid: plan.grid,
+            splits: 1,
+            smem_bytes: plan.smem_bytes,
+        })
+    }
+}
+
+/// The Hopper forward's compile unit of (dtype, bucket).
+fn hopper_unit(dtype: Dtype, bucket: usize) -> UnitKey {
+    UnitKey {
+        family: crate::catalog::Family::FwdHopper,
+        arch: Arch::Sm90a,
+        elem: crate::config::elem_of(dtype),
+        head_dim: bucket,
+    }
+}
+
 /// What the driver reports for a loaded kernel.
 pub(crate) fn function_resources(f: &CudaFunction) -> Result<FunctionResources, KernelError> {
     Ok(FunctionResources {
@@ -777,21 +937,7 @@ pub(crate) fn plan_launch(
 ) -> Result<LaunchPlan, KernelError> {
     let s = problem.shape();
     let d = s.head_dim();
-    check_no_features(problem)?;
-    crate::config::bucket_for(d)?;
-    let i32_max = i32::MAX as usize;
-    let overflow = |what: &'static str, v: Option<usize>, limit: usize| match v {
-        Some(x) if x <= limit => Ok(()),
-        _ => Err(KernelError::IndexOverflow(what)),
-    };
-    overflow(
-        "batch · q_heads",
-        s.batch().checked_mul(s.q_heads()),
-        i32_max,
-    )?;
-    overflow("kv_len + q_len", s.kv_len().checked_add(s.q_len()), i32_max)?;
-    overflow("q_heads (grid.y)", Some(s.q_heads()), 65_535)?;
-    overflow("batch (grid.z)", Some(s.batch()), 65_535)?;
+    check_sizes(problem)?;
     config.check_head_dim(d)?;
     let q_tiles = s.q_len().div_ceil(config.block_m);
     let key_tiles = s.kv_len().div_ceil(config.block_n);
@@ -816,11 +962,12 @@ pub(crate) fn plan_launch(
         }
         Some(n) => n.min(MAX_SPLITS),
     };
-    overflow(
-        "q tiles · splits (grid.x)",
-        q_tiles.checked_mul(n_splits),
-        i32_max,
-    )?;
+    if q_tiles
+        .checked_mul(n_splits)
+        .is_none_or(|x| x > i32::MAX as usize)
+    {
+        return Err(KernelError::IndexOverflow("q tiles · splits (grid.x)"));
+    }
     Ok(LaunchPlan {
         config,
         grid: (
@@ -831,6 +978,28 @@ pub(crate) fn plan_launch(
         smem_bytes: config.smem_bytes(d) as u32,
         params: fwd_params(problem, n_splits as i32),
     })
+}
+
+/// The checks every forward launcher makes first: features the kernels implement, a
+/// supported head dim, and sizes inside 32-bit indexing and the grid limits.
+pub(crate) fn check_sizes(problem: &Problem) -> Result<(), KernelError> {
+    let s = problem.shape();
+    check_no_features(problem)?;
+    crate::config::bucket_for(s.head_dim())?;
+    let i32_max = i32::MAX as usize;
+    let overflow = |what: &'static str, v: Option<usize>, limit: usize| match v {
+        Some(x) if x <= limit => Ok(()),
+        _ => Err(KernelError::IndexOverflow(what)),
+    };
+    overflow(
+        "batch · q_heads",
+        s.batch().checked_mul(s.q_heads()),
+        i32_max,
+    )?;
+    overflow("kv_len + q_len", s.kv_len().checked_add(s.q_len()), i32_max)?;
+    overflow("q_heads (grid.y)", Some(s.q_heads()), 65_535)?;
+    overflow("batch (grid.z)", Some(s.batch()), 65_535)?;
+    Ok(())
 }
 
 /// Refuses problems carrying features the kernels do not implement (a wrong result would be

@@ -69,6 +69,7 @@ pub mod cubin;
 pub mod debug;
 pub mod elite;
 pub mod fp8;
+pub mod hopper;
 mod launch;
 pub mod tensor;
 
@@ -78,7 +79,9 @@ use attn_ref::{Attention, AttnError, AttnOutput, BackendError, Problem};
 
 pub use catalog::{FP8_HEAD_DIMS, FP8_TILES as FP8_CONFIGS, FWD_HEAD_DIM_BUCKETS};
 pub use config::{bucket_for, configs_for, Dtype, KernelConfig, KernelMode};
+pub use catalog::HopperTile;
 pub use fp8::{Fp8Forward, Fp8Options, Fp8Scales, Fp8Variant};
+pub use hopper::{hopper_configs_for, Engine};
 pub use launch::{
     dims_kv, dims_q, driver_available, FlashAttention, Forward, ForwardOptions, FunctionResources,
     KernelCache, LaunchInfo, StorageType,
@@ -177,6 +180,9 @@ pub enum KernelError {
         /// Elements given.
         got: usize,
     },
+    /// The engine asked for cannot run here (wrong device, or an option it lacks).
+    #[error("{0}")]
+    EngineUnavailable(String),
     /// A size exceeds what the kernel's 32-bit indexing or the grid can address.
     #[error("{0} exceeds the kernel's 32-bit index / grid limits")]
     IndexOverflow(&'static str),

@@ -203,6 +203,7 @@ fn correctness_every_head_dim_every_config() {
                     dtype: Dtype::F16,
                     config: Some(cfg),
                     splits: Some(1),
+                    engine: attn_kernels::Engine::Auto,
                 };
                 if let Err(e) = super::check_case(&gpu, &c) {
                     failures.push(e);

@@ -8,6 +8,8 @@
 //! - `splits`: split-KV (flash-decoding) counts and the split heuristic;
 //! - `family`: head dims, layouts and threads;
 //! - `fp8`: the FP8 (E4M3) forward against the reference and its rounding model;
+//! - `hopper`: the Hopper engine's every tile and head dim, its default use on sm_90, and its
+//!   refusals;
 //! - `stability`: bitwise determinism, 100k launches, concurrent streams;
 //! - `sanitize`: small shapes over every config, what compute-sanitizer runs;
 //! - `resources`: registers the driver reports against the ptxas log;
@@ -20,7 +22,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use attn_kernels::{Dtype, FlashAttention, Forward, ForwardOptions, KernelConfig, StorageType};
+use attn_kernels::{Dtype, Engine, FlashAttention, Forward, ForwardOptions, KernelConfig, StorageType};
 use attn_oracle::{compare, compare_lse, CompareOptions, Storage, ToleranceRule};
 use attn_ref::{
     reference::{self, emulate, RefOutput},
@@ -36,6 +38,7 @@ mod correctness;
 mod debug;
 mod family;
 mod fp8;
+mod hopper;
 mod resources;
 mod sanitize;
 mod splits;
@@ -77,6 +80,7 @@ struct Case {
     dtype: Dtype,
     config: Option<KernelConfig>,
     splits: Option<usize>,
+    engine: Engine,
 }
 
 /// (batch, q_heads, kv_heads, q_len, kv_len, head_dim).
@@ -93,6 +97,7 @@ fn case(dims: Dims, causal: Causal, dtype: Dtype) -> Case {
         dtype,
         config: None,
         splits: None,
+        engine: Engine::Auto,
     }
 }
 
@@ -148,6 +153,7 @@ fn check_typed<T: StorageType + attn_ref::Element>(
     let opts = ForwardOptions {
         config: c.config,
         splits: c.splits,
+        engine: c.engine,
     };
     let (o, lse) = run_gpu(gpu, p, &q, &k, &v, &opts);
     let reference = reference::forward(p, &q, &k, &v).map_err(|e| e.to_string())?;

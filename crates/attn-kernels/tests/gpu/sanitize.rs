@@ -112,6 +112,7 @@ fn sanitize_head_dims_and_layouts() {
                 let opts = ForwardOptions {
                     config: Some(attn_kernels::KernelConfig::by_name("32_64_2_s2").unwrap()),
                     splits,
+                    ..Default::default()
                 };
                 match crate::family::run_layout(&gpu, &p, (&q, &k, &v), layout, &opts) {
                     Ok((o, _)) => {

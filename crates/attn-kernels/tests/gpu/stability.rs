@@ -25,6 +25,7 @@ fn determinism_bitwise() {
         let opts = ForwardOptions {
             config: KernelConfig::by_name("64_64_4_s2").ok(),
             splits: Some(if causal == Causal::None { 5 } else { 1 }),
+            ..Default::default()
         };
         let a = run_gpu(&gpu, &p, &q, &k, &v, &opts);
         let b = run_gpu(&gpu, &p, &q, &k, &v, &opts);

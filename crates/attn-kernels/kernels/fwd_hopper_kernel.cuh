@@ -1,0 +1,250 @@
+// The Hopper (sm_90a) f16/bf16 forward: TMA loads, a warp-specialized producer, wgmma on two
+// consumer warpgroups, after FlashAttention-3 (Shah et al. 2024, "FlashAttention-3: Fast and
+// Accurate Attention with Asynchrony and Low-precision"; hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp).
+//
+// One CTA = 3 warpgroups and 128 query rows:
+// - warpgroup 0, the producer, gives up registers (setmaxnreg) and one thread issues TMA
+//   loads: the Q tile once, then K and V tiles into a STAGES-deep ring, each stage guarded by
+//   a "full" mbarrier per tensor (transaction bytes) and an "empty" one (consumer arrivals);
+// - warpgroups 1 and 2, the consumers, take the registers and own 64 query rows each:
+//   S = Q·Kᵀ as an SS wgmma (both operands K-major in shared memory), the online softmax in
+//   registers (softmax.cuh, mask.cuh: the wgmma accumulator has the mma.sync layout per warp),
+//   O += P·V as an RS wgmma with P from registers and V MN-major in shared memory (no Vᵀ
+//   copy), then the epilogue (epilogue.cuh) through the dead Q tile.
+// PINGPONG orders the two consumers' GEMMs with named barriers so one warpgroup's softmax
+// runs under the other's tensor-core work (FA3 §3.1); the GEMM block of an iteration is
+// P·V(j) followed by Q·Kᵀ(j+1).
+//
+// Shared memory: every tile is stored as 64-column sub-tiles of 128-byte rows in TMA's and
+// wgmma's 128-byte swizzle (one sub-tile per 64 columns of the head-dim bucket), each on a
+// 1024-byte boundary. A problem head dim below the bucket, and rows past the sequence end,
+// arrive as zeros (TMA's out-of-bounds fill); the mask and the epilogue drop them.
+#pragma once
+#include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
+#include "epilogue.cuh"
+#include "mask.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+
+namespace attn {
+
+template <int DK, int BN, int STAGES> struct HopperFwdLayout {
+    static constexpr int kBM = 128;                 // 2 consumer warpgroups × 64 rows
+    static constexpr int kThreads = 384;            // producer + 2 consumers
+    static constexpr int kSubTiles = (DK + 63) / 64; // 64-column swizzled sub-tiles per row
+    static constexpr int kQBytes = kBM * kSubTiles * 128;
+    static constexpr int kKVBytes = BN * kSubTiles * 128; // one K (or V) stage
+    static constexpr int kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
+    static constexpr int kBarriers = 1 + 3 * STAGES; // Q full; K full, V full, K/V empty per stage
+    // 1024 bytes of slack for aligning the base; the launcher's size (src/catalog.rs
+    // `hopper_smem_bytes`) is this.
+    static constexpr int kSmemBytes = 1024 + kBarOffset + 8 * kBarriers;
+    static constexpr int kConsumerWarps = 8;
+    static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets are multiples of 32 up to 256");
+    static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and TMA box rows");
+    static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
+};
+
+// Barrier ids: 0 is __syncthreads; 1 and 2 order the consumers' GEMMs; 3 gathers both
+// consumers before the epilogue reuses the Q tile.
+constexpr int kBarSchedBase = 1;
+constexpr int kBarEpilogue = 3;
+
+template <bool B> struct BoolConst {
+    static constexpr bool value = B;
+};
+
+template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG>
+__device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __restrict__ lse, const TmaDesc* tma_q,
+                                                  const TmaDesc* tma_k, const TmaDesc* tma_v, const FwdParams& p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using L = HopperFwdLayout<DK, BN, STAGES>;
+    constexpr int kBM = L::kBM;
+    constexpr int kNT = BN / 8;
+    constexpr int kNO = DK / 8;
+    constexpr int kPitch = L::kSubTiles * 64; // the epilogue's staging pitch (elements)
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char* base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    unsigned char* sQ = base;
+    unsigned char* sK = sQ + L::kQBytes;
+    unsigned char* sV = sK + STAGES * L::kKVBytes;
+    uint64_t* bar_q = reinterpret_cast<uint64_t*>(base + L::kBarOffset);
+    uint64_t* full_k = bar_q + 1;
+    uint64_t* full_v = full_k + STAGES;
+    uint64_t* empty_kv = full_v + STAGES;
+
+    // Causal grids run the longest query blocks first, so the short ones fill the tail.
+    const int m_block = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int h = blockIdx.y;
+    const int b = blockIdx.z;
+    const int m0 = m_block * kBM;
+    const int n_tiles = key_tiles_for_block<CAUSAL, kBM, BN>(m0, p);
+    const int warpgroup = threadIdx.x >> 7;
+
+    if (threadIdx.x == 0) {
+        mbar_init(bar_q, 1);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(&full_k[s], 1);
+            mbar_init(&full_v[s], 1);
+            mbar_init(&empty_kv[s], L::kConsumerWarps);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // Producer: one thread drives TMA; the other 127 only give their registers back.
+        setmaxnreg_dec<24>();
+        if (threadIdx.x == 0) {
+            tma_prefetch_desc(tma_q);
+            tma_prefetch_desc(tma_k);
+            tma_prefetch_desc(tma_v);
+            const int kvh = h / p.group;
+            mbar_arrive_expect_tx(bar_q, L::kQBytes);
+#pragma unroll
+            for (int c = 0; c < L::kSubTiles; ++c) tma_load_4d(sQ + c * kBM * 128, tma_q, bar_q, c * 64, m0, h, b);
+            for (int j = 0; j < n_tiles; ++j) {
+                const int s = j % STAGES;
+                const uint32_t use = j / STAGES;
+                mbar_wait(&empty_kv[s], (use & 1) ^ 1); // the consumers released its last use
+                unsigned char* k_dst = sK + s * L::kKVBytes;
+                unsigned char* v_dst = sV + s * L::kKVBytes;
+                mbar_arrive_expect_tx(&full_k[s], L::kKVBytes);
+#pragma unroll
+                for (int c = 0; c < L::kSubTiles; ++c)
+                    tma_load_4d(k_dst + c * BN * 128, tma_k, &full_k[s], c * 64, j * BN, kvh, b);
+                mbar_arrive_expect_tx(&full_v[s], L::kKVBytes);
+#pragma unroll
+                for (int c = 0; c < L::kSubTiles; ++c)
+                    tma_load_4d(v_dst + c * BN * 128, tma_v, &full_v[s], c * 64, j * BN, kvh, b);
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<240>();
+    const int cw = warpgroup - 1; // consumer index: query rows [64·cw, 64·cw + 64) of the block
+    const int lane = threadIdx.x & 31;
+    const int warp_row0 = ((threadIdx.x >> 5) & 3) * 16; // this warp's rows within its 64
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int row_base = m0 + cw * 64;
+    const int lim_block = visible_keys<CAUSAL>(m0, p);
+    const int lim_lo = visible_keys<CAUSAL>(row_base + warp_row0 + g, p);
+    const int lim_hi = visible_keys<CAUSAL>(row_base + warp_row0 + g + 8, p);
+    const uint32_t q_addr = smem_addr(sQ) + cw * 64 * 128;
+
+    float acc_o[kNO][4];
+#pragma unroll
+    for (int n = 0; n < kNO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
+    OnlineSoftmax<kNT, kNO> softmax;
+    softmax.init();
+    float acc_s[kNT][4];
+
+    // S = Q·Kᵀ of key tile j: k-step kk reads 16 columns of sub-tile kk / 4 (32 bytes each).
+    auto issue_qk = [&](int j) {
+        const int s = j % STAGES;
+        mbar_wait(&full_k[s], (j / STAGES) & 1);
+        const uint32_t k_addr = smem_addr(sK + s * L::kKVBytes);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < DK / 16; ++kk) {
+            const int c = kk / 4;
+            const int w = (kk % 4) * 32;
+            Wgmma16<T, BN>::ss(acc_s, wgmma_desc<128>(q_addr + c * kBM * 128 + w),
+                               wgmma_desc<128>(k_addr + c * BN * 128 + w), kk > 0);
+        }
+    };
+    // O += P·V of key tile j: k-step kk reads keys 16kk.. (16 rows of 128 bytes per sub-tile).
+    auto issue_pv = [&](int j, const uint32_t (&pa)[BN / 16][4]) {
+        const int s = j % STAGES;
+        mbar_wait(&full_v[s], (j / STAGES) & 1);
+        const uint32_t v_addr = smem_addr(sV + s * L::kKVBytes);
+        wgmma_fence_operands(acc_o);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            Wgmma16<T, DK>::rs(acc_o, pa[kk], wgmma_desc_mn128(v_addr + kk * 16 * 128, BN * 128));
+    };
+    auto release = [&](int j) {
+        if (lane == 0) mbar_arrive(&empty_kv[j % STAGES]);
+    };
+    const int my_bar = kBarSchedBase + cw;
+    const int other_bar = kBarSchedBase + (cw ^ 1);
+
+    // One iteration: softmax of tile j, then (ordered against the other consumer under
+    // PINGPONG) P·V(j) and, when HAS_NEXT, Q·Kᵀ(j+1) in one commit group. The last iteration
+    // is peeled off so that no wgmma sits in a branch (ptxas serializes wgmma on divergent
+    // paths, C7520).
+    auto iteration = [&](int j, auto has_next) {
+        constexpr bool kHasNext = decltype(has_next)::value;
+        const int key0 = j * BN;
+        if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
+        softmax.template update<false>(acc_s, acc_o, p.scale_log2);
+        // P as A operands: n-tiles 2kk and 2kk+1 of the accumulator are k-step kk's m16k16
+        // fragment (the same identity the mma.sync kernel uses).
+        uint32_t pa[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            pa[kk][0] = StorageTraits<T>::pack(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+            pa[kk][1] = StorageTraits<T>::pack(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+            pa[kk][2] = StorageTraits<T>::pack(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+            pa[kk][3] = StorageTraits<T>::pack(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+        }
+        if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
+        issue_pv(j, pa);
+        if constexpr (kHasNext) issue_qk(j + 1);
+        wgmma_commit();
+        if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_o);
+        wgmma_fence_operands(acc_s);
+        release(j);
+    };
+
+    mbar_wait(bar_q, 0);
+    if (n_tiles > 0) {
+        if constexpr (PINGPONG) {
+            if (cw == 1) named_barrier_arrive(kBarSchedBase, 256); // consumer 0 goes first
+            named_barrier_sync(my_bar, 256);
+        }
+        issue_qk(0);
+        wgmma_commit();
+        if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_s);
+        for (int j = 0; j + 1 < n_tiles; ++j) iteration(j, BoolConst<true>{});
+        iteration(n_tiles - 1, BoolConst<false>{});
+        // Consumer 1's arrivals outnumber consumer 0's waits by the one before the first
+        // GEMM: consume it, so no barrier is left half-arrived.
+        if constexpr (PINGPONG) {
+            if (cw == 0) named_barrier_sync(my_bar, 256);
+        }
+    }
+
+    // Both consumers are done reading Q (their last wgmma has completed) before either
+    // stages its output in the Q tile.
+    named_barrier_sync(kBarEpilogue, 256);
+    T* o_head = head_ptr(o, p.o_stride, b, h);
+    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
+    T* staging = reinterpret_cast<T*>(sQ) + cw * 64 * kPitch;
+    write_output<T, kPitch, kNO>(acc_o, softmax.m, softmax.l, staging, o_head, lse_head, warp_row0, row_base, p.q_len,
+                                 lane, static_cast<int>(p.o_stride[2]), p.head_dim >> 3);
+#else
+    __trap(); // the Hopper entry points exist only in sm_90a cubins
+#endif
+}
+
+} // namespace attn
+
+// One extern "C" entry per (dtype, bucket, tile, mode), generated by src/catalog.rs. The three
+// TMA descriptors are __grid_constant__ parameters (TMA reads them from parameter space).
+#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG)                                    \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                \
+        NAME(T* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,   \
+             const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v, \
+             const attn::FwdParams p) {                                                                 \
+        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG>(o, lse, &tma_q, &tma_k, &tma_v, p);    \
+    }

@@ -1,0 +1,318 @@
+//! The Hopper forward's host side (`kernels/fwd_hopper_kernel.cuh`): which engine runs a
+//! forward, the TMA descriptors of its tensors, and its launch plan.
+//!
+//! The kernel reads Q, K and V through TMA. Each tensor is described to the hardware as a
+//! rank-4 tensor `(D, S, H, B)` (innermost first) with its own byte strides, so strided views
+//! (`[B,S,H,D]`, slices of a KV cache) need no copies, and a box of 64 columns × rows that
+//! lands in shared memory in the 128-byte swizzle wgmma reads. Elements outside the tensor
+//! (rows past S, columns past the problem's D inside the bucket) arrive as zeros. The
+//! descriptors are encoded on the host for every launch (a few hundred nanoseconds of CPU,
+//! no device work) and passed by value as kernel parameters.
+
+use attn_ref::Problem;
+use cudarc::driver::{sys, DeviceRepr};
+
+use crate::{
+    catalog::{self, Elem, HopperTile, HOPPER_BLOCK_M},
+    config::{choose_splits, KernelConfig},
+    launch::{check_sizes, fwd_params, FwdParams},
+    tensor::Strides,
+    KernelError,
+};
+
+/// Which mainloop runs a forward ([`crate::ForwardOptions::engine`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// The Hopper kernel on sm_90 devices unless the problem wants split-KV (decode-like
+    /// grids too small for the chip), an explicit mma.sync config or split count, or a
+    /// debug build's tile dumps; the mma.sync kernel everywhere else.
+    #[default]
+    Auto,
+    /// The FlashAttention-2-style mma.sync kernel (every arch; split-KV; tile dumps).
+    MmaSync,
+    /// The Hopper kernel (TMA, warp-specialized wgmma), with a given tile or the bucket's
+    /// default (`None`). A typed error on devices other than sm_90.
+    Hopper(Option<HopperTile>),
+}
+
+/// The Hopper configs compiled for `head_dim`'s bucket, the default first.
+pub fn hopper_configs_for(head_dim: usize) -> Vec<HopperTile> {
+    catalog::fwd_bucket(head_dim)
+        .map(|b| catalog::hopper_tiles(b).to_vec())
+        .unwrap_or_default()
+}
+
+impl HopperTile {
+    /// Looks a Hopper config up by [`HopperTile::name`] (`wg128_128_s2_pp`).
+    pub fn by_name(name: &str) -> Result<Self, KernelError> {
+        let mut all: Vec<HopperTile> = catalog::FWD_HEAD_DIM_BUCKETS
+            .iter()
+            .flat_map(|&b| catalog::hopper_tiles(b).iter().copied())
+            .collect();
+        all.sort();
+        all.dedup();
+        all.iter()
+            .find(|t| t.name() == name)
+            .copied()
+            .ok_or_else(|| KernelError::UnknownConfig {
+                name: name.to_string(),
+                known: all.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "),
+            })
+    }
+
+    /// The same geometry as an mma.sync-style [`KernelConfig`] (128 rows, `block_n`, 12
+    /// warps, `stages`), for [`crate::LaunchInfo`].
+    pub fn as_config(&self) -> KernelConfig {
+        catalog::tile(
+            HOPPER_BLOCK_M,
+            self.block_n,
+            catalog::HOPPER_THREADS / 32,
+            self.stages,
+        )
+    }
+}
+
+/// Whether `Engine::Auto` takes the Hopper kernel for `problem` on an sm_90 device: not when
+/// the mma.sync kernel would split the keys (`mma_config` is its default config), nor when the
+/// caller pinned an mma.sync config or a split count other than 1.
+pub(crate) fn auto_prefers_hopper(
+    problem: &Problem,
+    mma_config: &KernelConfig,
+    pinned_config: bool,
+    splits: Option<usize>,
+    sm_count: usize,
+) -> bool {
+    if pinned_config || splits.is_some_and(|n| n != 1) {
+        return false;
+    }
+    let s = problem.shape();
+    let d = s.head_dim();
+    let ctas = s.q_len().div_ceil(mma_config.block_m) * s.batch() * s.q_heads();
+    let key_tiles = s.kv_len().div_ceil(mma_config.block_n);
+    choose_splits(mma_config, d, ctas, key_tiles, sm_count) == 1
+}
+
+/// A validated Hopper launch: geometry and scalars (pure, testable without a device).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HopperPlan {
+    pub tile: HopperTile,
+    pub bucket: usize,
+    pub grid: (u32, u32, u32),
+    pub smem_bytes: u32,
+    pub params: FwdParams,
+}
+
+pub(crate) fn plan_hopper(
+    problem: &Problem,
+    tile: Option<HopperTile>,
+    max_smem: usize,
+) -> Result<HopperPlan, KernelError> {
+    check_sizes(problem)?;
+    let s = problem.shape();
+    let bucket = crate::config::bucket_for(s.head_dim())?;
+    let tiles = catalog::hopper_tiles(bucket);
+    let tile = match tile {
+        None => tiles[0],
+        Some(t) if tiles.contains(&t) => t,
+        Some(t) => {
+            return Err(KernelError::UnknownConfig {
+                name: format!("{} (head_dim {})", t.name(), s.head_dim()),
+                known: tiles.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "),
+            })
+        }
+    };
+    let smem = catalog::hopper_smem_bytes(&tile, bucket);
+    if smem > max_smem {
+        return Err(KernelError::ConfigTooLarge {
+            config: tile.name(),
+            smem,
+            limit: max_smem,
+        });
+    }
+    Ok(HopperPlan {
+        tile,
+        bucket,
+        grid: (
+            s.q_len().div_ceil(HOPPER_BLOCK_M) as u32,
+            s.q_heads() as u32,
+            s.batch() as u32,
+        ),
+        smem_bytes: smem as u32,
+        params: fwd_params(problem, 1),
+    })
+}
+
+/// Columns of one TMA box: 64 two-byte elements, one 128-byte swizzle span.
+pub(crate) const TMA_BOX_COLS: u32 = 64;
+
+/// A rank-4 TMA tensor `(D, S, H, B)`: sizes, byte strides of S, H and B, and the box.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TmaGeometry {
+    pub dims: [u64; 4],
+    pub strides: [u64; 3],
+    pub box_dim: [u32; 4],
+}
+
+/// The TMA geometry of a `[B, H, S, D]` tensor (dims in that order) with element strides
+/// `strides`, read in boxes of `box_rows` rows. TMA wants every byte stride a multiple of 16
+/// below 2^40 (the launcher's tensor checks already ask 16 bytes); the stride of a dim of
+/// size 1 is never used and is replaced by a valid one.
+pub(crate) fn tma_geometry(
+    dims: [usize; 4],
+    strides: Strides,
+    elem_bytes: usize,
+    box_rows: usize,
+) -> Result<TmaGeometry, KernelError> {
+    let [b, h, s, d] = dims;
+    let mut st = [0u64; 3];
+    for (i, (n, elems)) in [(s, strides.row), (h, strides.head), (b, strides.batch)]
+        .into_iter()
+        .enumerate()
+    {
+        let bytes = (elems as u64).saturating_mul(elem_bytes as u64);
+        st[i] = if n <= 1 { 16 } else { bytes };
+        if st[i] % 16 != 0 || st[i] >= 1 << 40 {
+            return Err(KernelError::Misaligned {
+                tensor: "tensor",
+                reason: format!(
+                    "a stride of {bytes} bytes; TMA needs multiples of 16 bytes below 2^40"
+                ),
+            });
+        }
+    }
+    if [b, h, s, d].iter().any(|&n| n as u64 > u32::MAX as u64) {
+        return Err(KernelError::IndexOverflow("tensor dims (TMA takes 32-bit sizes)"));
+    }
+    Ok(TmaGeometry {
+        dims: [d as u64, s as u64, h as u64, b as u64],
+        strides: st,
+        box_dim: [TMA_BOX_COLS, box_rows as u32, 1, 1],
+    })
+}
+
+/// One encoded TMA descriptor, passed by value as a `__grid_constant__` kernel parameter.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct TmaDescArg(sys::CUtensorMap);
+
+// SAFETY: 128 bytes of plain data (`CUtensorMap`), copied by the driver into the kernel's
+// `const __grid_constant__ attn::TmaDesc` parameter of the same size.
+unsafe impl DeviceRepr for TmaDescArg {}
+
+/// Encodes the descriptor of a tensor at device address `addr`.
+pub(crate) fn encode_tma(
+    geometry: &TmaGeometry,
+    addr: u64,
+    elem: Elem,
+) -> Result<TmaDescArg, KernelError> {
+    let dtype = match elem {
+        Elem::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        Elem::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    };
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    let element_strides = [1u32; 4];
+    // SAFETY: a host-side encoding call: `map` is a valid CUtensorMap to write, the four
+    // arrays have the rank's lengths (4, 3, 4, 4) and outlive the call, and `addr` is the
+    // start of a device allocation whose extent the launcher checked against these dims and
+    // strides (the driver only records it; nothing is read or written here).
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            dtype,
+            4,
+            addr as *mut std::ffi::c_void,
+            geometry.dims.as_ptr(),
+            geometry.strides.as_ptr(),
+            geometry.box_dim.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .map_err(|source| KernelError::Driver {
+        context: "encoding a TMA descriptor (cuTensorMapEncodeTiled)",
+        source,
+    })?;
+    Ok(TmaDescArg(map))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Layout;
+    use attn_ref::{AttnShape, Causal};
+
+    #[test]
+    fn geometry_of_both_layouts() {
+        let dims = [2, 8, 100, 128];
+        let g = tma_geometry(dims, Layout::Bhsd.strides(dims), 2, 128).unwrap();
+        assert_eq!(g.dims, [128, 100, 8, 2]);
+        assert_eq!(g.strides, [256, 256 * 100, 256 * 100 * 8]);
+        assert_eq!(g.box_dim, [64, 128, 1, 1]);
+        let g = tma_geometry(dims, Layout::Bshd.strides(dims), 2, 64).unwrap();
+        assert_eq!(g.strides, [256 * 8, 256, 256 * 8 * 100]);
+        // A size-1 batch never uses its stride, whatever it is.
+        let mut st = Layout::Bhsd.strides([1, 8, 100, 128]);
+        st.batch = 3;
+        assert!(tma_geometry([1, 8, 100, 128], st, 2, 64).is_ok());
+        st.head = 3;
+        assert!(matches!(
+            tma_geometry([1, 8, 100, 128], st, 2, 64),
+            Err(KernelError::Misaligned { .. })
+        ));
+    }
+
+    #[test]
+    fn plans_pick_the_bucket_default_and_refuse_foreign_tiles() {
+        let p = Problem::new(AttnShape::new(2, 4, 2, 300, 500, 96).unwrap(), Causal::TopLeft);
+        let plan = plan_hopper(&p, None, 232_448).unwrap();
+        assert_eq!(plan.bucket, 96);
+        assert_eq!(plan.tile, catalog::hopper_tiles(96)[0]);
+        assert_eq!(plan.grid, (3, 4, 2));
+        assert_eq!(
+            plan.smem_bytes as usize,
+            catalog::hopper_smem_bytes(&plan.tile, 96)
+        );
+        let wide = catalog::hopper_tiles(256)[2];
+        assert!(!catalog::hopper_tiles(96).contains(&wide));
+        assert!(matches!(
+            plan_hopper(&p, Some(wide), 232_448),
+            Err(KernelError::UnknownConfig { .. })
+        ));
+        assert!(matches!(
+            plan_hopper(&p, None, 100_000),
+            Err(KernelError::ConfigTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn every_hopper_tile_fits_and_names_round_trip() {
+        for &b in &catalog::FWD_HEAD_DIM_BUCKETS {
+            let tiles = catalog::hopper_tiles(b);
+            assert!(!tiles.is_empty(), "bucket {b} has no Hopper tile");
+            for t in tiles {
+                assert!(catalog::hopper_smem_bytes(t, b) <= catalog::Arch::Sm90a.max_smem());
+                assert_eq!(HopperTile::by_name(&t.name()).unwrap(), *t);
+                assert_eq!(t.block_n % 16, 0, "P·V k-steps are 16 keys");
+            }
+        }
+        assert!(HopperTile::by_name("wg128_7_s2").is_err());
+    }
+
+    #[test]
+    fn auto_keeps_split_kv_problems_on_mma_sync() {
+        let sm = 132;
+        let decode = Problem::new(AttnShape::new(1, 32, 8, 1, 8192, 128).unwrap(), Causal::None);
+        let cfg = crate::config::choose_config(1, 32, 1, 128, sm, 232_448);
+        assert!(!auto_prefers_hopper(&decode, &cfg, false, None, sm));
+        let prefill = Problem::new(AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(), Causal::None);
+        let cfg = crate::config::choose_config(4, 16, 4096, 128, sm, 232_448);
+        assert!(auto_prefers_hopper(&prefill, &cfg, false, None, sm));
+        assert!(!auto_prefers_hopper(&prefill, &cfg, true, None, sm));
+        assert!(!auto_prefers_hopper(&prefill, &cfg, false, Some(2), sm));
+        assert!(auto_prefers_hopper(&prefill, &cfg, false, Some(1), sm));
+    }
+}

@@ -1,0 +1,160 @@
+//! The Hopper engine (TMA + warp-specialized wgmma): every tile of every bucket on every head
+//! dim against the reference, that `Engine::Auto` runs it on sm_90 (so the FA matrix in
+//! `family` checks it), and what it refuses. On other GPUs the engine must refuse with a
+//! typed error, which is what runs there.
+
+use attn_kernels::{
+    hopper_configs_for, Engine, Forward, ForwardOptions, KernelError, Layout,
+};
+use attn_ref::Causal;
+use half::f16;
+
+use crate::{case, check_case, gpu, problem, DTYPES};
+
+fn is_hopper() -> bool {
+    gpu().compute_capability() == (9, 0)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_hopper_every_tile_every_head_dim() {
+    if !is_hopper() {
+        return refuses_off_hopper();
+    }
+    let gpu = gpu();
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for d in (8..=256).step_by(8) {
+        for tile in hopper_configs_for(d) {
+            for (dims, causal, dt) in [
+                ((1, 4, 2, 77, 200, d), Causal::BottomRight, DTYPES[0]),
+                ((1, 4, 2, 77, 200, d), Causal::None, DTYPES[1]),
+                ((2, 3, 1, 300, 129, d), Causal::TopLeft, DTYPES[0]),
+                ((1, 2, 2, 129, 700, d), Causal::None, DTYPES[0]),
+            ] {
+                let mut c = case(dims, causal, dt);
+                c.engine = Engine::Hopper(Some(tile));
+                runs += 1;
+                if let Err(e) = check_case(&gpu, &c) {
+                    failures.push(format!("{}: {e}", tile.name()));
+                }
+            }
+        }
+    }
+    assert!(runs > 400, "only {runs} runs");
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_hopper_long_rows_and_gqa() {
+    if !is_hopper() {
+        return refuses_off_hopper();
+    }
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        for d in [64, 128, 256] {
+            for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+                let mut c = case((2, 8, 2, 1000, 2500, d), causal, dt);
+                c.engine = Engine::Hopper(None);
+                cases.push(c);
+            }
+        }
+    }
+    crate::run_all(&cases);
+}
+
+/// On sm_90 the default options run the Hopper kernel for prefill shapes and keep the
+/// split-KV mma.sync kernel for decode shapes.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_auto_engine_choice() {
+    let gpu = gpu();
+    let run = |dims| {
+        let p = problem(dims, Causal::None);
+        let s = p.shape();
+        let q = vec![f16::from_f32(0.5); s.q_elems()];
+        let kv = vec![f16::from_f32(0.25); s.kv_elems()];
+        gpu.forward_host_layout(&p, &q, &kv, &kv, Layout::Bhsd, &ForwardOptions::default())
+            .unwrap()
+            .launch
+    };
+    let prefill = run((2, 16, 16, 2048, 2048, 128));
+    let decode = run((1, 32, 8, 1, 8192, 128));
+    if is_hopper() {
+        assert!(prefill.kernel.starts_with("attn_fwdh_"), "{}", prefill.kernel);
+    } else {
+        assert!(prefill.kernel.starts_with("attn_fwd_"), "{}", prefill.kernel);
+    }
+    assert!(decode.kernel.starts_with("attn_fwd_"), "{}", decode.kernel);
+    assert!(decode.splits > 1, "decode should split: {decode:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn validation_hopper_engine_refusals() {
+    if !is_hopper() {
+        return refuses_off_hopper();
+    }
+    let gpu = gpu();
+    let p = problem((1, 2, 2, 64, 64, 64), Causal::None);
+    let s = p.shape();
+    let x = vec![f16::from_f32(1.0); s.q_elems()];
+    for opts in [
+        ForwardOptions {
+            engine: Engine::Hopper(None),
+            splits: Some(2),
+            ..Default::default()
+        },
+        ForwardOptions {
+            engine: Engine::Hopper(None),
+            config: attn_kernels::configs_for(64).first().copied(),
+            ..Default::default()
+        },
+    ] {
+        let err = gpu
+            .forward_host_layout(&p, &x, &x, &x, Layout::Bhsd, &opts)
+            .unwrap_err();
+        assert!(matches!(err, KernelError::EngineUnavailable(_)), "{err}");
+    }
+    // A tile of another bucket is an unknown config, named with the valid ones.
+    let wide = hopper_configs_for(256)[2];
+    let err = gpu
+        .forward_host_layout(
+            &p,
+            &x,
+            &x,
+            &x,
+            Layout::Bhsd,
+            &ForwardOptions {
+                engine: Engine::Hopper(Some(wide)),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, KernelError::UnknownConfig { .. }), "{err}");
+}
+
+/// Off Hopper, asking for the engine is a typed error and nothing runs.
+fn refuses_off_hopper() {
+    let gpu = gpu();
+    let p = problem((1, 2, 2, 64, 64, 64), Causal::None);
+    let s = p.shape();
+    let x = vec![f16::from_f32(1.0); s.q_elems()];
+    let q = gpu.stream().clone_htod(&x).unwrap();
+    let mut o = gpu.stream().clone_htod(&x).unwrap();
+    let err = gpu
+        .forward(
+            Forward::bhsd(&p, &q, &q, &q, &mut o, None).with_options(ForwardOptions {
+                engine: Engine::Hopper(None),
+                ..Default::default()
+            }),
+        )
+        .unwrap_err();
+    assert!(matches!(err, KernelError::EngineUnavailable(_)), "{err}");
+}
