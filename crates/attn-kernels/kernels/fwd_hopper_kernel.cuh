@@ -35,7 +35,7 @@ template <int DK, int BN, int STAGES> struct HopperFwdLayout {
     static constexpr int kQBytes = kBM * kSubTiles * 128;
     static constexpr int kKVBytes = BN * kSubTiles * 128; // one K (or V) stage
     static constexpr int kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
-    static constexpr int kBarriers = 1 + 3 * STAGES; // Q full; K full, V full, K/V empty per stage
+    static constexpr int kBarriers = 1 + 4 * STAGES; // Q full; K full, V full, K empty, V empty per stage
     // 1024 bytes of slack for aligning the base; the launcher's size (src/catalog.rs
     // `hopper_smem_bytes`) is this.
     static constexpr int kSmemBytes = 1024 + kBarOffset + 8 * kBarriers;
@@ -54,7 +54,7 @@ template <bool B> struct BoolConst {
     static constexpr bool value = B;
 };
 
-template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG>
+template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA>
 __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __restrict__ lse, const TmaDesc* tma_q,
                                                   const TmaDesc* tma_k, const TmaDesc* tma_v, const FwdParams& p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -72,7 +72,10 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     uint64_t* bar_q = reinterpret_cast<uint64_t*>(base + L::kBarOffset);
     uint64_t* full_k = bar_q + 1;
     uint64_t* full_v = full_k + STAGES;
-    uint64_t* empty_kv = full_v + STAGES;
+    // K and V slots are released separately: a K slot is free once Q·Kᵀ has read it, a whole
+    // softmax before P·V frees the V slot, so the next K load starts that much earlier.
+    uint64_t* empty_k = full_v + STAGES;
+    uint64_t* empty_v = empty_k + STAGES;
 
     // Causal grids run the longest query blocks first, so the short ones fill the tail.
     const int m_block = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -88,7 +91,8 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full_k[s], 1);
             mbar_init(&full_v[s], 1);
-            mbar_init(&empty_kv[s], L::kConsumerWarps);
+            mbar_init(&empty_k[s], L::kConsumerWarps);
+            mbar_init(&empty_v[s], L::kConsumerWarps);
         }
         mbar_fence_init();
     }
@@ -108,13 +112,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             for (int j = 0; j < n_tiles; ++j) {
                 const int s = j % STAGES;
                 const uint32_t use = j / STAGES;
-                mbar_wait(&empty_kv[s], (use & 1) ^ 1); // the consumers released its last use
                 unsigned char* k_dst = sK + s * L::kKVBytes;
                 unsigned char* v_dst = sV + s * L::kKVBytes;
+                mbar_wait(&empty_k[s], (use & 1) ^ 1); // the consumers released its last use
                 mbar_arrive_expect_tx(&full_k[s], L::kKVBytes);
 #pragma unroll
                 for (int c = 0; c < L::kSubTiles; ++c)
                     tma_load_4d(k_dst + c * BN * 128, tma_k, &full_k[s], c * 64, j * BN, kvh, b);
+                mbar_wait(&empty_v[s], (use & 1) ^ 1);
                 mbar_arrive_expect_tx(&full_v[s], L::kKVBytes);
 #pragma unroll
                 for (int c = 0; c < L::kSubTiles; ++c)
@@ -168,24 +173,19 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         for (int kk = 0; kk < BN / 16; ++kk)
             Wgmma16<T, DK>::rs(acc_o, pa[kk], wgmma_desc_mn128(v_addr + kk * 16 * 128, BN * 128));
     };
-    auto release = [&](int j) {
-        if (lane == 0) mbar_arrive(&empty_kv[j % STAGES]);
+    auto release_k = [&](int j) {
+        if (lane == 0) mbar_arrive(&empty_k[j % STAGES]);
+    };
+    auto release_v = [&](int j) {
+        if (lane == 0) mbar_arrive(&empty_v[j % STAGES]);
     };
     const int my_bar = kBarSchedBase + cw;
     const int other_bar = kBarSchedBase + (cw ^ 1);
 
-    // One iteration: softmax of tile j, then (ordered against the other consumer under
-    // PINGPONG) P·V(j) and, when HAS_NEXT, Q·Kᵀ(j+1) in one commit group. The last iteration
-    // is peeled off so that no wgmma sits in a branch (ptxas serializes wgmma on divergent
-    // paths, C7520).
-    auto iteration = [&](int j, auto has_next) {
-        constexpr bool kHasNext = decltype(has_next)::value;
-        const int key0 = j * BN;
-        if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
-        softmax.template update<false>(acc_s, acc_o, p.scale_log2);
-        // P as A operands: n-tiles 2kk and 2kk+1 of the accumulator are k-step kk's m16k16
-        // fragment (the same identity the mma.sync kernel uses).
-        uint32_t pa[BN / 16][4];
+    // P of one tile as A operands: n-tiles 2kk and 2kk+1 of the accumulator are k-step kk's
+    // m16k16 fragment (the same identity the mma.sync kernel uses).
+    uint32_t pa[BN / 16][4];
+    auto convert_p = [&]() {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
             pa[kk][0] = StorageTraits<T>::pack(acc_s[2 * kk][0], acc_s[2 * kk][1]);
@@ -193,6 +193,21 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             pa[kk][2] = StorageTraits<T>::pack(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
             pa[kk][3] = StorageTraits<T>::pack(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
         }
+    };
+    auto mask_tile = [&](int j) {
+        const int key0 = j * BN;
+        if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
+    };
+
+    // One iteration: softmax of tile j, then (ordered against the other consumer under
+    // PINGPONG) P·V(j) and, when HAS_NEXT, Q·Kᵀ(j+1) in one commit group. The last iteration
+    // is peeled off so that no wgmma sits in a branch (ptxas serializes wgmma on divergent
+    // paths, C7520).
+    auto iteration = [&](int j, auto has_next) {
+        constexpr bool kHasNext = decltype(has_next)::value;
+        mask_tile(j);
+        softmax.template update<false>(acc_s, acc_o, p.scale_log2);
+        convert_p();
         if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
         issue_pv(j, pa);
         if constexpr (kHasNext) issue_qk(j + 1);
@@ -201,7 +216,8 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         wgmma_wait<0>();
         wgmma_fence_operands(acc_o);
         wgmma_fence_operands(acc_s);
-        release(j);
+        release_v(j);
+        if constexpr (kHasNext) release_k(j + 1);
     };
 
     mbar_wait(bar_q, 0);
@@ -215,8 +231,44 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
         wgmma_wait<0>();
         wgmma_fence_operands(acc_s);
-        for (int j = 0; j + 1 < n_tiles; ++j) iteration(j, BoolConst<true>{});
-        iteration(n_tiles - 1, BoolConst<false>{});
+        release_k(0);
+        if constexpr (INTRA) {
+            // FA3's intra-warpgroup overlap (§3.2): Q·Kᵀ(j+1) and P·V(j) are issued
+            // together and the softmax of tile j+1 runs while P·V(j) still accumulates into
+            // O; O's rescale by the new maxima waits for that MMA.
+            float corr[2];
+            mask_tile(0);
+            softmax.template update_scores<false>(acc_s, corr, p.scale_log2);
+            convert_p();
+            for (int j = 0; j + 1 < n_tiles; ++j) {
+                if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
+                issue_qk(j + 1);
+                wgmma_commit();
+                issue_pv(j, pa);
+                wgmma_commit();
+                if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
+                wgmma_wait<1>(); // Q·Kᵀ(j+1) done; P·V(j) may still run
+                wgmma_fence_operands(acc_s);
+                release_k(j + 1);
+                mask_tile(j + 1);
+                softmax.template update_scores<false>(acc_s, corr, p.scale_log2);
+                wgmma_wait<0>();
+                wgmma_fence_operands(acc_o);
+                release_v(j);
+                OnlineSoftmax<kNT, kNO>::rescale(acc_o, corr);
+                convert_p();
+            }
+            if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
+            issue_pv(n_tiles - 1, pa);
+            wgmma_commit();
+            if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc_o);
+            release_v(n_tiles - 1);
+        } else {
+            for (int j = 0; j + 1 < n_tiles; ++j) iteration(j, BoolConst<true>{});
+            iteration(n_tiles - 1, BoolConst<false>{});
+        }
         // Consumer 1's arrivals outnumber consumer 0's waits by the one before the first
         // GEMM: consume it, so no barrier is left half-arrived.
         if constexpr (PINGPONG) {
@@ -241,10 +293,10 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
 // One extern "C" entry per (dtype, bucket, tile, mode), generated by src/catalog.rs. The three
 // TMA descriptors are __grid_constant__ parameters (TMA reads them from parameter space).
-#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG)                                    \
+#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA)                                    \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                \
         NAME(T* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,   \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v, \
              const attn::FwdParams p) {                                                                 \
-        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG>(o, lse, &tma_q, &tma_k, &tma_v, p);    \
+        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA>(o, lse, &tma_q, &tma_k, &tma_v, p);    \
     }

@@ -37,6 +37,17 @@ template <int NT, int NO> struct OnlineSoftmax {
     template <bool BREAK_RESCALE>
     __device__ __forceinline__ void update(float (&s)[NT][4], float (&o)[NO][4], float scale_log2,
                                            float log2_gain = 0.f) {
+        float corr[2];
+        update_scores<BREAK_RESCALE>(s, corr, scale_log2, log2_gain);
+        rescale(o, corr);
+    }
+
+    // The score half of update(): new row maxima, p in place, row sums; `corr` receives the
+    // factors O must be multiplied by, applied by rescale() once O is free (the Hopper kernel
+    // runs this while the previous tile's P·V still accumulates into O).
+    template <bool BREAK_RESCALE>
+    __device__ __forceinline__ void update_scores(float (&s)[NT][4], float (&corr)[2], float scale_log2,
+                                                  float log2_gain = 0.f) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             float mx = -INFINITY;
@@ -47,7 +58,7 @@ template <int NT, int NO> struct OnlineSoftmax {
             // A row with every key masked so far keeps m = -inf; subtract 0 instead so that
             // exp2(-inf - (-inf)) never produces NaN.
             const float m_use = m_new == -INFINITY ? 0.f : m_new;
-            const float corr = BREAK_RESCALE ? 1.f : exp2f(m[r] - m_use);
+            corr[r] = BREAK_RESCALE ? 1.f : exp2f(m[r] - m_use);
             const float bias = log2_gain - m_use;
             float sum = 0.f;
 #pragma unroll
@@ -59,13 +70,18 @@ template <int NT, int NO> struct OnlineSoftmax {
                     sum += p;
                 }
             }
-            l[r] = l[r] * corr + sum;
-#pragma unroll
-            for (int n = 0; n < NO; ++n) {
-                o[n][2 * r] *= corr;
-                o[n][2 * r + 1] *= corr;
-            }
+            l[r] = l[r] * corr[r] + sum;
             m[r] = m_new;
+        }
+    }
+
+    static __device__ __forceinline__ void rescale(float (&o)[NO][4], const float (&corr)[2]) {
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            o[n][0] *= corr[0];
+            o[n][1] *= corr[0];
+            o[n][2] *= corr[1];
+            o[n][3] *= corr[1];
         }
     }
 };

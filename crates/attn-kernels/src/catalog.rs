@@ -314,6 +314,9 @@ pub struct HopperTile {
     pub stages: usize,
     /// The two consumers' GEMMs alternate (FlashAttention-3's ping-pong schedule).
     pub pingpong: bool,
+    /// Intra-warpgroup overlap: the softmax of key tile j+1 runs while P·V of tile j is
+    /// still in the tensor cores (FlashAttention-3 §3.2).
+    pub intra: bool,
 }
 
 /// Query rows per Hopper CTA (two consumer warpgroups of 64 rows).
@@ -322,37 +325,79 @@ pub const HOPPER_BLOCK_M: usize = 128;
 /// Threads per Hopper CTA (three warpgroups).
 pub const HOPPER_THREADS: usize = 384;
 
-const fn ht(block_n: usize, stages: usize, pingpong: bool) -> HopperTile {
+const fn ht(block_n: usize, stages: usize, pingpong: bool, intra: bool) -> HopperTile {
     HopperTile {
         block_n,
         stages,
         pingpong,
+        intra,
     }
 }
 
 impl HopperTile {
-    /// `wg128_{block_n}_s{stages}` plus `_pp` for ping-pong (e.g. `wg128_128_s2_pp`).
+    /// `wg128_{block_n}_s{stages}` plus `_pp` for ping-pong and `_ia` for intra-warpgroup
+    /// overlap (e.g. `wg128_128_s2_pp_ia`).
     pub fn name(&self) -> String {
         format!(
-            "wg{HOPPER_BLOCK_M}_{}_s{}{}",
+            "wg{HOPPER_BLOCK_M}_{}_s{}{}{}",
             self.block_n,
             self.stages,
-            if self.pingpong { "_pp" } else { "" }
+            if self.pingpong { "_pp" } else { "" },
+            if self.intra { "_ia" } else { "" }
         )
     }
 }
 
 /// The Hopper forward's configs per head-dim bucket, the default first. Shared memory holds
-/// the Q tile and `stages` K and V tiles in 64-column sub-tiles ([`hopper_smem_bytes`]):
-/// 128 keys per stage up to D = 128, 96 up to 192, 64 above (FlashAttention-3's
-/// `tile_size.h` picks 176, 112 and 80 for its own register and smem budget; the N of a
-/// wgmma here must also divide into the 16-key k-steps of P·V).
+/// the Q tile and `stages` K and V tiles in 64-column sub-tiles ([`hopper_smem_bytes`]).
+/// Keys per stage: 128 up to D = 128, 96 up to 192, 64 above; the other entries are the
+/// variants the H100 sweep compares (docs/PERF.md): ping-pong, intra-warpgroup overlap, a third
+/// stage, and FlashAttention-3's wider tiles (176 keys at D ≤ 128, 112 at D ≤ 192, 80 at
+/// D = 256). A wgmma's N must be a multiple of 8 and P·V's k-steps take 16 keys.
 pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
-    const UP_TO_128: [HopperTile; 2] = [ht(128, 2, true), ht(128, 2, false)];
-    const UP_TO_192: [HopperTile; 2] = [ht(96, 2, true), ht(96, 2, false)];
-    const UP_TO_256: [HopperTile; 3] = [ht(64, 2, true), ht(64, 2, false), ht(80, 2, true)];
+    const UP_TO_64: [HopperTile; 8] = [
+        ht(128, 2, false, false),
+        ht(128, 2, false, true),
+        ht(128, 2, true, false),
+        ht(128, 2, true, true),
+        ht(128, 3, false, false),
+        ht(128, 3, false, true),
+        ht(176, 2, false, false),
+        ht(176, 2, true, true),
+    ];
+    const D96: [HopperTile; 4] = [
+        ht(128, 2, false, false),
+        ht(128, 2, false, true),
+        ht(128, 2, true, true),
+        ht(128, 3, false, false),
+    ];
+    const D128: [HopperTile; 8] = [
+        ht(128, 2, false, false),
+        ht(128, 2, false, true),
+        ht(128, 2, true, false),
+        ht(128, 2, true, true),
+        ht(128, 3, false, false),
+        ht(128, 3, false, true),
+        ht(176, 2, false, false),
+        ht(176, 2, true, true),
+    ];
+    const UP_TO_192: [HopperTile; 4] = [
+        ht(96, 2, false, false),
+        ht(96, 2, false, true),
+        ht(96, 2, true, true),
+        ht(112, 2, false, false),
+    ];
+    const UP_TO_256: [HopperTile; 5] = [
+        ht(64, 2, false, false),
+        ht(64, 2, false, true),
+        ht(64, 2, true, true),
+        ht(80, 2, false, false),
+        ht(80, 2, true, true),
+    ];
     match bucket {
-        32 | 64 | 96 | 128 => &UP_TO_128,
+        32 | 64 => &UP_TO_64,
+        96 => &D96,
+        128 => &D128,
         160 | 192 => &UP_TO_192,
         224 | 256 => &UP_TO_256,
         _ => &[],
@@ -366,7 +411,7 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
     let sub_tiles = bucket.div_ceil(64);
     let q = HOPPER_BLOCK_M * sub_tiles * 128;
     let kv = tile.block_n * sub_tiles * 128;
-    1024 + q + 2 * tile.stages * kv + 8 * (1 + 3 * tile.stages)
+    1024 + q + 2 * tile.stages * kv + 8 * (1 + 4 * tile.stages)
 }
 
 /// The extern "C" name of a Hopper forward entry.
@@ -671,11 +716,12 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                 for causal in [false, true] {
                     let _ = writeln!(
                         s,
-                        "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {})",
+                        "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {})",
                         hopper_entry_name(unit, t, causal),
                         t.block_n,
                         t.stages,
-                        t.pingpong
+                        t.pingpong,
+                        t.intra
                     );
                 }
             }
