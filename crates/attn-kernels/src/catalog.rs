@@ -350,49 +350,50 @@ impl HopperTile {
 
 /// The Hopper forward's configs per head-dim bucket, the default first. Shared memory holds
 /// the Q tile and `stages` K and V tiles in 64-column sub-tiles ([`hopper_smem_bytes`]).
-/// Keys per stage: 128 up to D = 128, 96 up to 192, 64 above; the other entries are the
-/// variants the H100 sweep compares (docs/PERF.md): ping-pong, intra-warpgroup overlap, a third
-/// stage, and FlashAttention-3's wider tiles (176 keys at D ≤ 128, 112 at D ≤ 192, 80 at
-/// D = 256). A wgmma's N must be a multiple of 8 and P·V's k-steps take 16 keys.
+/// The defaults are the H100 sweep's winners (docs/PERF.md, 2026-11-23): D ≤ 64 three stages of
+/// 128 keys; D = 96/128 128 keys with intra-warpgroup overlap; D ≤ 192 96 keys with overlap;
+/// D ≤ 256 80 keys with ping-pong and overlap. The other entries are the variants the sweep
+/// compares: ping-pong, overlap, a third stage, FlashAttention-3's wider tiles (176 keys at
+/// D ≤ 128, 112 at D ≤ 192). A wgmma's N must be a multiple of 8, P·V's k-steps take 16 keys.
 pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     const UP_TO_64: [HopperTile; 8] = [
+        ht(128, 3, false, false),
+        ht(128, 2, true, true),
         ht(128, 2, false, false),
         ht(128, 2, false, true),
         ht(128, 2, true, false),
-        ht(128, 2, true, true),
-        ht(128, 3, false, false),
         ht(128, 3, false, true),
         ht(176, 2, false, false),
         ht(176, 2, true, true),
     ];
     const D96: [HopperTile; 4] = [
-        ht(128, 2, false, false),
         ht(128, 2, false, true),
         ht(128, 2, true, true),
+        ht(128, 2, false, false),
         ht(128, 3, false, false),
     ];
     const D128: [HopperTile; 8] = [
-        ht(128, 2, false, false),
         ht(128, 2, false, true),
-        ht(128, 2, true, false),
         ht(128, 2, true, true),
+        ht(128, 2, false, false),
+        ht(128, 2, true, false),
         ht(128, 3, false, false),
         ht(128, 3, false, true),
         ht(176, 2, false, false),
         ht(176, 2, true, true),
     ];
     const UP_TO_192: [HopperTile; 4] = [
-        ht(96, 2, false, false),
         ht(96, 2, false, true),
         ht(96, 2, true, true),
+        ht(96, 2, false, false),
         ht(112, 2, false, false),
     ];
     const UP_TO_256: [HopperTile; 5] = [
-        ht(64, 2, false, false),
+        ht(80, 2, true, true),
         ht(64, 2, false, true),
         ht(64, 2, true, true),
+        ht(64, 2, false, false),
         ht(80, 2, false, false),
-        ht(80, 2, true, true),
     ];
     match bucket {
         32 | 64 => &UP_TO_64,

@@ -276,7 +276,7 @@ mod tests {
             plan.smem_bytes as usize,
             catalog::hopper_smem_bytes(&plan.tile, 96)
         );
-        let wide = catalog::hopper_tiles(256)[3];
+        let wide = catalog::hopper_tiles(256)[0];
         assert!(!catalog::hopper_tiles(96).contains(&wide));
         assert!(matches!(
             plan_hopper(&p, Some(wide), 232_448),

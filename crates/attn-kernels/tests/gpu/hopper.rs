@@ -124,7 +124,7 @@ fn validation_hopper_engine_refusals() {
         assert!(matches!(err, KernelError::EngineUnavailable(_)), "{err}");
     }
     // A tile of another bucket is an unknown config, named with the valid ones.
-    let wide = hopper_configs_for(256)[3];
+    let wide = hopper_configs_for(256)[0];
     let err = gpu
         .forward_host_layout(
             &p,
