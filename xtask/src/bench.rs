@@ -70,12 +70,13 @@ pub struct Args {
     #[arg(long)]
     once: bool,
     /// Also time the FP8 (E4M3, per-head scales, f16 out) forward: `auto` (the device's
-    /// default variant), or a comma list of wgmma, fp8, p16, cvt (repeats run once). Implies f16
+    /// default variant), or a comma list of hopper, wgmma, fp8, p16, cvt (repeats run once). Implies f16
     /// among the dtypes, so each FP8 row carries its speedup over our f16 kernel on the same
     /// shape.
     #[arg(long, value_enum, value_delimiter = ',')]
     fp8: Option<Vec<Fp8Arg>>,
-    /// FP8 config name (`128_128_8_s2`, one of attn_kernels::FP8_CONFIGS; default: the
+    /// FP8 config name (`128_128_8_s2`, one of attn_kernels::FP8_CONFIGS, or a Hopper tile such as
+    /// `wg128_128_s2_ia` for the `hopper` variant; default: the
     /// chooser's).
     #[arg(long)]
     fp8_config: Option<String>,
@@ -83,6 +84,23 @@ pub struct Args {
     /// (`[B,S,H,D]`, strided heads). SDPA always runs on contiguous `[B,H,S,D]`.
     #[arg(long, value_enum, default_value = "bhsd")]
     layout: crate::flags::LayoutArg,
+}
+
+/// An FP8 config: a Hopper-engine tile (`wg128_128_s2_ia`, for the `hopper` variant) or one
+/// of the other variants' configs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fp8ConfigArg {
+    Hopper(attn_kernels::HopperTile),
+    Config(KernelConfig),
+}
+
+fn fp8_config_arg(name: &str) -> anyhow::Result<Fp8ConfigArg> {
+    if name.starts_with("wg") {
+        return Ok(Fp8ConfigArg::Hopper(attn_kernels::HopperTile::by_name(
+            name,
+        )?));
+    }
+    fp8_config_by_name(name).map(Fp8ConfigArg::Config)
 }
 
 /// Looks an FP8 config up by [`KernelConfig::name`] (the `_s2` suffix may be omitted).
@@ -252,11 +270,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         } else {
             // FP8 only: the f16 launches would be profiled too.
-            let fp8_config = args
-                .fp8_config
-                .as_deref()
-                .map(fp8_config_by_name)
-                .transpose()?;
+            let fp8_config = args.fp8_config.as_deref().map(fp8_config_arg).transpose()?;
             for &v in &fp8_variants {
                 time_fp8(&gpu, shape, v, fp8_config, 5, 1)?;
             }
@@ -315,11 +329,7 @@ fn bench(
     let mut fp8_rows = Vec::new();
     for &variant in fp8_variants {
         for shape in shapes {
-            let fp8_config = args
-                .fp8_config
-                .as_deref()
-                .map(fp8_config_by_name)
-                .transpose()?;
+            let fp8_config = args.fp8_config.as_deref().map(fp8_config_arg).transpose()?;
             let t = time_fp8(gpu, shape, variant, fp8_config, args.warmup, args.samples)?;
             let name = format!("{}-fp8-{variant}", shape.name());
             write_csv(
@@ -610,7 +620,7 @@ fn time_fp8(
     gpu: &Arc<FlashAttention>,
     shape: &BenchShape,
     variant: Fp8Variant,
-    config: Option<KernelConfig>,
+    config: Option<Fp8ConfigArg>,
     warmup: usize,
     samples: usize,
 ) -> anyhow::Result<OurTiming> {
@@ -640,7 +650,14 @@ fn time_fp8(
     }
     let mut lse = stream.alloc_zeros::<f32>(s.lse_elems())?;
     let opts = Fp8Options {
-        config,
+        hopper: match config {
+            Some(Fp8ConfigArg::Hopper(t)) => Some(t),
+            _ => None,
+        },
+        config: match config {
+            Some(Fp8ConfigArg::Config(c)) => Some(c),
+            _ => None,
+        },
         variant: Some(variant),
     };
     let mut kernel = String::new();

@@ -156,6 +156,8 @@ pub enum ShapeSet {
 pub enum Fp8Arg {
     /// The device's default variant.
     Auto,
+    /// The Hopper engine's TMA + warp-specialized wgmma mainloop (sm_90a).
+    Hopper,
     /// Hopper warpgroup MMA (sm_90a).
     Wgmma,
     /// E4M3 MMA for both products (sm_89+).
@@ -171,6 +173,7 @@ impl Fp8Arg {
     pub fn resolve(self, default: impl FnOnce() -> Fp8Variant) -> Fp8Variant {
         match self {
             Fp8Arg::Auto => default(),
+            Fp8Arg::Hopper => Fp8Variant::Hopper,
             Fp8Arg::Wgmma => Fp8Variant::Wgmma,
             Fp8Arg::Fp8 => Fp8Variant::Fp8,
             Fp8Arg::P16 => Fp8Variant::P16,

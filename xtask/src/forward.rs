@@ -270,6 +270,7 @@ fn run_fp8(
     let gpu = gpu()?;
     let variant = gpu.fp8_default_variant();
     let opts = attn_kernels::Fp8Options {
+        hopper: None,
         config: config
             .map(|name| {
                 attn_kernels::FP8_CONFIGS

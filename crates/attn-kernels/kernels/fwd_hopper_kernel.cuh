@@ -22,19 +22,25 @@
 #pragma once
 #include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
 #include "epilogue.cuh"
+#include "fp8.cuh"
 #include "mask.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
 namespace attn {
 
-template <int DK, int BN, int STAGES> struct HopperFwdLayout {
+// FP8: Q and K are E4M3 rows of DK bytes (one sub-tile: a 64- or 128-byte swizzle span), and
+// V arrives as fp8_prep.cuh's Vᵀ (DK rows of BN key bytes), because 8-bit wgmma has no
+// transposed B.
+template <int DK, int BN, int STAGES, bool FP8 = false> struct HopperFwdLayout {
     static constexpr int kBM = 128;                 // 2 consumer warpgroups × 64 rows
     static constexpr int kThreads = 384;            // producer + 2 consumers
-    static constexpr int kSubTiles = (DK + 63) / 64; // 64-column swizzled sub-tiles per row
-    static constexpr int kQBytes = kBM * kSubTiles * 128;
-    static constexpr int kKVBytes = BN * kSubTiles * 128; // one K (or V) stage
-    static constexpr int kBarOffset = kQBytes + 2 * STAGES * kKVBytes;
+    static constexpr int kSubTiles = FP8 ? 1 : (DK + 63) / 64; // swizzled sub-tiles per row
+    static constexpr int kRowBytes = FP8 ? DK : 128; // bytes per sub-tile row
+    static constexpr int kQBytes = kBM * kSubTiles * kRowBytes;
+    static constexpr int kKBytes = BN * kSubTiles * kRowBytes; // one K stage
+    static constexpr int kVBytes = FP8 ? DK * BN : kKBytes;    // one V (FP8: Vᵀ) stage
+    static constexpr int kBarOffset = kQBytes + STAGES * (kKBytes + kVBytes);
     static constexpr int kBarriers = 1 + 4 * STAGES; // Q full; K full, V full, K empty, V empty per stage
     // 1024 bytes of slack for aligning the base; the launcher's size (src/catalog.rs
     // `hopper_smem_bytes`) is this.
@@ -43,6 +49,10 @@ template <int DK, int BN, int STAGES> struct HopperFwdLayout {
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets are multiples of 32 up to 256");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and TMA box rows");
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
+    static_assert(!FP8 || ((DK == 64 || DK == 128) && (BN == 64 || BN == 128)),
+                  "FP8: rows of one 64- or 128-byte swizzle span");
+    // The epilogue stages O (2-byte elements, rows padded to 64) from the start of the tiles.
+    static_assert(kBM * ((DK + 63) / 64 * 64) * 2 <= kBarOffset, "O staging fits the dead tiles");
 };
 
 // Barrier ids: 0 is __syncthreads; 1 and 2 order the consumers' GEMMs; 3 gathers both
@@ -54,21 +64,30 @@ template <bool B> struct BoolConst {
     static constexpr bool value = B;
 };
 
-template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA>
+// T: the output type (and the input type unless FP8). FP8: E4M3 Q, K, Vᵀ with per-head
+// scales [B, H] (q_scale, k_scale, v_scale; null otherwise), folded as the FP8 mma.sync and
+// wgmma kernels do: Q·K's descale into the softmax scale, P multiplied by 2⁸ before its E4M3
+// cast, V's descale into the epilogue.
+template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA, bool FP8>
 __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __restrict__ lse, const TmaDesc* tma_q,
-                                                  const TmaDesc* tma_k, const TmaDesc* tma_v, const FwdParams& p) {
+                                                  const TmaDesc* tma_k, const TmaDesc* tma_v,
+                                                  const float* __restrict__ q_scale,
+                                                  const float* __restrict__ k_scale,
+                                                  const float* __restrict__ v_scale, const FwdParams& p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using L = HopperFwdLayout<DK, BN, STAGES>;
+    using L = HopperFwdLayout<DK, BN, STAGES, FP8>;
     constexpr int kBM = L::kBM;
     constexpr int kNT = BN / 8;
     constexpr int kNO = DK / 8;
-    constexpr int kPitch = L::kSubTiles * 64; // the epilogue's staging pitch (elements)
+    constexpr int kPitch = (DK + 63) / 64 * 64; // the epilogue's staging pitch (elements)
+    constexpr int kKP = FP8 ? BN / 32 : BN / 16; // k-steps of P·V
+    constexpr float kLog2Gain = FP8 ? 8.f : 0.f;  // P's gain before its E4M3 cast
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char* base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     unsigned char* sQ = base;
     unsigned char* sK = sQ + L::kQBytes;
-    unsigned char* sV = sK + STAGES * L::kKVBytes;
+    unsigned char* sV = sK + STAGES * L::kKBytes;
     uint64_t* bar_q = reinterpret_cast<uint64_t*>(base + L::kBarOffset);
     uint64_t* full_k = bar_q + 1;
     uint64_t* full_v = full_k + STAGES;
@@ -84,6 +103,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     const int m0 = m_block * kBM;
     const int n_tiles = key_tiles_for_block<CAUSAL, kBM, BN>(m0, p);
     const int warpgroup = threadIdx.x >> 7;
+    const int kvh = h / p.group;
 
     if (threadIdx.x == 0) {
         mbar_init(bar_q, 1);
@@ -105,25 +125,30 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             tma_prefetch_desc(tma_q);
             tma_prefetch_desc(tma_k);
             tma_prefetch_desc(tma_v);
-            const int kvh = h / p.group;
             mbar_arrive_expect_tx(bar_q, L::kQBytes);
 #pragma unroll
-            for (int c = 0; c < L::kSubTiles; ++c) tma_load_4d(sQ + c * kBM * 128, tma_q, bar_q, c * 64, m0, h, b);
+            for (int c = 0; c < L::kSubTiles; ++c)
+                tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * 64, m0, h, b);
             for (int j = 0; j < n_tiles; ++j) {
                 const int s = j % STAGES;
                 const uint32_t use = j / STAGES;
-                unsigned char* k_dst = sK + s * L::kKVBytes;
-                unsigned char* v_dst = sV + s * L::kKVBytes;
+                unsigned char* k_dst = sK + s * L::kKBytes;
+                unsigned char* v_dst = sV + s * L::kVBytes;
                 mbar_wait(&empty_k[s], (use & 1) ^ 1); // the consumers released its last use
-                mbar_arrive_expect_tx(&full_k[s], L::kKVBytes);
+                mbar_arrive_expect_tx(&full_k[s], L::kKBytes);
 #pragma unroll
                 for (int c = 0; c < L::kSubTiles; ++c)
-                    tma_load_4d(k_dst + c * BN * 128, tma_k, &full_k[s], c * 64, j * BN, kvh, b);
+                    tma_load_4d(k_dst + c * BN * L::kRowBytes, tma_k, &full_k[s], c * 64, j * BN, kvh, b);
                 mbar_wait(&empty_v[s], (use & 1) ^ 1);
-                mbar_arrive_expect_tx(&full_v[s], L::kKVBytes);
+                mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
+                if constexpr (FP8) {
+                    // Vᵀ [B, Hkv, D, kv_pad]: the box is all D rows × this tile's BN keys.
+                    tma_load_4d(v_dst, tma_v, &full_v[s], j * BN, 0, kvh, b);
+                } else {
 #pragma unroll
-                for (int c = 0; c < L::kSubTiles; ++c)
-                    tma_load_4d(v_dst + c * BN * 128, tma_v, &full_v[s], c * 64, j * BN, kvh, b);
+                    for (int c = 0; c < L::kSubTiles; ++c)
+                        tma_load_4d(v_dst + c * BN * 128, tma_v, &full_v[s], c * 64, j * BN, kvh, b);
+                }
             }
         }
         return;
@@ -139,7 +164,9 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     const int lim_block = visible_keys<CAUSAL>(m0, p);
     const int lim_lo = visible_keys<CAUSAL>(row_base + warp_row0 + g, p);
     const int lim_hi = visible_keys<CAUSAL>(row_base + warp_row0 + g + 8, p);
-    const uint32_t q_addr = smem_addr(sQ) + cw * 64 * 128;
+    const uint32_t q_addr = smem_addr(sQ) + cw * 64 * L::kRowBytes;
+    const float scale_log2 =
+        FP8 ? p.scale_log2 * q_scale[b * p.q_heads + h] * k_scale[b * p.kv_heads + kvh] : p.scale_log2;
 
     float acc_o[kNO][4];
 #pragma unroll
@@ -152,26 +179,38 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     auto issue_qk = [&](int j) {
         const int s = j % STAGES;
         mbar_wait(&full_k[s], (j / STAGES) & 1);
-        const uint32_t k_addr = smem_addr(sK + s * L::kKVBytes);
+        const uint32_t k_addr = smem_addr(sK + s * L::kKBytes);
         wgmma_fence();
+        if constexpr (FP8) {
 #pragma unroll
-        for (int kk = 0; kk < DK / 16; ++kk) {
-            const int c = kk / 4;
-            const int w = (kk % 4) * 32;
-            Wgmma16<T, BN>::ss(acc_s, wgmma_desc<128>(q_addr + c * kBM * 128 + w),
-                               wgmma_desc<128>(k_addr + c * BN * 128 + w), kk > 0);
+            for (int kk = 0; kk < DK / 32; ++kk)
+                wgmma_e4m3_ss<BN>(acc_s, wgmma_desc<DK>(q_addr + kk * 32), wgmma_desc<DK>(k_addr + kk * 32), kk > 0);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < DK / 16; ++kk) {
+                const int c = kk / 4;
+                const int w = (kk % 4) * 32;
+                Wgmma16<T, BN>::ss(acc_s, wgmma_desc<128>(q_addr + c * kBM * 128 + w),
+                                   wgmma_desc<128>(k_addr + c * BN * 128 + w), kk > 0);
+            }
         }
     };
     // O += P·V of key tile j: k-step kk reads keys 16kk.. (16 rows of 128 bytes per sub-tile).
-    auto issue_pv = [&](int j, const uint32_t (&pa)[BN / 16][4]) {
+    auto issue_pv = [&](int j, const uint32_t (&pa)[kKP][4]) {
         const int s = j % STAGES;
         mbar_wait(&full_v[s], (j / STAGES) & 1);
-        const uint32_t v_addr = smem_addr(sV + s * L::kKVBytes);
+        const uint32_t v_addr = smem_addr(sV + s * L::kVBytes);
         wgmma_fence_operands(acc_o);
         wgmma_fence();
+        if constexpr (FP8) {
+            // Vᵀ is K-major (rows of BN key bytes): k-step kk reads keys 32kk.. of every row.
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-            Wgmma16<T, DK>::rs(acc_o, pa[kk], wgmma_desc_mn128(v_addr + kk * 16 * 128, BN * 128));
+            for (int kk = 0; kk < kKP; ++kk) wgmma_e4m3_rs<DK>(acc_o, pa[kk], wgmma_desc<BN>(v_addr + kk * 32));
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < kKP; ++kk)
+                Wgmma16<T, DK>::rs(acc_o, pa[kk], wgmma_desc_mn128(v_addr + kk * 16 * 128, BN * 128));
+        }
     };
     auto release_k = [&](int j) {
         if (lane == 0) mbar_arrive(&empty_k[j % STAGES]);
@@ -184,14 +223,27 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
     // P of one tile as A operands: n-tiles 2kk and 2kk+1 of the accumulator are k-step kk's
     // m16k16 fragment (the same identity the mma.sync kernel uses).
-    uint32_t pa[BN / 16][4];
+    // FP8: k32 fragments of E4M3 codes; Vᵀ's key permutation (fp8_prep.cuh) makes the
+    // values this thread holds the operand it needs (as in fwd_fp8_wgmma_kernel.cuh).
+    uint32_t pa[kKP][4];
     auto convert_p = [&]() {
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            pa[kk][0] = StorageTraits<T>::pack(acc_s[2 * kk][0], acc_s[2 * kk][1]);
-            pa[kk][1] = StorageTraits<T>::pack(acc_s[2 * kk][2], acc_s[2 * kk][3]);
-            pa[kk][2] = StorageTraits<T>::pack(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
-            pa[kk][3] = StorageTraits<T>::pack(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+        for (int kk = 0; kk < kKP; ++kk) {
+            if constexpr (FP8) {
+                const float(&s0)[4] = acc_s[4 * kk];
+                const float(&s1)[4] = acc_s[4 * kk + 1];
+                const float(&s2)[4] = acc_s[4 * kk + 2];
+                const float(&s3)[4] = acc_s[4 * kk + 3];
+                pa[kk][0] = pack_e4m3x4(s0[0], s0[1], s1[0], s1[1]);
+                pa[kk][1] = pack_e4m3x4(s0[2], s0[3], s1[2], s1[3]);
+                pa[kk][2] = pack_e4m3x4(s2[0], s2[1], s3[0], s3[1]);
+                pa[kk][3] = pack_e4m3x4(s2[2], s2[3], s3[2], s3[3]);
+            } else {
+                pa[kk][0] = StorageTraits<T>::pack(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+                pa[kk][1] = StorageTraits<T>::pack(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+                pa[kk][2] = StorageTraits<T>::pack(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+                pa[kk][3] = StorageTraits<T>::pack(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+            }
         }
     };
     auto mask_tile = [&](int j) {
@@ -206,7 +258,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     auto iteration = [&](int j, auto has_next) {
         constexpr bool kHasNext = decltype(has_next)::value;
         mask_tile(j);
-        softmax.template update<false>(acc_s, acc_o, p.scale_log2);
+        softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain);
         convert_p();
         if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
         issue_pv(j, pa);
@@ -238,7 +290,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             // O; O's rescale by the new maxima waits for that MMA.
             float corr[2];
             mask_tile(0);
-            softmax.template update_scores<false>(acc_s, corr, p.scale_log2);
+            softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain);
             convert_p();
             for (int j = 0; j + 1 < n_tiles; ++j) {
                 if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
@@ -251,7 +303,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 wgmma_fence_operands(acc_s);
                 release_k(j + 1);
                 mask_tile(j + 1);
-                softmax.template update_scores<false>(acc_s, corr, p.scale_log2);
+                softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain);
                 wgmma_wait<0>();
                 wgmma_fence_operands(acc_o);
                 release_v(j);
@@ -281,9 +333,13 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     named_barrier_sync(kBarEpilogue, 256);
     T* o_head = head_ptr(o, p.o_stride, b, h);
     float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
+    // FP8: LSE comes from m in the scaled domain, so remove the 2⁸ gain P carried.
+    softmax.m[0] -= kLog2Gain;
+    softmax.m[1] -= kLog2Gain;
+    const float out_scale = FP8 ? v_scale[b * p.kv_heads + kvh] : 1.f;
     T* staging = reinterpret_cast<T*>(sQ) + cw * 64 * kPitch;
     write_output<T, kPitch, kNO>(acc_o, softmax.m, softmax.l, staging, o_head, lse_head, warp_row0, row_base, p.q_len,
-                                 lane, static_cast<int>(p.o_stride[2]), p.head_dim >> 3);
+                                 lane, static_cast<int>(p.o_stride[2]), p.head_dim >> 3, out_scale);
 #else
     __trap(); // the Hopper entry points exist only in sm_90a cubins
 #endif
@@ -298,5 +354,17 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         NAME(T* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,   \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v, \
              const attn::FwdParams p) {                                                                 \
-        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA>(o, lse, &tma_q, &tma_k, &tma_v, p);    \
+        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false>(                         \
+            o, lse, &tma_q, &tma_k, &tma_v, nullptr, nullptr, nullptr, p);                              \
+    }
+
+// The FP8 entry: tma_v describes Vᵀ ([B, Hkv, D, kv_pad] codes); per-head scales [B, H].
+#define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA)                             \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                       \
+        NAME(OutT* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,       \
+             const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_vt,        \
+             const float* __restrict__ q_scale, const float* __restrict__ k_scale,                             \
+             const float* __restrict__ v_scale, const attn::FwdParams p) {                                     \
+        attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true>(                              \
+            o, lse, &tma_q, &tma_k, &tma_vt, q_scale, k_scale, v_scale, p);                                    \
     }

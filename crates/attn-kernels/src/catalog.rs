@@ -415,6 +415,42 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
     1024 + q + 2 * tile.stages * kv + 8 * (1 + 4 * tile.stages)
 }
 
+/// The Hopper engine's FP8 (E4M3 in, f16/bf16 out) configs for head dim 64 or 128, the default
+/// first: 128 keys per stage (Vᵀ rows of one 128-byte swizzle span).
+pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
+    const TILES: [HopperTile; 4] = [
+        ht(128, 2, false, true),
+        ht(128, 2, false, false),
+        ht(128, 2, true, true),
+        ht(128, 3, false, true),
+    ];
+    if FP8_HEAD_DIMS.contains(&head_dim) {
+        &TILES
+    } else {
+        &[]
+    }
+}
+
+/// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile and the K and Vᵀ rings (one
+/// byte per element), the mbarriers; mirrors `HopperFwdLayout<…, FP8>::kSmemBytes`.
+pub const fn hopper_fp8_smem_bytes(tile: &HopperTile, head_dim: usize) -> usize {
+    1024 + HOPPER_BLOCK_M * head_dim
+        + tile.stages * 2 * tile.block_n * head_dim
+        + 8 * (1 + 4 * tile.stages)
+}
+
+/// The extern "C" name of a Hopper FP8 forward entry (in the `FwdHopper` unit of its output
+/// type and head dim).
+pub fn hopper_fp8_entry_name(unit: &UnitKey, tile: &HopperTile, causal: bool) -> String {
+    format!(
+        "attn_fwdh8_{}_d{}_{}_{}",
+        unit.elem.as_str(),
+        unit.head_dim,
+        tile.name(),
+        if causal { "causal" } else { "full" }
+    )
+}
+
 /// The extern "C" name of a Hopper forward entry.
 pub fn hopper_entry_name(unit: &UnitKey, tile: &HopperTile, causal: bool) -> String {
     format!(
@@ -719,6 +755,20 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                         s,
                         "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {})",
                         hopper_entry_name(unit, t, causal),
+                        t.block_n,
+                        t.stages,
+                        t.pingpong,
+                        t.intra
+                    );
+                }
+            }
+            // FP8 (E4M3 in, this unit's type out) where the head dim is an FP8 one.
+            for t in hopper_fp8_tiles(d) {
+                for causal in [false, true] {
+                    let _ = writeln!(
+                        s,
+                        "ATTN_FWD_HOPPER_FP8_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {})",
+                        hopper_fp8_entry_name(unit, t, causal),
                         t.block_n,
                         t.stages,
                         t.pingpong,

@@ -7,9 +7,10 @@
 //! (kernels/fp8_prep.cuh) into a workspace the launcher owns; both launches go to the same
 //! stream, so timing one forward times both.
 //!
-//! Four variants of the kernel (the default per device:
-//! [`FlashAttention::fp8_default_variant`]):
-//! [`Fp8Variant::Wgmma`] (Hopper: both MMAs on `wgmma.m64nNk32.e4m3`, P cast to E4M3 after a
+//! Five variants of the kernel (the default per device:
+//! [`FlashAttention::fp8_default_variant`]): [`Fp8Variant::Hopper`] (the Hopper engine's
+//! TMA + warp-specialized wgmma mainloop, `kernels/fwd_hopper_kernel.cuh`, the default on
+//! sm_90), [`Fp8Variant::Wgmma`] (Hopper: both MMAs on `wgmma.m64nNk32.e4m3`, P cast to E4M3 after a
 //! 2⁸ gain), [`Fp8Variant::Fp8`] (the same math on `mma.m16n8k32.e4m3`, native on Ada),
 //! [`Fp8Variant::P16`] (P·V in f16) and [`Fp8Variant::Cvt`] (codes widened to f16 in
 //! registers, for GPUs without FP8 tensor cores, sm_80).
@@ -23,7 +24,7 @@ use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
 pub use crate::catalog::FP8_HEAD_DIMS;
 use crate::{
-    catalog::{self, Arch, Family, UnitKey},
+    catalog::{self, Arch, Family, HopperTile, UnitKey},
     config::{Dtype, KernelConfig},
     launch::{bind_tensors, check_buffer, dims_kv, dims_q, driver, fwd_params, FwdParams},
     tensor::{Layout, Tensor, TensorMut},
@@ -44,6 +45,10 @@ pub enum Fp8Variant {
     /// Q·Kᵀ and P·V on Hopper's warpgroup MMA (`wgmma.m64nNk32.e4m3`, Q, K and Vᵀ read from
     /// shared memory by descriptor), P as [`Fp8Variant::Fp8`]. Needs sm_90 (the sm_90a cubin).
     Wgmma,
+    /// The Hopper engine's mainloop (`kernels/fwd_hopper_kernel.cuh`: TMA, a producer
+    /// warpgroup, two wgmma consumer warpgroups) on E4M3: the same math as
+    /// [`Fp8Variant::Wgmma`]; Q, K and O may be strided. Needs sm_90 (the sm_90a cubin).
+    Hopper,
 }
 
 impl Fp8Variant {
@@ -53,12 +58,15 @@ impl Fp8Variant {
             Fp8Variant::Fp8 => catalog::Fp8Mma::Fp8,
             Fp8Variant::P16 => catalog::Fp8Mma::P16,
             Fp8Variant::Cvt => catalog::Fp8Mma::Cvt,
-            Fp8Variant::Wgmma => catalog::Fp8Mma::Wgmma,
+            // The Hopper engine's entries are named by `catalog::hopper_fp8_entry_name`; its
+            // MMAs are the wgmma variant's.
+            Fp8Variant::Wgmma | Fp8Variant::Hopper => catalog::Fp8Mma::Wgmma,
         }
     }
 
     /// Every variant.
-    pub const ALL: [Fp8Variant; 4] = [
+    pub const ALL: [Fp8Variant; 5] = [
+        Fp8Variant::Hopper,
         Fp8Variant::Wgmma,
         Fp8Variant::Fp8,
         Fp8Variant::P16,
@@ -72,6 +80,7 @@ impl Fp8Variant {
             Fp8Variant::P16 => "p16",
             Fp8Variant::Cvt => "cvt",
             Fp8Variant::Wgmma => "wgmma",
+            Fp8Variant::Hopper => "hopper",
         }
     }
 
@@ -82,7 +91,7 @@ impl Fp8Variant {
             .find(|v| v.as_str() == s)
             .ok_or_else(|| {
                 AttnError::InvalidArgument(format!(
-                    "unknown FP8 variant `{s}`: expected wgmma, fp8, p16 or cvt"
+                    "unknown FP8 variant `{s}`: expected hopper, wgmma, fp8, p16 or cvt"
                 ))
                 .into()
             })
@@ -94,7 +103,7 @@ impl Fp8Variant {
             Fp8Variant::Cvt => true,
             Fp8Variant::Fp8 | Fp8Variant::P16 => major * 10 + minor >= 89,
             // wgmma is an sm_90a feature, and an `a` cubin loads on exactly its own arch.
-            Fp8Variant::Wgmma => (major, minor) == (9, 0),
+            Fp8Variant::Wgmma | Fp8Variant::Hopper => (major, minor) == (9, 0),
         }
     }
 
@@ -103,7 +112,7 @@ impl Fp8Variant {
         match self {
             Fp8Variant::Cvt => "nothing beyond sm_80",
             Fp8Variant::Fp8 | Fp8Variant::P16 => "FP8 tensor cores (sm_89+)",
-            Fp8Variant::Wgmma => {
+            Fp8Variant::Wgmma | Fp8Variant::Hopper => {
                 "Hopper's warpgroup MMA (compute capability 9.0, the sm_90a cubin)"
             }
         }
@@ -115,8 +124,8 @@ impl Fp8Variant {
     /// conversion to f16, so the `fp8` variant is slower than our f16 kernel there
     /// (docs/PERF.md has the measurements of all four variants).
     pub fn default_for(major: i32, minor: i32) -> Self {
-        if Fp8Variant::Wgmma.runs_on(major, minor) {
-            Fp8Variant::Wgmma
+        if Fp8Variant::Hopper.runs_on(major, minor) {
+            Fp8Variant::Hopper
         } else if major * 10 + minor >= 89 {
             Fp8Variant::Fp8
         } else {
@@ -145,6 +154,7 @@ pub fn fp8_smem_bytes(config: &KernelConfig, head_dim: usize, variant: Fp8Varian
     let tiles = config.block_m * head_dim + 2 * config.stages * config.block_n * head_dim;
     match variant {
         Fp8Variant::Wgmma => tiles + 1024,
+        Fp8Variant::Hopper => catalog::hopper_fp8_smem_bytes(&hopper_fp8_tile(config), head_dim),
         Fp8Variant::Fp8 | Fp8Variant::P16 | Fp8Variant::Cvt => tiles,
     }
 }
@@ -176,6 +186,13 @@ pub fn fp8_kernel_name(
     causal: bool,
     variant: Fp8Variant,
 ) -> String {
+    if variant == Fp8Variant::Hopper {
+        return catalog::hopper_fp8_entry_name(
+            &hopper_fp8_unit(out, head_dim),
+            &hopper_fp8_tile(config),
+            causal,
+        );
+    }
     let unit = UnitKey {
         family: Family::Fp8Fwd,
         arch: Arch::Sm80,
@@ -183,6 +200,26 @@ pub fn fp8_kernel_name(
         head_dim,
     };
     catalog::fp8_entry_name(&unit, config, causal, variant.mma())
+}
+
+/// The Hopper engine's unit holding the FP8 entries of (output type, head dim).
+pub fn hopper_fp8_unit(out: Dtype, head_dim: usize) -> UnitKey {
+    UnitKey {
+        family: Family::FwdHopper,
+        arch: Arch::Sm90a,
+        elem: crate::config::elem_of(out),
+        head_dim,
+    }
+}
+
+/// The Hopper FP8 tile with `config`'s geometry (the first such; the default otherwise).
+fn hopper_fp8_tile(config: &KernelConfig) -> HopperTile {
+    let tiles = catalog::hopper_fp8_tiles(128);
+    tiles
+        .iter()
+        .copied()
+        .find(|t| t.as_config() == *config)
+        .unwrap_or(tiles[0])
 }
 
 /// The compile unit of the Vᵀ pass.
@@ -202,7 +239,9 @@ pub fn fp8_rounding_model(variant: Fp8Variant, out: Dtype, block_n: usize) -> Em
     EmuSpec {
         inputs: None,
         p: match variant {
-            Fp8Variant::Fp8 | Fp8Variant::Wgmma => PRounding::E4m3 { log2_gain: 8 },
+            Fp8Variant::Fp8 | Fp8Variant::Wgmma | Fp8Variant::Hopper => {
+                PRounding::E4m3 { log2_gain: 8 }
+            }
             Fp8Variant::P16 | Fp8Variant::Cvt => PRounding::Storage(attn_ref::Dtype::F16),
         },
         out,
@@ -219,6 +258,9 @@ pub fn fp8_rounding_model(variant: Fp8Variant, out: Dtype, block_n: usize) -> Em
 /// rows per CTA, unless that leaves most SMs idle.
 pub fn choose_fp8_config(problem: &Problem, sm_count: usize, variant: Fp8Variant) -> KernelConfig {
     let s = problem.shape();
+    if variant == Fp8Variant::Hopper {
+        return catalog::hopper_fp8_tiles(128)[0].as_config();
+    }
     let ctas = s.q_len().div_ceil(128) * s.batch() * s.q_heads();
     if variant == Fp8Variant::Wgmma || ctas < sm_count {
         FP8_CONFIGS[2]
@@ -268,6 +310,9 @@ pub struct Fp8Options {
     pub config: Option<KernelConfig>,
     /// Overrides [`FlashAttention::fp8_default_variant`].
     pub variant: Option<Fp8Variant>,
+    /// The [`Fp8Variant::Hopper`] tile (one of [`catalog::hopper_fp8_tiles`]; default: the
+    /// first); `config` is ignored by that variant.
+    pub hopper: Option<HopperTile>,
 }
 
 /// A validated FP8 launch. Pure, so the validation is testable without a device.
@@ -290,7 +335,7 @@ pub(crate) fn plan_fp8(
     let d = s.head_dim();
     crate::launch::check_no_features(problem)?;
     fp8_unit(Dtype::F16, d)?;
-    if !FP8_CONFIGS.contains(&config) {
+    if variant != Fp8Variant::Hopper && !FP8_CONFIGS.contains(&config) {
         return Err(KernelError::UnknownConfig {
             name: format!("{} (FP8)", config.name()),
             known: FP8_CONFIGS
@@ -380,11 +425,15 @@ impl FlashAttention {
     /// plain sm_90 target has no wgmma).
     pub fn fp8_variant_available(&self, variant: Fp8Variant) -> bool {
         let (major, minor) = self.compute_capability();
+        let unit = match variant {
+            Fp8Variant::Wgmma => fp8_unit(Dtype::F16, 128).ok(),
+            Fp8Variant::Hopper => Some(hopper_fp8_unit(Dtype::F16, 128)),
+            _ => None,
+        };
         variant.runs_on(major, minor)
-            && (variant != Fp8Variant::Wgmma
-                || fp8_unit(Dtype::F16, 128).is_ok_and(|u| {
-                    crate::cubin::select(&u, false, major, minor).is_some_and(|c| c.arch == "90a")
-                }))
+            && unit.is_none_or(|u| {
+                crate::cubin::select(&u, false, major, minor).is_some_and(|c| c.arch == "90a")
+            })
     }
 
     /// The variant [`FlashAttention::forward_fp8`] uses by default on this device:
@@ -392,11 +441,10 @@ impl FlashAttention {
     pub fn fp8_default_variant(&self) -> Fp8Variant {
         let (major, minor) = self.compute_capability();
         let v = Fp8Variant::default_for(major, minor);
-        if v == Fp8Variant::Wgmma && !self.fp8_variant_available(v) {
-            Fp8Variant::Fp8
-        } else {
-            v
-        }
+        [v, Fp8Variant::Wgmma, Fp8Variant::Fp8]
+            .into_iter()
+            .find(|&v| self.fp8_variant_available(v))
+            .unwrap_or(Fp8Variant::Cvt)
     }
 
     /// The config [`FlashAttention::forward_fp8`] uses by default for `variant`.
@@ -453,6 +501,29 @@ impl FlashAttention {
                 instead: self.fp8_default_variant().as_str(),
             });
         }
+        if variant == Fp8Variant::Hopper {
+            if let Some(c) = opts.config {
+                return Err(KernelError::UnknownConfig {
+                    name: format!(
+                        "{} (the hopper FP8 variant takes a tile in Fp8Options::hopper)",
+                        c.name()
+                    ),
+                    known: catalog::hopper_fp8_tiles(d)
+                        .iter()
+                        .map(|t| t.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+            return self.forward_fp8_hopper(
+                problem,
+                (&q, &k, &v),
+                &scales,
+                &mut o,
+                lse.as_mut(),
+                opts.hopper,
+            );
+        }
         let config = opts
             .config
             .unwrap_or_else(|| self.fp8_default_config(problem, variant));
@@ -471,12 +542,6 @@ impl FlashAttention {
         let name = fp8_kernel_name(T::DTYPE, d, &config, causal, variant);
         let unit = fp8_unit(T::DTYPE, d)?;
         let (func, arch) = self.function(&unit, &name, false, plan.smem_bytes as usize)?;
-        let (transpose, _) = self.function(
-            &FP8_PREP_UNIT,
-            &catalog::fp8_transpose_entry_name(d),
-            false,
-            0,
-        )?;
         // Q, K and O contiguous [B, H, S, D] (kernels/fp8_block.cuh: compile-time row strides
         // hold the wgmma kernel's register budget); V may be strided (the Vᵀ pass reads it).
         for (name, dims, strides) in [
@@ -498,45 +563,11 @@ impl FlashAttention {
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
 
-        let vt_len = shape.batch() * shape.kv_heads() * d * plan.kv_pad;
-        let mut vt_guard = self.fp8_vt.lock().map_err(|_| KernelError::Poisoned)?;
-        if vt_guard.as_ref().is_none_or(|b| b.len() < vt_len) {
-            *vt_guard = None; // free the old buffer first
-            *vt_guard = Some(
-                stream
-                    .alloc_zeros::<u8>(vt_len)
-                    .map_err(driver("allocating the FP8 Vᵀ workspace"))?,
-            );
-        }
+        let mut vt_guard = self.fp8_transpose_v(problem, ptrs.v, params.v_stride, &plan)?;
         let Some(vt) = vt_guard.as_mut() else {
             return Err(KernelError::Poisoned);
         };
-        let kv_len = plan.params.kv_len;
         let kv_pad = plan.kv_pad as i32;
-        let kv_heads = shape.kv_heads() as i32;
-        let [vb, vh, vr] = params.v_stride;
-        let mut b = stream.launch_builder(&transpose);
-        b.arg(&ptrs.v)
-            .arg(&mut *vt)
-            .arg(&kv_len)
-            .arg(&kv_pad)
-            .arg(&kv_heads)
-            .arg(&vb)
-            .arg(&vh)
-            .arg(&vr);
-        // SAFETY: matches ATTN_FP8_V_TRANSPOSE_ENTRY (v, vt, kv_len, kv_pad, kv_heads, batch,
-        // head and row strides). V was checked above: every (b, h, key < kv_len) row of D
-        // codes its strides name lies inside its view, 16-byte aligned; Vᵀ holds at least
-        // B·Hkv·D·kv_pad bytes and the grid (kv_pad/64, B·Hkv) writes exactly those.
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: plan.transpose_grid,
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }
-        .map_err(driver("launching the FP8 Vᵀ pass"))?;
-
         let mut b = stream.launch_builder(&func);
         b.arg(&ptrs.q)
             .arg(&ptrs.k)
@@ -571,6 +602,188 @@ impl FlashAttention {
             grid: plan.grid,
             splits: 1,
             smem_bytes: plan.smem_bytes,
+        })
+    }
+
+    /// The Vᵀ pass: V (any strides, at device address `v`) into the launcher's Vᵀ workspace
+    /// `[B, Hkv, D, kv_pad]` with the key permutation (kernels/fp8_prep.cuh), on this stream.
+    /// Returns the locked workspace, which the caller keeps until its kernel is queued.
+    fn fp8_transpose_v(
+        &self,
+        problem: &Problem,
+        v: u64,
+        v_stride: [i64; 3],
+        plan: &Fp8Plan,
+    ) -> Result<std::sync::MutexGuard<'_, Option<cudarc::driver::CudaSlice<u8>>>, KernelError> {
+        let shape = problem.shape();
+        let d = shape.head_dim();
+        let (transpose, _) = self.function(
+            &FP8_PREP_UNIT,
+            &catalog::fp8_transpose_entry_name(d),
+            false,
+            0,
+        )?;
+        let stream = self.stream();
+        let vt_len = shape.batch() * shape.kv_heads() * d * plan.kv_pad;
+        let mut vt_guard = self.fp8_vt.lock().map_err(|_| KernelError::Poisoned)?;
+        if vt_guard.as_ref().is_none_or(|b| b.len() < vt_len) {
+            *vt_guard = None; // free the old buffer first
+            *vt_guard = Some(
+                stream
+                    .alloc_zeros::<u8>(vt_len)
+                    .map_err(driver("allocating the FP8 Vᵀ workspace"))?,
+            );
+        }
+        let Some(vt) = vt_guard.as_mut() else {
+            return Err(KernelError::Poisoned);
+        };
+        let kv_len = plan.params.kv_len;
+        let kv_pad = plan.kv_pad as i32;
+        let kv_heads = shape.kv_heads() as i32;
+        let [vb, vh, vr] = v_stride;
+        let mut b = stream.launch_builder(&transpose);
+        b.arg(&v)
+            .arg(&mut *vt)
+            .arg(&kv_len)
+            .arg(&kv_pad)
+            .arg(&kv_heads)
+            .arg(&vb)
+            .arg(&vh)
+            .arg(&vr);
+        // SAFETY: matches ATTN_FP8_V_TRANSPOSE_ENTRY (v, vt, kv_len, kv_pad, kv_heads, batch,
+        // head and row strides). The caller checked V (`bind_tensors`): every (b, h, key <
+        // kv_len) row of D codes its strides name lies inside its view, 16-byte aligned; Vᵀ
+        // holds at least B·Hkv·D·kv_pad bytes and the grid (kv_pad/64, B·Hkv) writes exactly
+        // those.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: plan.transpose_grid,
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(driver("launching the FP8 Vᵀ pass"))?;
+        Ok(vt_guard)
+    }
+
+    /// [`Fp8Variant::Hopper`]: the Vᵀ pass, then the Hopper engine's FP8 entry with TMA
+    /// descriptors for Q, K (any strides) and Vᵀ.
+    fn forward_fp8_hopper<T: StorageType>(
+        &self,
+        problem: &Problem,
+        (q, k, v): (&Tensor<'_, u8>, &Tensor<'_, u8>, &Tensor<'_, u8>),
+        scales: &Fp8Scales<'_>,
+        o: &mut TensorMut<'_, T>,
+        lse: Option<&mut CudaViewMut<'_, f32>>,
+        tile: Option<HopperTile>,
+    ) -> Result<LaunchInfo, KernelError> {
+        use crate::hopper::{encode_tma, tma_geometry, TmaElem};
+        let shape = problem.shape();
+        let d = shape.head_dim();
+        fp8_unit(T::DTYPE, d)?;
+        let tiles = catalog::hopper_fp8_tiles(d);
+        let tile = match tile {
+            None => tiles[0],
+            Some(t) if tiles.contains(&t) => t,
+            Some(t) => {
+                return Err(KernelError::UnknownConfig {
+                    name: format!("{} (FP8)", t.name()),
+                    known: tiles
+                        .iter()
+                        .map(|t| t.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })
+            }
+        };
+        let config = tile.as_config();
+        let plan = plan_fp8(problem, config, Fp8Variant::Hopper)?;
+        check_buffer("Q scales", shape.batch() * shape.q_heads(), scales.q.len())?;
+        check_buffer("K scales", shape.batch() * shape.kv_heads(), scales.k.len())?;
+        check_buffer("V scales", shape.batch() * shape.kv_heads(), scales.v.len())?;
+        let smem = catalog::hopper_fp8_smem_bytes(&tile, d);
+        if smem > self.max_smem_per_block() {
+            return Err(KernelError::ConfigTooLarge {
+                config: tile.name(),
+                smem,
+                limit: self.max_smem_per_block(),
+            });
+        }
+        let unit = hopper_fp8_unit(T::DTYPE, d);
+        let causal = problem.causal() != Causal::None;
+        let name = catalog::hopper_fp8_entry_name(&unit, &tile, causal);
+        let (func, arch) = self.function(&unit, &name, false, smem)?;
+        let stream = self.stream();
+        let o_strides = o.strides;
+        let ptrs = bind_tensors(stream, problem, q, k, v, o, lse)?;
+        let params = plan
+            .params
+            .with_strides(q.strides, k.strides, v.strides, o_strides);
+        let tma_q = encode_tma(
+            &tma_geometry(q.dims, q.strides, 1, d, catalog::HOPPER_BLOCK_M)?,
+            ptrs.q,
+            TmaElem::E4m3,
+        )?;
+        let tma_k = encode_tma(
+            &tma_geometry(k.dims, k.strides, 1, d, tile.block_n)?,
+            ptrs.k,
+            TmaElem::E4m3,
+        )?;
+        let vt_guard = self.fp8_transpose_v(problem, ptrs.v, params.v_stride, &plan)?;
+        let Some(vt) = vt_guard.as_ref() else {
+            return Err(KernelError::Poisoned);
+        };
+        // Vᵀ [B, Hkv, D, kv_pad] as a [batch, head, row, col] tensor of D rows of kv_pad keys.
+        let kv_pad = plan.kv_pad;
+        let vt_dims = [shape.batch(), shape.kv_heads(), d, kv_pad];
+        let vt_strides = crate::tensor::Strides {
+            batch: shape.kv_heads() * d * kv_pad,
+            head: d * kv_pad,
+            row: kv_pad,
+        };
+        let (vt_ptr, vt_sync) = cudarc::driver::DevicePtr::device_ptr(vt, stream);
+        let tma_vt = encode_tma(
+            &tma_geometry(vt_dims, vt_strides, 1, tile.block_n, d)?,
+            vt_ptr,
+            TmaElem::E4m3,
+        )?;
+        let mut b = stream.launch_builder(&func);
+        b.arg(&ptrs.o)
+            .arg(&ptrs.lse)
+            .arg(&tma_q)
+            .arg(&tma_k)
+            .arg(&tma_vt)
+            .arg(&scales.q)
+            .arg(&scales.k)
+            .arg(&scales.v)
+            .arg(&params);
+        // SAFETY: matches ATTN_FWD_HOPPER_FP8_ENTRY (o, lse, TMA descriptors of Q, K and Vᵀ by
+        // value, the three scale pointers, FwdParams by value). Q, K, V and O were checked
+        // against the problem, their views and each other (`bind_tensors`), and the Q and K
+        // descriptors were encoded from those dims and strides; the Vᵀ descriptor covers the
+        // workspace the pass above filled on this stream (B·Hkv·D·kv_pad bytes), kept locked
+        // until after this launch is queued. Out-of-range boxes are zero-filled, not read.
+        // Scale views hold one f32 per (batch, head); lse may be null (the kernel tests it);
+        // 32-bit ranges were checked in `plan_fp8`; the dynamic shared memory was raised on
+        // the function and fits the device.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: plan.grid,
+                block_dim: (catalog::HOPPER_THREADS as u32, 1, 1),
+                shared_mem_bytes: smem as u32,
+            })
+        }
+        .map_err(driver("launching the Hopper FP8 kernel"))?;
+        drop(vt_sync);
+        drop(ptrs);
+        drop(vt_guard);
+        Ok(LaunchInfo {
+            kernel: name,
+            arch,
+            config,
+            grid: plan.grid,
+            splits: 1,
+            smem_bytes: smem as u32,
         })
     }
 

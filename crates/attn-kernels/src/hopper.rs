@@ -117,7 +117,11 @@ pub(crate) fn plan_hopper(
         Some(t) => {
             return Err(KernelError::UnknownConfig {
                 name: format!("{} (head_dim {})", t.name(), s.head_dim()),
-                known: tiles.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "),
+                known: tiles
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })
         }
     };
@@ -142,8 +146,26 @@ pub(crate) fn plan_hopper(
     })
 }
 
-/// Columns of one TMA box: 64 two-byte elements, one 128-byte swizzle span.
-pub(crate) const TMA_BOX_COLS: u32 = 64;
+/// Columns of one f16/bf16 TMA box: 64 two-byte elements, one 128-byte swizzle span.
+pub(crate) const TMA_BOX_COLS: usize = 64;
+
+/// Element type of a TMA tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TmaElem {
+    F16,
+    Bf16,
+    /// FP8 codes (TMA moves bytes).
+    E4m3,
+}
+
+impl From<Elem> for TmaElem {
+    fn from(e: Elem) -> Self {
+        match e {
+            Elem::F16 => TmaElem::F16,
+            Elem::Bf16 => TmaElem::Bf16,
+        }
+    }
+}
 
 /// A rank-4 TMA tensor `(D, S, H, B)`: sizes, byte strides of S, H and B, and the box.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,13 +176,14 @@ pub(crate) struct TmaGeometry {
 }
 
 /// The TMA geometry of a `[B, H, S, D]` tensor (dims in that order) with element strides
-/// `strides`, read in boxes of `box_rows` rows. TMA wants every byte stride a multiple of 16
-/// below 2^40 (the launcher's tensor checks already ask 16 bytes); the stride of a dim of
+/// `strides`, read in boxes of `box_cols` × `box_rows`. TMA wants every byte stride a multiple
+/// of 16 below 2^40 (the launcher's tensor checks already ask 16 bytes); the stride of a dim of
 /// size 1 is never used and is replaced by a valid one.
 pub(crate) fn tma_geometry(
     dims: [usize; 4],
     strides: Strides,
     elem_bytes: usize,
+    box_cols: usize,
     box_rows: usize,
 ) -> Result<TmaGeometry, KernelError> {
     let [b, h, s, d] = dims;
@@ -181,12 +204,14 @@ pub(crate) fn tma_geometry(
         }
     }
     if [b, h, s, d].iter().any(|&n| n as u64 > u32::MAX as u64) {
-        return Err(KernelError::IndexOverflow("tensor dims (TMA takes 32-bit sizes)"));
+        return Err(KernelError::IndexOverflow(
+            "tensor dims (TMA takes 32-bit sizes)",
+        ));
     }
     Ok(TmaGeometry {
         dims: [d as u64, s as u64, h as u64, b as u64],
         strides: st,
-        box_dim: [TMA_BOX_COLS, box_rows as u32, 1, 1],
+        box_dim: [box_cols as u32, box_rows as u32, 1, 1],
     })
 }
 
@@ -199,15 +224,30 @@ pub(crate) struct TmaDescArg(sys::CUtensorMap);
 // `const __grid_constant__ attn::TmaDesc` parameter of the same size.
 unsafe impl DeviceRepr for TmaDescArg {}
 
-/// Encodes the descriptor of a tensor at device address `addr`.
+/// Encodes the descriptor of a tensor at device address `addr`. The swizzle is the span of
+/// one box row (128 or 64 bytes), the layout the kernels' wgmma descriptors read.
 pub(crate) fn encode_tma(
     geometry: &TmaGeometry,
     addr: u64,
-    elem: Elem,
+    elem: TmaElem,
 ) -> Result<TmaDescArg, KernelError> {
-    let dtype = match elem {
-        Elem::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        Elem::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    let (dtype, bytes) = match elem {
+        TmaElem::F16 => (sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2),
+        TmaElem::Bf16 => (
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+        ),
+        TmaElem::E4m3 => (sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8, 1),
+    };
+    let swizzle = match geometry.box_dim[0] * bytes {
+        128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+        64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+        other => {
+            return Err(KernelError::InvalidTensor {
+                tensor: "TMA box",
+                reason: format!("box rows of {other} bytes; the kernels' swizzles take 64 or 128"),
+            })
+        }
     };
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
     let element_strides = [1u32; 4];
@@ -226,7 +266,7 @@ pub(crate) fn encode_tma(
             geometry.box_dim.as_ptr(),
             element_strides.as_ptr(),
             sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            swizzle,
             sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
@@ -248,26 +288,29 @@ mod tests {
     #[test]
     fn geometry_of_both_layouts() {
         let dims = [2, 8, 100, 128];
-        let g = tma_geometry(dims, Layout::Bhsd.strides(dims), 2, 128).unwrap();
+        let g = tma_geometry(dims, Layout::Bhsd.strides(dims), 2, 64, 128).unwrap();
         assert_eq!(g.dims, [128, 100, 8, 2]);
         assert_eq!(g.strides, [256, 256 * 100, 256 * 100 * 8]);
         assert_eq!(g.box_dim, [64, 128, 1, 1]);
-        let g = tma_geometry(dims, Layout::Bshd.strides(dims), 2, 64).unwrap();
+        let g = tma_geometry(dims, Layout::Bshd.strides(dims), 2, 64, 64).unwrap();
         assert_eq!(g.strides, [256 * 8, 256, 256 * 8 * 100]);
         // A size-1 batch never uses its stride, whatever it is.
         let mut st = Layout::Bhsd.strides([1, 8, 100, 128]);
         st.batch = 3;
-        assert!(tma_geometry([1, 8, 100, 128], st, 2, 64).is_ok());
+        assert!(tma_geometry([1, 8, 100, 128], st, 2, 64, 64).is_ok());
         st.head = 3;
         assert!(matches!(
-            tma_geometry([1, 8, 100, 128], st, 2, 64),
+            tma_geometry([1, 8, 100, 128], st, 2, 64, 64),
             Err(KernelError::Misaligned { .. })
         ));
     }
 
     #[test]
     fn plans_pick_the_bucket_default_and_refuse_foreign_tiles() {
-        let p = Problem::new(AttnShape::new(2, 4, 2, 300, 500, 96).unwrap(), Causal::TopLeft);
+        let p = Problem::new(
+            AttnShape::new(2, 4, 2, 300, 500, 96).unwrap(),
+            Causal::TopLeft,
+        );
         let plan = plan_hopper(&p, None, 232_448).unwrap();
         assert_eq!(plan.bucket, 96);
         assert_eq!(plan.tile, catalog::hopper_tiles(96)[0]);
@@ -305,10 +348,16 @@ mod tests {
     #[test]
     fn auto_keeps_split_kv_problems_on_mma_sync() {
         let sm = 132;
-        let decode = Problem::new(AttnShape::new(1, 32, 8, 1, 8192, 128).unwrap(), Causal::None);
+        let decode = Problem::new(
+            AttnShape::new(1, 32, 8, 1, 8192, 128).unwrap(),
+            Causal::None,
+        );
         let cfg = crate::config::choose_config(1, 32, 1, 128, sm, 232_448);
         assert!(!auto_prefers_hopper(&decode, &cfg, false, None, sm));
-        let prefill = Problem::new(AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(), Causal::None);
+        let prefill = Problem::new(
+            AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
+            Causal::None,
+        );
         let cfg = crate::config::choose_config(4, 16, 4096, 128, sm, 232_448);
         assert!(auto_prefers_hopper(&prefill, &cfg, false, None, sm));
         assert!(!auto_prefers_hopper(&prefill, &cfg, true, None, sm));

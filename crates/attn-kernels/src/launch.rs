@@ -13,13 +13,15 @@ use cudarc::driver::{
 };
 
 use crate::{
-    catalog::{fwd_entry_name, hopper_entry_name, HopperTile, UnitKey, HOPPER_BLOCK_M, HOPPER_THREADS},
+    catalog::{
+        fwd_entry_name, hopper_entry_name, HopperTile, UnitKey, HOPPER_BLOCK_M, HOPPER_THREADS,
+    },
     config::{
         choose_config, choose_splits, has_split, unit_key, Arch, KernelConfig, KernelMode,
         MAX_SPLITS,
     },
     cubin,
-    hopper::{auto_prefers_hopper, encode_tma, plan_hopper, tma_geometry, Engine},
+    hopper::{auto_prefers_hopper, encode_tma, plan_hopper, tma_geometry, Engine, TMA_BOX_COLS},
     tensor::{check_tensor, ranges_overlap, Strides, Tensor, TensorMut},
     Dtype, KernelError,
 };
@@ -643,11 +645,7 @@ impl FlashAttention {
         }
         let config = opts.config.unwrap_or_else(|| self.default_config(problem));
         // Debug launches (tile dumps, planted bugs) never split: dumps are per query block.
-        let splits = if planted {
-            Some(1)
-        } else {
-            opts.splits
-        };
+        let splits = if planted { Some(1) } else { opts.splits };
         let plan = plan_launch(problem, config, splits, self.sm_count())?;
         let cfg = plan.config;
         if plan.smem_bytes as usize > self.max_smem_per_block() {
@@ -829,11 +827,13 @@ impl FlashAttention {
         let params = plan
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
-        let elem = crate::config::elem_of(T::DTYPE);
+        let elem = crate::config::elem_of(T::DTYPE).into();
         let rows_kv = plan.tile.block_n;
-        let tma_q = encode_tma(&tma_geometry(q.dims, q.strides, 2, HOPPER_BLOCK_M)?, ptrs.q, elem)?;
-        let tma_k = encode_tma(&tma_geometry(k.dims, k.strides, 2, rows_kv)?, ptrs.k, elem)?;
-        let tma_v = encode_tma(&tma_geometry(v.dims, v.strides, 2, rows_kv)?, ptrs.v, elem)?;
+        let geometry =
+            |t: &Tensor<'_, T>, rows| tma_geometry(t.dims, t.strides, 2, TMA_BOX_COLS, rows);
+        let tma_q = encode_tma(&geometry(q, HOPPER_BLOCK_M)?, ptrs.q, elem)?;
+        let tma_k = encode_tma(&geometry(k, rows_kv)?, ptrs.k, elem)?;
+        let tma_v = encode_tma(&geometry(v, rows_kv)?, ptrs.v, elem)?;
         let launch_cfg = LaunchConfig {
             grid_dim: plan.grid,
             block_dim: (HOPPER_THREADS as u32, 1, 1),

@@ -77,9 +77,9 @@ use std::sync::Arc;
 
 use attn_ref::{Attention, AttnError, AttnOutput, BackendError, Problem};
 
+pub use catalog::HopperTile;
 pub use catalog::{FP8_HEAD_DIMS, FP8_TILES as FP8_CONFIGS, FWD_HEAD_DIM_BUCKETS};
 pub use config::{bucket_for, configs_for, Dtype, KernelConfig, KernelMode};
-pub use catalog::HopperTile;
 pub use fp8::{Fp8Forward, Fp8Options, Fp8Scales, Fp8Variant};
 pub use hopper::{hopper_configs_for, Engine};
 pub use launch::{

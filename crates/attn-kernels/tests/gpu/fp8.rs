@@ -242,6 +242,7 @@ fn correctness_fp8_against_reference() {
         for variant in variants(&gpu) {
             for out in DTYPES {
                 let opts = Fp8Options {
+                    hopper: None,
                     config: None,
                     variant: Some(variant),
                 };
@@ -271,12 +272,25 @@ fn correctness_fp8_every_config_and_default() {
             let mut opts: Vec<Fp8Options> = fits(&gpu, d)
                 .into_iter()
                 .flat_map(|c| {
-                    variants(&gpu).into_iter().map(move |v| Fp8Options {
-                        config: Some(c),
-                        variant: Some(v),
-                    })
+                    variants(&gpu)
+                        .into_iter()
+                        .filter(|&v| v != Fp8Variant::Hopper)
+                        .map(move |v| Fp8Options {
+                            hopper: None,
+                            config: Some(c),
+                            variant: Some(v),
+                        })
                 })
                 .collect();
+            if gpu.fp8_variant_available(Fp8Variant::Hopper) {
+                for &t in attn_kernels::catalog::hopper_fp8_tiles(d) {
+                    opts.push(Fp8Options {
+                        hopper: Some(t),
+                        config: None,
+                        variant: Some(Fp8Variant::Hopper),
+                    });
+                }
+            }
             opts.push(Fp8Options::default());
             for o in opts {
                 if let Err(e) = check(&gpu, &p, &x, Dtype::F16, &o) {
@@ -298,6 +312,7 @@ fn correctness_fp8_all_zero_k_or_v() {
     let p = fp8_problem((1, 4, 2, 150, 300, 128), Causal::None);
     for variant in variants(&gpu) {
         let opts = Fp8Options {
+            hopper: None,
             config: None,
             variant: Some(variant),
         };
@@ -353,6 +368,7 @@ fn correctness_fp8_outlier_rmse() {
     );
     for variant in variants(&gpu) {
         let opts = Fp8Options {
+            hopper: None,
             config: None,
             variant: Some(variant),
         };

@@ -3,9 +3,7 @@
 //! `family` checks it), and what it refuses. On other GPUs the engine must refuse with a
 //! typed error, which is what runs there.
 
-use attn_kernels::{
-    hopper_configs_for, Engine, Forward, ForwardOptions, KernelError, Layout,
-};
+use attn_kernels::{hopper_configs_for, Engine, Forward, ForwardOptions, KernelError, Layout};
 use attn_ref::Causal;
 use half::f16;
 
@@ -88,9 +86,17 @@ fn correctness_auto_engine_choice() {
     let prefill = run((2, 16, 16, 2048, 2048, 128));
     let decode = run((1, 32, 8, 1, 8192, 128));
     if is_hopper() {
-        assert!(prefill.kernel.starts_with("attn_fwdh_"), "{}", prefill.kernel);
+        assert!(
+            prefill.kernel.starts_with("attn_fwdh_"),
+            "{}",
+            prefill.kernel
+        );
     } else {
-        assert!(prefill.kernel.starts_with("attn_fwd_"), "{}", prefill.kernel);
+        assert!(
+            prefill.kernel.starts_with("attn_fwd_"),
+            "{}",
+            prefill.kernel
+        );
     }
     assert!(decode.kernel.starts_with("attn_fwd_"), "{}", decode.kernel);
     assert!(decode.splits > 1, "decode should split: {decode:?}");

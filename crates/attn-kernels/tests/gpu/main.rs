@@ -22,7 +22,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use attn_kernels::{Dtype, Engine, FlashAttention, Forward, ForwardOptions, KernelConfig, StorageType};
+use attn_kernels::{
+    Dtype, Engine, FlashAttention, Forward, ForwardOptions, KernelConfig, StorageType,
+};
 use attn_oracle::{compare, compare_lse, CompareOptions, Storage, ToleranceRule};
 use attn_ref::{
     reference::{self, emulate, RefOutput},

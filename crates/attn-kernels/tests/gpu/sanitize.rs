@@ -72,6 +72,7 @@ fn sanitize_fp8_small_shapes() {
         for c in fp8::fits(&gpu, dims.5) {
             for variant in fp8::variants(&gpu) {
                 let opts = Fp8Options {
+                    hopper: None,
                     config: Some(c),
                     variant: Some(variant),
                 };

@@ -2,11 +2,8 @@
 //! held before.
 
 use attn_kernels::{
-    catalog::{Arch, UnitKey},
-    configs_for, cubin, dims_kv, dims_q,
-    fp8::fp8_unit,
-    Dtype, Forward, ForwardOptions, Fp8Forward, Fp8Options, Fp8Scales, Fp8Variant, KernelError,
-    Tensor, TensorMut,
+    configs_for, cubin, dims_kv, dims_q, Dtype, Forward, ForwardOptions, Fp8Forward, Fp8Options,
+    Fp8Scales, Fp8Variant, KernelError, Tensor, TensorMut,
 };
 use attn_ref::{AttnShape, Causal, Problem};
 use cudarc::driver::CudaSlice;
@@ -166,6 +163,7 @@ fn validation_fp8_errors_launch_nothing() {
                 &good,
                 &mut o,
                 Fp8Options {
+                    hopper: None,
                     config: Some(configs_for(128)[0]),
                     variant: None,
                 },
@@ -221,6 +219,7 @@ fn validation_fp8_errors_launch_nothing() {
             &good,
             &mut o,
             Fp8Options {
+                hopper: None,
                 config: None,
                 variant: Some(variant),
             },
@@ -230,18 +229,15 @@ fn validation_fp8_errors_launch_nothing() {
             "{variant}: {r:?}"
         );
     }
-    // Hopper with the sm_90a cubin defaults to the warpgroup-MMA kernel; without it, to fp8.
+    // Hopper with the sm_90a cubins defaults to the Hopper engine's FP8 mainloop; without
+    // them, to fp8.
     if gpu.compute_capability() == (9, 0) {
-        let sm90a = UnitKey {
-            arch: Arch::Sm90a,
-            ..fp8_unit(Dtype::F16, 128).unwrap()
-        }
-        .name();
+        let hopper_unit = attn_kernels::fp8::hopper_fp8_unit(Dtype::F16, 128).name();
         let has_90a = cubin::embedded()
             .iter()
-            .any(|c| c.arch == "90a" && c.unit == sm90a && !c.debug);
+            .any(|c| c.arch == "90a" && c.unit == hopper_unit && !c.debug);
         let expected = if has_90a {
-            Fp8Variant::Wgmma
+            Fp8Variant::Hopper
         } else {
             Fp8Variant::Fp8
         };
