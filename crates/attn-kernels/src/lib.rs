@@ -1,9 +1,14 @@
-//! `attn-kernels`: the attention kernel family — a catalog of FlashAttention-2-style forward
-//! kernels for FP16 and BF16 (tensor cores through `mma.sync.m16n8k16`, `ldmatrix`, a
-//! `cp.async` K/V pipeline) for every head dim `D % 8 == 0` up to 256, and an FP8 (E4M3)
-//! forward with a Hopper `wgmma` variant — compiled by nvcc into cubins for sm_80, sm_89 and
-//! sm_90a at build time ([`catalog`] decides which), embedded in the crate and launched
-//! through `cudarc` behind a safe API that validates every argument before a launch.
+//! `attn-kernels`: the attention kernel family, compiled by nvcc into cubins for sm_80, sm_89
+//! and sm_90a at build time ([`catalog`] decides which), embedded in the crate and launched
+//! through `cudarc` behind a safe API that validates every argument before a launch:
+//! - on Hopper, a FlashAttention-3-style forward ([`hopper`]: TMA loads, a producer
+//!   warpgroup, two `wgmma` consumer warpgroups, intra-warpgroup overlap and ping-pong
+//!   variants) for FP16, BF16 and FP8 (E4M3);
+//! - everywhere, a FlashAttention-2-style forward (`mma.sync.m16n8k16`, `ldmatrix`, a
+//!   `cp.async` K/V pipeline, split-KV for decode) and the FP8 `mma.sync`/`wgmma` variants;
+//! - every head dim `D % 8 == 0` up to 256 for FP16/BF16 (64 and 128 for FP8).
+//!
+//! [`Engine::Auto`] picks the Hopper kernel on sm_90 unless the problem wants split-KV.
 //!
 //! Problems are described with [`attn_ref`]'s types; tensors are cudarc views with dims and
 //! strides ([`Tensor`], [`TensorMut`]), so `[B,H,S,D]`, `[B,S,H,D]` and views into a larger KV

@@ -69,16 +69,31 @@ fn sanitize_fp8_small_shapes() {
     ] {
         let p = fp8::fp8_problem(dims, causal);
         let x = fp8::inputs(&p, &mut rng, false);
+        let mut all: Vec<Fp8Options> = Vec::new();
         for c in fp8::fits(&gpu, dims.5) {
             for variant in fp8::variants(&gpu) {
-                let opts = Fp8Options {
+                if variant == attn_kernels::Fp8Variant::Hopper {
+                    continue; // takes its tiles below
+                }
+                all.push(Fp8Options {
                     hopper: None,
                     config: Some(c),
                     variant: Some(variant),
-                };
-                if let Err(e) = fp8::check(&gpu, &p, &x, Dtype::Bf16, &opts) {
-                    failures.push(e);
-                }
+                });
+            }
+        }
+        if gpu.fp8_variant_available(attn_kernels::Fp8Variant::Hopper) {
+            for &t in attn_kernels::catalog::hopper_fp8_tiles(dims.5) {
+                all.push(Fp8Options {
+                    hopper: Some(t),
+                    config: None,
+                    variant: Some(attn_kernels::Fp8Variant::Hopper),
+                });
+            }
+        }
+        for opts in all {
+            if let Err(e) = fp8::check(&gpu, &p, &x, Dtype::Bf16, &opts) {
+                failures.push(e);
             }
         }
     }
@@ -128,6 +143,66 @@ fn sanitize_head_dims_and_layouts() {
                         }
                     }
                     Err(e) => failures.push(format!("D={d} {layout}: {e}")),
+                }
+            }
+        }
+    }
+    drop(gpu);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The Hopper engine (TMA, mbarriers, warp-specialized wgmma) under compute-sanitizer: every
+/// tile of a few buckets at padded and exact head dims, tails, GQA, both causal alignments,
+/// both layouts. On other GPUs the engine is refused and this checks the mma.sync path.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_hopper_engine() {
+    use attn_kernels::{hopper_configs_for, Engine, ForwardOptions, Layout};
+    use attn_ref::reference;
+    use half::bf16;
+    let gpu = FlashAttention::new(0).expect("a CUDA device");
+    let hopper = gpu.compute_capability() == (9, 0);
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let mut failures = Vec::new();
+    for d in [24, 64, 120, 128, 192, 256] {
+        let tiles: Vec<Option<attn_kernels::HopperTile>> = if hopper {
+            hopper_configs_for(d).into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        for tile in tiles {
+            for (dims, causal, layout) in [
+                ((1, 2, 1, 37, 70, d), Causal::BottomRight, Layout::Bshd),
+                ((2, 2, 2, 129, 129, d), Causal::None, Layout::Bhsd),
+                ((1, 2, 2, 70, 37, d), Causal::TopLeft, Layout::Bhsd),
+            ] {
+                let p = crate::problem(dims, causal);
+                let s = p.shape();
+                let q: Vec<bf16> = crate::randn(&mut rng, s.q_elems());
+                let k: Vec<bf16> = crate::randn(&mut rng, s.kv_elems());
+                let v: Vec<bf16> = crate::randn(&mut rng, s.kv_elems());
+                let opts = ForwardOptions {
+                    engine: if hopper {
+                        Engine::Hopper(tile)
+                    } else {
+                        Engine::Auto
+                    },
+                    ..Default::default()
+                };
+                match crate::family::run_layout(&gpu, &p, (&q, &k, &v), layout, &opts) {
+                    Ok((o, _)) => {
+                        let r = reference::forward(&p, &q, &k, &v).unwrap();
+                        let worst = o
+                            .iter()
+                            .zip(&r.o)
+                            .map(|(a, b)| (a.to_f32() as f64 - b).abs())
+                            .fold(0f64, f64::max);
+                        if worst.is_nan() || worst >= 5e-2 {
+                            failures
+                                .push(format!("D={d} {tile:?} {layout} {causal}: max err {worst}"));
+                        }
+                    }
+                    Err(e) => failures.push(format!("D={d} {tile:?} {layout}: {e}")),
                 }
             }
         }
