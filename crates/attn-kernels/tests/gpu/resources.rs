@@ -83,12 +83,19 @@ fn resources_fp8_match_the_ptxas_report() {
     for out in DTYPES {
         for d in attn_kernels::FP8_HEAD_DIMS {
             let unit = attn_kernels::fp8::fp8_unit(out, d).unwrap();
-            let Some(image) = cubin::select(&unit, false, ma, mi) else {
+            let Some(fp8_image) = cubin::select(&unit, false, ma, mi) else {
                 println!("{}: not built for this GPU, skipped", unit.name());
                 continue;
             };
             for cfg in fp8::fits(&gpu, d) {
                 for variant in fp8::variants(&gpu) {
+                    // The Hopper engine's FP8 entries live in its own unit.
+                    let image = if variant == attn_kernels::Fp8Variant::Hopper {
+                        let unit = attn_kernels::fp8::hopper_fp8_unit(out, d);
+                        cubin::select(&unit, false, ma, mi).expect("the variant is available")
+                    } else {
+                        fp8_image
+                    };
                     for causal in [false, true] {
                         let name =
                             attn_kernels::fp8::fp8_kernel_name(out, d, &cfg, causal, variant);
