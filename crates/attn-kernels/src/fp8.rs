@@ -475,7 +475,8 @@ impl FlashAttention {
         choose_fp8_config(problem, self.sm_count(), variant)
     }
 
-    /// Registers and static shared memory of one FP8 kernel as the driver loaded it.
+    /// Registers and static shared memory of one FP8 kernel as the driver loaded it (for
+    /// [`Fp8Variant::Hopper`], the tile with `config`'s geometry).
     pub fn fp8_resources(
         &self,
         out: Dtype,
@@ -485,8 +486,14 @@ impl FlashAttention {
         variant: Fp8Variant,
     ) -> Result<crate::FunctionResources, KernelError> {
         let name = fp8_kernel_name(out, head_dim, config, causal, variant);
+        let unit = if variant == Fp8Variant::Hopper {
+            hopper_fp8_head_dim(head_dim)?;
+            hopper_fp8_unit(out, head_dim)
+        } else {
+            fp8_unit(out, head_dim)?
+        };
         let (f, _) = self.function(
-            &fp8_unit(out, head_dim)?,
+            &unit,
             &name,
             false,
             fp8_smem_bytes(config, head_dim, variant),
