@@ -29,14 +29,15 @@
 
 namespace attn {
 
-// FP8: Q and K are E4M3 rows of DK bytes (one sub-tile: a 64- or 128-byte swizzle span), and
-// V arrives as fp8_prep.cuh's Vᵀ (DK rows of BN key bytes), because 8-bit wgmma has no
-// transposed B.
+// FP8: Q and K are E4M3 rows of DK bytes in sub-tiles of one 64- or 128-byte swizzle span
+// (D = 256: two of 128), and V arrives as fp8_prep.cuh's Vᵀ (DK rows of BN key bytes), because
+// 8-bit wgmma has no transposed B.
 template <int DK, int BN, int STAGES, bool FP8 = false> struct HopperFwdLayout {
     static constexpr int kBM = 128;                 // 2 consumer warpgroups × 64 rows
     static constexpr int kThreads = 384;            // producer + 2 consumers
-    static constexpr int kSubTiles = FP8 ? 1 : (DK + 63) / 64; // swizzled sub-tiles per row
-    static constexpr int kRowBytes = FP8 ? DK : 128; // bytes per sub-tile row
+    static constexpr int kSubTiles = FP8 ? (DK + 127) / 128 : (DK + 63) / 64; // swizzled sub-tiles per row
+    static constexpr int kRowBytes = FP8 ? (DK < 128 ? DK : 128) : 128;      // bytes per sub-tile row
+    static constexpr int kColsPerSub = FP8 ? kRowBytes : 64;                  // elements per sub-tile row
     static constexpr int kQBytes = kBM * kSubTiles * kRowBytes;
     static constexpr int kKBytes = BN * kSubTiles * kRowBytes; // one K stage
     static constexpr int kVBytes = FP8 ? DK * BN : kKBytes;    // one V (FP8: Vᵀ) stage
@@ -49,8 +50,8 @@ template <int DK, int BN, int STAGES, bool FP8 = false> struct HopperFwdLayout {
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets are multiples of 32 up to 256");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and TMA box rows");
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
-    static_assert(!FP8 || ((DK == 64 || DK == 128) && (BN == 64 || BN == 128)),
-                  "FP8: rows of one 64- or 128-byte swizzle span");
+    static_assert(!FP8 || ((DK == 64 || DK == 128 || DK == 256) && (BN == 64 || BN == 128)),
+                  "FP8: sub-tile and Vᵀ rows of one 64- or 128-byte swizzle span");
     // The epilogue stages O (2-byte elements, rows padded to 64) from the start of the tiles.
     static_assert(kBM * ((DK + 63) / 64 * 64) * 2 <= kBarOffset, "O staging fits the dead tiles");
 };
@@ -128,7 +129,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             mbar_arrive_expect_tx(bar_q, L::kQBytes);
 #pragma unroll
             for (int c = 0; c < L::kSubTiles; ++c)
-                tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * 64, m0, h, b);
+                tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * L::kColsPerSub, m0, h, b);
             for (int j = 0; j < n_tiles; ++j) {
                 const int s = j % STAGES;
                 const uint32_t use = j / STAGES;
@@ -138,7 +139,8 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 mbar_arrive_expect_tx(&full_k[s], L::kKBytes);
 #pragma unroll
                 for (int c = 0; c < L::kSubTiles; ++c)
-                    tma_load_4d(k_dst + c * BN * L::kRowBytes, tma_k, &full_k[s], c * 64, j * BN, kvh, b);
+                    tma_load_4d(k_dst + c * BN * L::kRowBytes, tma_k, &full_k[s], c * L::kColsPerSub, j * BN, kvh,
+                                b);
                 mbar_wait(&empty_v[s], (use & 1) ^ 1);
                 mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
                 if constexpr (FP8) {
@@ -182,9 +184,15 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         const uint32_t k_addr = smem_addr(sK + s * L::kKBytes);
         wgmma_fence();
         if constexpr (FP8) {
+            // k-step kk reads 32 bytes of sub-tile kk / 4 (one 128-byte span holds 4 k-steps).
+            constexpr int kRB = L::kRowBytes;
 #pragma unroll
-            for (int kk = 0; kk < DK / 32; ++kk)
-                wgmma_e4m3_ss<BN>(acc_s, wgmma_desc<DK>(q_addr + kk * 32), wgmma_desc<DK>(k_addr + kk * 32), kk > 0);
+            for (int kk = 0; kk < DK / 32; ++kk) {
+                const int c = kk / 4;
+                const int w = (kk % 4) * 32;
+                wgmma_e4m3_ss<BN>(acc_s, wgmma_desc<kRB>(q_addr + c * kBM * kRB + w),
+                                  wgmma_desc<kRB>(k_addr + c * BN * kRB + w), kk > 0);
+            }
         } else {
 #pragma unroll
             for (int kk = 0; kk < DK / 16; ++kk) {

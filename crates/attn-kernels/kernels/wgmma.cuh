@@ -101,6 +101,16 @@ template <int NT> __device__ __forceinline__ void wgmma_fence_operands(float (&a
     "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
     "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
+#define ATTN_WG_REGS128 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+
 // D (+)= A·B, A and B from shared memory (descriptors), 64×N×32, E4M3 in, f32 out.
 // `accumulate` false overwrites D (the first k-slice of a tile).
 template <int N>
@@ -127,7 +137,8 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[N / 8][4], uint64_t des
 #endif
 }
 
-// D += A·B with A in registers (the k32 fragment above), B from shared memory.
+// D += A·B with A in registers (the k32 fragment above), B from shared memory; N = 256 is the
+// Hopper engine's FP8 P·V at D = 256.
 template <int N>
 __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -137,12 +148,18 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[N / 8][4], const uint32
                      ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
                      : ATTN_WG_ACC8(d, 0)
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-    } else {
-        static_assert(N == 128, "N = 64 or 128");
+    } else if constexpr (N == 128) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ATTN_WG_REGS64
                      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
                      : ATTN_WG_ACC8(d, 0), ATTN_WG_ACC8(d, 8)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+    } else {
+        static_assert(N == 256, "N = 64, 128 or 256");
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " ATTN_WG_REGS128
+                     ", {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+                     : ATTN_WG_ACC8(d, 0), ATTN_WG_ACC8(d, 8), ATTN_WG_ACC8(d, 16), ATTN_WG_ACC8(d, 24)
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
     }
 #else
@@ -158,6 +175,7 @@ template <typename T, int N> struct Wgmma16;
 
 #undef ATTN_WG_REGS32
 #undef ATTN_WG_REGS64
+#undef ATTN_WG_REGS128
 #undef ATTN_WG_ACC8
 #undef ATTN_WG_ACC2
 

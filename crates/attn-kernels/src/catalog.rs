@@ -199,6 +199,10 @@ pub const FWD_HEAD_DIM_BUCKETS: [usize; 8] = [32, 64, 96, 128, 160, 192, 224, 25
 /// Head dims of the FP8 forward (exact, no padding: the FP8 swizzle needs 64-byte rows).
 pub const FP8_HEAD_DIMS: [usize; 2] = [64, 128];
 
+/// Head dims of the Hopper engine's FP8 forward: [`FP8_HEAD_DIMS`] and 256 (Q and K rows of
+/// two 128-byte swizzle spans, P·V on `wgmma.m64n256k32`).
+pub const HOPPER_FP8_HEAD_DIMS: [usize; 3] = [64, 128, 256];
+
 /// The bucket a head dim runs in, or `None` if the f16/bf16 forward cannot take it.
 pub fn fwd_bucket(head_dim: usize) -> Option<usize> {
     if head_dim % 8 != 0 || head_dim < 8 {
@@ -415,8 +419,8 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
     1024 + q + 2 * tile.stages * kv + 8 * (1 + 4 * tile.stages)
 }
 
-/// The Hopper engine's FP8 (E4M3 in, f16/bf16 out) configs for head dim 64 or 128, the default
-/// first: 128 keys per stage (Vᵀ rows of one 128-byte swizzle span).
+/// The Hopper engine's FP8 (E4M3 in, f16/bf16 out) configs for head dim 64, 128 or 256, the
+/// default first: 128 keys per stage (Vᵀ rows of one 128-byte swizzle span), 64 at D = 256.
 pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
     const TILES: [HopperTile; 4] = [
         ht(128, 2, false, true),
@@ -424,10 +428,16 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
         ht(128, 2, true, true),
         ht(128, 3, false, true),
     ];
-    if FP8_HEAD_DIMS.contains(&head_dim) {
-        &TILES
-    } else {
-        &[]
+    // D = 256: the O accumulator alone is 128 registers per thread; 64 keys keep S at 32.
+    const D256: [HopperTile; 3] = [
+        ht(64, 2, false, true),
+        ht(64, 2, false, false),
+        ht(64, 2, true, true),
+    ];
+    match head_dim {
+        64 | 128 => &TILES,
+        256 => &D256,
+        _ => &[],
     }
 }
 
@@ -783,7 +793,7 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                 return None;
             }
             s.push_str("#include \"fp8_prep.cuh\"\n\n");
-            for d in FP8_HEAD_DIMS {
+            for d in HOPPER_FP8_HEAD_DIMS {
                 let _ = writeln!(
                     s,
                     "ATTN_FP8_V_TRANSPOSE_ENTRY({}, {d})",

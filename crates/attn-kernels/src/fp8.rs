@@ -154,7 +154,9 @@ pub fn fp8_smem_bytes(config: &KernelConfig, head_dim: usize, variant: Fp8Varian
     let tiles = config.block_m * head_dim + 2 * config.stages * config.block_n * head_dim;
     match variant {
         Fp8Variant::Wgmma => tiles + 1024,
-        Fp8Variant::Hopper => catalog::hopper_fp8_smem_bytes(&hopper_fp8_tile(config), head_dim),
+        Fp8Variant::Hopper => {
+            catalog::hopper_fp8_smem_bytes(&hopper_fp8_tile(config, head_dim), head_dim)
+        }
         Fp8Variant::Fp8 | Fp8Variant::P16 | Fp8Variant::Cvt => tiles,
     }
 }
@@ -176,7 +178,8 @@ pub fn fp8_unit(out: Dtype, head_dim: usize) -> Result<UnitKey, KernelError> {
 }
 
 /// The FP8 head dims, in words for errors.
-pub const FP8_HEAD_DIMS_TEXT: &str = "64 and 128 (FP8 E4M3)";
+pub const FP8_HEAD_DIMS_TEXT: &str =
+    "64 and 128 (FP8 E4M3), and 256 with the hopper variant (sm_90)";
 
 /// The extern "C" name of one FP8 kernel.
 pub fn fp8_kernel_name(
@@ -189,7 +192,7 @@ pub fn fp8_kernel_name(
     if variant == Fp8Variant::Hopper {
         return catalog::hopper_fp8_entry_name(
             &hopper_fp8_unit(out, head_dim),
-            &hopper_fp8_tile(config),
+            &hopper_fp8_tile(config, head_dim),
             causal,
         );
     }
@@ -212,9 +215,24 @@ pub fn hopper_fp8_unit(out: Dtype, head_dim: usize) -> UnitKey {
     }
 }
 
+/// Errors unless the Hopper engine has FP8 kernels for `head_dim`.
+fn hopper_fp8_head_dim(head_dim: usize) -> Result<(), KernelError> {
+    if catalog::HOPPER_FP8_HEAD_DIMS.contains(&head_dim) {
+        Ok(())
+    } else {
+        Err(KernelError::UnsupportedHeadDim {
+            head_dim,
+            supported: FP8_HEAD_DIMS_TEXT,
+        })
+    }
+}
+
 /// The Hopper FP8 tile with `config`'s geometry (the first such; the default otherwise).
-fn hopper_fp8_tile(config: &KernelConfig) -> HopperTile {
-    let tiles = catalog::hopper_fp8_tiles(128);
+fn hopper_fp8_tile(config: &KernelConfig, head_dim: usize) -> HopperTile {
+    let tiles = match catalog::hopper_fp8_tiles(head_dim) {
+        [] => catalog::hopper_fp8_tiles(128),
+        t => t,
+    };
     tiles
         .iter()
         .copied()
@@ -259,7 +277,8 @@ pub fn fp8_rounding_model(variant: Fp8Variant, out: Dtype, block_n: usize) -> Em
 pub fn choose_fp8_config(problem: &Problem, sm_count: usize, variant: Fp8Variant) -> KernelConfig {
     let s = problem.shape();
     if variant == Fp8Variant::Hopper {
-        return catalog::hopper_fp8_tiles(128)[0].as_config();
+        // No geometry matches the empty tile: the head dim's default.
+        return hopper_fp8_tile(&catalog::tile(0, 0, 0, 0), s.head_dim()).as_config();
     }
     let ctas = s.q_len().div_ceil(128) * s.batch() * s.q_heads();
     if variant == Fp8Variant::Wgmma || ctas < sm_count {
@@ -334,7 +353,11 @@ pub(crate) fn plan_fp8(
     let s = problem.shape();
     let d = s.head_dim();
     crate::launch::check_no_features(problem)?;
-    fp8_unit(Dtype::F16, d)?;
+    if variant == Fp8Variant::Hopper {
+        hopper_fp8_head_dim(d)?;
+    } else {
+        fp8_unit(Dtype::F16, d)?;
+    }
     if variant != Fp8Variant::Hopper && !FP8_CONFIGS.contains(&config) {
         return Err(KernelError::UnknownConfig {
             name: format!("{} (FP8)", config.name()),
@@ -452,7 +475,8 @@ impl FlashAttention {
         choose_fp8_config(problem, self.sm_count(), variant)
     }
 
-    /// Registers and static shared memory of one FP8 kernel as the driver loaded it.
+    /// Registers and static shared memory of one FP8 kernel as the driver loaded it (for
+    /// [`Fp8Variant::Hopper`], the tile with `config`'s geometry).
     pub fn fp8_resources(
         &self,
         out: Dtype,
@@ -462,8 +486,14 @@ impl FlashAttention {
         variant: Fp8Variant,
     ) -> Result<crate::FunctionResources, KernelError> {
         let name = fp8_kernel_name(out, head_dim, config, causal, variant);
+        let unit = if variant == Fp8Variant::Hopper {
+            hopper_fp8_head_dim(head_dim)?;
+            hopper_fp8_unit(out, head_dim)
+        } else {
+            fp8_unit(out, head_dim)?
+        };
         let (f, _) = self.function(
-            &fp8_unit(out, head_dim)?,
+            &unit,
             &name,
             false,
             fp8_smem_bytes(config, head_dim, variant),
@@ -680,7 +710,7 @@ impl FlashAttention {
         use crate::hopper::{encode_tma, tma_geometry, TmaElem};
         let shape = problem.shape();
         let d = shape.head_dim();
-        fp8_unit(T::DTYPE, d)?;
+        hopper_fp8_head_dim(d)?;
         let tiles = catalog::hopper_fp8_tiles(d);
         let tile = match tile {
             None => tiles[0],
@@ -720,12 +750,12 @@ impl FlashAttention {
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
         let tma_q = encode_tma(
-            &tma_geometry(q.dims, q.strides, 1, d, catalog::HOPPER_BLOCK_M)?,
+            &tma_geometry(q.dims, q.strides, 1, d.min(128), catalog::HOPPER_BLOCK_M)?,
             ptrs.q,
             TmaElem::E4m3,
         )?;
         let tma_k = encode_tma(
-            &tma_geometry(k.dims, k.strides, 1, d, tile.block_n)?,
+            &tma_geometry(k.dims, k.strides, 1, d.min(128), tile.block_n)?,
             ptrs.k,
             TmaElem::E4m3,
         )?;

@@ -302,6 +302,69 @@ fn correctness_fp8_every_config_and_default() {
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
 
+/// FP8 at D = 256, which only the Hopper engine's FP8 mainloop has: every tile, both causal
+/// alignments, GQA, against the reference and its rounding model; elsewhere, and with the other
+/// variants, a typed error.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_fp8_hopper_d256() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for (dims, causal) in [
+        ((1, 4, 4, 256, 256, 256), Causal::None),
+        ((2, 4, 2, 200, 333, 256), Causal::BottomRight),
+        ((1, 2, 1, 130, 77, 256), Causal::TopLeft),
+    ] {
+        let p = fp8_problem(dims, causal);
+        let x = inputs(&p, &mut rng, false);
+        let refusal = |opts: &Fp8Options| {
+            let z = quantize_all(&p, &x);
+            gpu.forward_fp8_host::<f16>(&p, &z.q, &z.k, &z.v, opts)
+                .err()
+        };
+        if !gpu.fp8_variant_available(Fp8Variant::Hopper) {
+            let e = refusal(&Fp8Options::default());
+            assert!(
+                matches!(
+                    e,
+                    Some(attn_kernels::KernelError::UnsupportedHeadDim { head_dim: 256, .. })
+                ),
+                "D=256 without the Hopper engine should be refused: {e:?}"
+            );
+            continue;
+        }
+        for &t in attn_kernels::catalog::hopper_fp8_tiles(256) {
+            for out in DTYPES {
+                let opts = Fp8Options {
+                    hopper: Some(t),
+                    config: None,
+                    variant: Some(Fp8Variant::Hopper),
+                };
+                if let Err(e) = check(&gpu, &p, &x, out, &opts) {
+                    failures.push(format!("{}: {e}", t.name()));
+                }
+            }
+        }
+        let wgmma = Fp8Options {
+            variant: Some(Fp8Variant::Wgmma),
+            ..Default::default()
+        };
+        if gpu.fp8_variant_available(Fp8Variant::Wgmma) {
+            let e = refusal(&wgmma);
+            assert!(
+                matches!(
+                    e,
+                    Some(attn_kernels::KernelError::UnsupportedHeadDim { head_dim: 256, .. })
+                ),
+                "wgmma has no D = 256: {e:?}"
+            );
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
 /// The seeds' bug: an all-zero tensor must get scale 1.0 and give the right output.
 #[test]
 #[ignore = "needs a CUDA GPU"]
