@@ -6,7 +6,8 @@
 //!   variants) for FP16, BF16 and FP8 (E4M3);
 //! - everywhere, a FlashAttention-2-style forward (`mma.sync.m16n8k16`, `ldmatrix`, a
 //!   `cp.async` K/V pipeline, split-KV for decode) and the FP8 `mma.sync`/`wgmma` variants;
-//! - every head dim `D % 8 == 0` up to 256 for FP16/BF16 (64 and 128 for FP8).
+//! - every head dim `D % 8 == 0` up to 256 for FP16/BF16 (64 and 128 for FP8, and 256 on the
+//!   Hopper engine).
 //!
 //! [`Engine::Auto`] picks the Hopper kernel on sm_90 unless the problem wants split-KV.
 //!
