@@ -40,6 +40,21 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, fl
 #endif
 }
 
+// P of 32 keys (accumulator n-tiles 4kk..4kk+3) as one k32 A operand of E4M3 codes. Vᵀ's key
+// permutation (fp8_prep.cuh) makes the values a thread already holds the operand it needs, so
+// this is a pure cast, no shuffle; the wgmma and the Hopper FP8 kernels share it.
+template <int NT>
+__device__ __forceinline__ void pack_p_e4m3_k32(uint32_t (&a)[4], const float (&s)[NT][4], int kk) {
+    const float(&s0)[4] = s[4 * kk];
+    const float(&s1)[4] = s[4 * kk + 1];
+    const float(&s2)[4] = s[4 * kk + 2];
+    const float(&s3)[4] = s[4 * kk + 3];
+    a[0] = pack_e4m3x4(s0[0], s0[1], s1[0], s1[1]);
+    a[1] = pack_e4m3x4(s0[2], s0[3], s1[2], s1[3]);
+    a[2] = pack_e4m3x4(s2[0], s2[1], s3[0], s3[1]);
+    a[3] = pack_e4m3x4(s2[2], s2[3], s3[2], s3[3]);
+}
+
 // Two E4M3 codes → f16x2 holding code_value · 2^-8, exactly, with integer ops only (no FP8
 // hardware needed). E4M3's exponent and mantissa bits placed under f16's sign are an f16
 // whose exponent bias is 15 instead of 7, so every value, subnormals included, comes out

@@ -101,16 +101,7 @@ __device__ __forceinline__ void fwd_fp8_wgmma_kernel(const uint8_t* __restrict__
         // this thread holds the operand it needs).
         uint32_t pa[Cfg::kKP][4];
 #pragma unroll
-        for (int kk = 0; kk < Cfg::kKP; ++kk) {
-            const float(&s0)[4] = acc_s[4 * kk];
-            const float(&s1)[4] = acc_s[4 * kk + 1];
-            const float(&s2)[4] = acc_s[4 * kk + 2];
-            const float(&s3)[4] = acc_s[4 * kk + 3];
-            pa[kk][0] = pack_e4m3x4(s0[0], s0[1], s1[0], s1[1]);
-            pa[kk][1] = pack_e4m3x4(s0[2], s0[3], s1[2], s1[3]);
-            pa[kk][2] = pack_e4m3x4(s2[0], s2[1], s3[0], s3[1]);
-            pa[kk][3] = pack_e4m3x4(s2[2], s2[3], s3[2], s3[3]);
-        }
+        for (int kk = 0; kk < Cfg::kKP; ++kk) pack_p_e4m3_k32(pa[kk], acc_s, kk);
 
         wgmma_fence_operands(acc_o);
         wgmma_fence();

@@ -215,6 +215,14 @@ pub fn hopper_fp8_unit(out: Dtype, head_dim: usize) -> UnitKey {
     }
 }
 
+/// Checks the per-head scale views hold one f32 per (batch, head).
+fn check_scales(problem: &Problem, scales: &Fp8Scales<'_>) -> Result<(), KernelError> {
+    let s = problem.shape();
+    check_buffer("Q scales", s.batch() * s.q_heads(), scales.q.len())?;
+    check_buffer("K scales", s.batch() * s.kv_heads(), scales.k.len())?;
+    check_buffer("V scales", s.batch() * s.kv_heads(), scales.v.len())
+}
+
 /// Errors unless the Hopper engine has FP8 kernels for `head_dim`.
 fn hopper_fp8_head_dim(head_dim: usize) -> Result<(), KernelError> {
     if catalog::HOPPER_FP8_HEAD_DIMS.contains(&head_dim) {
@@ -558,9 +566,7 @@ impl FlashAttention {
             .config
             .unwrap_or_else(|| self.fp8_default_config(problem, variant));
         let plan = plan_fp8(problem, config, variant)?;
-        check_buffer("Q scales", shape.batch() * shape.q_heads(), scales.q.len())?;
-        check_buffer("K scales", shape.batch() * shape.kv_heads(), scales.k.len())?;
-        check_buffer("V scales", shape.batch() * shape.kv_heads(), scales.v.len())?;
+        check_scales(problem, &scales)?;
         if plan.smem_bytes as usize > self.max_smem_per_block() {
             return Err(KernelError::ConfigTooLarge {
                 config: config.name(),
@@ -711,26 +717,10 @@ impl FlashAttention {
         let shape = problem.shape();
         let d = shape.head_dim();
         hopper_fp8_head_dim(d)?;
-        let tiles = catalog::hopper_fp8_tiles(d);
-        let tile = match tile {
-            None => tiles[0],
-            Some(t) if tiles.contains(&t) => t,
-            Some(t) => {
-                return Err(KernelError::UnknownConfig {
-                    name: format!("{} (FP8)", t.name()),
-                    known: tiles
-                        .iter()
-                        .map(|t| t.name())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                })
-            }
-        };
+        let tile = crate::hopper::pick_tile(catalog::hopper_fp8_tiles(d), tile, "FP8")?;
         let config = tile.as_config();
         let plan = plan_fp8(problem, config, Fp8Variant::Hopper)?;
-        check_buffer("Q scales", shape.batch() * shape.q_heads(), scales.q.len())?;
-        check_buffer("K scales", shape.batch() * shape.kv_heads(), scales.k.len())?;
-        check_buffer("V scales", shape.batch() * shape.kv_heads(), scales.v.len())?;
+        check_scales(problem, scales)?;
         let smem = catalog::hopper_fp8_smem_bytes(&tile, d);
         if smem > self.max_smem_per_block() {
             return Err(KernelError::ConfigTooLarge {

@@ -92,6 +92,33 @@ pub(crate) fn auto_prefers_hopper(
     choose_splits(mma_config, d, ctas, key_tiles, sm_count) == 1
 }
 
+/// `asked` if it is one of `tiles`, the first of `tiles` for `None`; otherwise the typed error
+/// naming the valid ones (`what` says for which problem).
+pub(crate) fn pick_tile(
+    tiles: &[HopperTile],
+    asked: Option<HopperTile>,
+    what: &str,
+) -> Result<HopperTile, KernelError> {
+    match asked {
+        None => tiles
+            .first()
+            .copied()
+            .ok_or_else(|| KernelError::UnknownConfig {
+                name: format!("a Hopper tile ({what})"),
+                known: "none".into(),
+            }),
+        Some(t) if tiles.contains(&t) => Ok(t),
+        Some(t) => Err(KernelError::UnknownConfig {
+            name: format!("{} ({what})", t.name()),
+            known: tiles
+                .iter()
+                .map(|t| t.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
 /// A validated Hopper launch: geometry and scalars (pure, testable without a device).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HopperPlan {
@@ -110,21 +137,11 @@ pub(crate) fn plan_hopper(
     check_sizes(problem)?;
     let s = problem.shape();
     let bucket = crate::config::bucket_for(s.head_dim())?;
-    let tiles = catalog::hopper_tiles(bucket);
-    let tile = match tile {
-        None => tiles[0],
-        Some(t) if tiles.contains(&t) => t,
-        Some(t) => {
-            return Err(KernelError::UnknownConfig {
-                name: format!("{} (head_dim {})", t.name(), s.head_dim()),
-                known: tiles
-                    .iter()
-                    .map(|t| t.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-        }
-    };
+    let tile = pick_tile(
+        catalog::hopper_tiles(bucket),
+        tile,
+        &format!("head_dim {}", s.head_dim()),
+    )?;
     let smem = catalog::hopper_smem_bytes(&tile, bucket);
     if smem > max_smem {
         return Err(KernelError::ConfigTooLarge {
