@@ -27,7 +27,14 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* __restrict__ s
                                                 int64_t row_stride, int d_chunks, int tid) {
     constexpr int kChunksPerRow = DK / 8;
     constexpr int kChunks = ROWS * kChunksPerRow;
-    if constexpr (NTHREADS % kChunksPerRow == 0) {
+    // The running-pointer walk fully unrolls and keeps a 64-bit pointer and step live; it
+    // spilled where registers were already at the edge (ptxas: the D = 256 two-warp kernels,
+    // 32 rows per thread; the D = 128 128×32 four-warp kernels; the D = 32 kernels), so it
+    // is used for tiles of 64+ rows, 8+ chunks per row and at most 8 rows per thread — which
+    // covers the measured D = 64/128 defaults — and the rest keep the indexed loop.
+    constexpr bool kWalk = NTHREADS % kChunksPerRow == 0 && kChunksPerRow >= 8 && ROWS >= 64 &&
+                           ROWS / (NTHREADS / kChunksPerRow) <= 8;
+    if constexpr (kWalk) {
         // Each thread keeps one chunk column and walks its rows with a running pointer: the
         // column predicate is loop-invariant and each step is one 64-bit add, where indexing
         // every chunk afresh cost a 64-bit multiply-add and a divide by the chunk count per
@@ -39,12 +46,13 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* __restrict__ s
         const T* s = src + static_cast<int64_t>(row0 + r0) * row_stride + (col_in ? c * 8 : 0);
         const int64_t step = static_cast<int64_t>(kRowStep) * row_stride;
 #pragma unroll
-        for (int i = 0; i < (ROWS + kRowStep - 1) / kRowStep; ++i, s += step) {
+        for (int i = 0; i < (ROWS + kRowStep - 1) / kRowStep; ++i) {
             const int r = r0 + i * kRowStep;
             if (ROWS % kRowStep != 0 && r >= ROWS) break;
             const bool in_bounds = col_in && row0 + r < len;
             // Out-of-range chunks read nothing (src-size 0); point them at the tensor start.
             cp_async_16(smem_addr(tile + swz<smem_pitch<DK>()>(r, c)), in_bounds ? s : src, in_bounds);
+            s += step;
         }
     } else {
 #pragma unroll
