@@ -1,24 +1,31 @@
-// The Hopper (sm_90a) f16/bf16 forward: TMA loads, a warp-specialized producer, wgmma on two
-// consumer warpgroups, after FlashAttention-3 (Shah et al. 2024, "FlashAttention-3: Fast and
-// Accurate Attention with Asynchrony and Low-precision"; hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp).
+// The Hopper (sm_90a) forward for f16/bf16 and FP8: TMA loads, a warp-specialized producer,
+// wgmma on two consumer warpgroups, after FlashAttention-3 (Shah et al. 2024,
+// "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision";
+// hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp).
 //
 // One CTA = 3 warpgroups and 128 query rows:
 // - warpgroup 0, the producer, gives up registers (setmaxnreg) and one thread issues TMA
 //   loads: the Q tile once, then K and V tiles into a STAGES-deep ring, each stage guarded by
-//   a "full" mbarrier per tensor (transaction bytes) and an "empty" one (consumer arrivals);
+//   a "full" mbarrier per tensor (transaction bytes) and an "empty" one per tensor (consumer
+//   arrivals: K is free once Q·Kᵀ has read it, V once P·V has);
 // - warpgroups 1 and 2, the consumers, take the registers and own 64 query rows each:
 //   S = Q·Kᵀ as an SS wgmma (both operands K-major in shared memory), the online softmax in
 //   registers (softmax.cuh, mask.cuh: the wgmma accumulator has the mma.sync layout per warp),
 //   O += P·V as an RS wgmma with P from registers and V MN-major in shared memory (no Vᵀ
 //   copy), then the epilogue (epilogue.cuh) through the dead Q tile.
-// PINGPONG orders the two consumers' GEMMs with named barriers so one warpgroup's softmax
-// runs under the other's tensor-core work (FA3 §3.1); the GEMM block of an iteration is
-// P·V(j) followed by Q·Kᵀ(j+1).
+// Schedules (template flags, catalog `HopperTile`):
+// - PINGPONG orders the two consumers' GEMMs with named barriers so one warpgroup's softmax
+//   runs under the other's tensor-core work (FA3 §3.1);
+// - INTRA issues Q·Kᵀ(j+1) with P·V(j) and runs the softmax of tile j+1 while P·V(j) is still
+//   in the tensor cores, deferring O's rescale (FA3 §3.2); without it an iteration is
+//   softmax(j), then P·V(j) and Q·Kᵀ(j+1) in one commit group.
+// FP8 (E4M3 Q, K and the Vᵀ pass's output; f16/bf16 O) runs the same loop with the 8-bit wgmma
+// shapes, P cast to E4M3 after a 2⁸ gain, and the per-head scales folded in.
 //
-// Shared memory: every tile is stored as 64-column sub-tiles of 128-byte rows in TMA's and
-// wgmma's 128-byte swizzle (one sub-tile per 64 columns of the head-dim bucket), each on a
-// 1024-byte boundary. A problem head dim below the bucket, and rows past the sequence end,
-// arrive as zeros (TMA's out-of-bounds fill); the mask and the epilogue drop them.
+// Shared memory: every tile is stored as sub-tiles of 128-byte rows (64 f16 columns, or 64/128
+// FP8 bytes) in TMA's and wgmma's swizzle, each on a 1024-byte boundary. A problem head dim
+// below the bucket, and rows past the sequence end, arrive as zeros (TMA's out-of-bounds
+// fill); the mask and the epilogue drop them.
 #pragma once
 #include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
 #include "epilogue.cuh"
