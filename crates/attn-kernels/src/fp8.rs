@@ -895,11 +895,13 @@ mod tests {
             assert!(Fp8Variant::default_for(ma, mi).runs_on(ma, mi));
         }
         assert_eq!(Fp8Variant::default_for(8, 9), Fp8Variant::Fp8);
-        assert_eq!(Fp8Variant::default_for(9, 0), Fp8Variant::Wgmma);
+        assert_eq!(Fp8Variant::default_for(9, 0), Fp8Variant::Hopper);
         assert_eq!(Fp8Variant::default_for(10, 0), Fp8Variant::Fp8);
-        assert!(Fp8Variant::Wgmma.runs_on(9, 0));
-        assert!(!Fp8Variant::Wgmma.runs_on(8, 9));
-        assert!(!Fp8Variant::Wgmma.runs_on(10, 0));
+        for v in [Fp8Variant::Wgmma, Fp8Variant::Hopper] {
+            assert!(v.runs_on(9, 0));
+            assert!(!v.runs_on(8, 9));
+            assert!(!v.runs_on(10, 0));
+        }
         assert_eq!(Fp8Variant::default_for(8, 6), Fp8Variant::Cvt);
     }
 
