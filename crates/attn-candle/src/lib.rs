@@ -784,10 +784,7 @@ pub fn flash_attn_varlen(
     softmax_scale: f32,
     causal: bool,
 ) -> Result<Tensor> {
-    let right = if causal { Some(0) } else { None };
-    let attn = FlashAttn::new(softmax_scale).window(None, right);
-    varlen(
-        attn,
+    flash_attn_varlen_windowed(
         q,
         k,
         v,
@@ -795,6 +792,9 @@ pub fn flash_attn_varlen(
         seqlens_k,
         max_seqlen_q,
         max_seqlen_k,
+        softmax_scale,
+        None,
+        causal.then_some(0),
     )
 }
 
