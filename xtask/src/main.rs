@@ -22,6 +22,7 @@ mod profile;
 mod ptxas;
 mod quant;
 mod reference;
+mod ring;
 mod sanitize;
 mod sweep;
 
@@ -66,12 +67,15 @@ enum Cmd {
     Bundle(bundle::Args),
     /// Install the pinned CUDA 13.0 compiler from PyPI into target/cuda-venv.
     SetupCuda(cuda::SetupArgs),
+    /// Ring attention over N local GPUs against one GPU on the whole sequence.
+    Ring(ring::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Reference(a) => reference::run(a),
+        Cmd::Ring(a) => ring::run(a),
         Cmd::Quantize(a) => quant::run_quantize(a),
         Cmd::Dequantize(a) => quant::run_dequantize(a),
         Cmd::Compare(a) => compare::run(a),

@@ -47,12 +47,18 @@ template <> struct StorageTraits<__half> {
         __half2 h = __floats2half2_rn(lo, hi);
         return *reinterpret_cast<uint32_t*>(&h);
     }
+    static __device__ __forceinline__ float2 unpack(uint32_t x) {
+        return __half22float2(*reinterpret_cast<__half2*>(&x));
+    }
 };
 
 template <> struct StorageTraits<__nv_bfloat16> {
     static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
         __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
         return *reinterpret_cast<uint32_t*>(&h);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t x) {
+        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&x));
     }
 };
 

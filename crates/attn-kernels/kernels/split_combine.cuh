@@ -1,8 +1,10 @@
 // Split-KV epilogue: each split writes its unnormalized O and its (m, l) to a workspace; the
 // CTA that finishes last (an atomic ticket per query block, the "threadfence reduction"
-// pattern of the CUDA samples) merges the splits in split order — so the result does not
-// depend on which CTA came last — writes O and LSE, and resets the ticket for the next launch.
+// pattern of the CUDA samples) merges the splits in split order (lse_merge.cuh's `merge_row`)
+// — so the result does not depend on which CTA came last — writes O and LSE, and resets the
+// ticket for the next launch.
 #pragma once
+#include "lse_merge.cuh"
 #include "softmax.cuh"
 
 namespace attn {
@@ -49,16 +51,12 @@ __device__ __forceinline__ void split_combine(const float* ws_o, const float* ws
     __shared__ float row_max[BM];
     __shared__ float row_inv[BM];
     for (int row = tid; row < BM; row += NTHREADS) {
-        float mx = -INFINITY;
-        for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, __ldcg(ws_ml + s * BM * 2 + 2 * row));
-        const float m_use = mx == -INFINITY ? 0.f : mx;
-        float l = 0.f;
-        for (int s = 0; s < n_splits; ++s)
-            l += __ldcg(ws_ml + s * BM * 2 + 2 * row + 1) * exp2f(__ldcg(ws_ml + s * BM * 2 + 2 * row) - m_use);
-        row_max[row] = m_use;
-        row_inv[row] = l == 0.f ? 0.f : 1.f / l;
-        if (lse_head != nullptr && m0 + row < q_len)
-            lse_head[m0 + row] = l == 0.f ? -INFINITY : (mx + log2f(l)) * kLn2;
+        const RowMerge mr = merge_row(n_splits, [&](int s) {
+            return make_float2(__ldcg(ws_ml + s * BM * 2 + 2 * row), __ldcg(ws_ml + s * BM * 2 + 2 * row + 1));
+        });
+        row_max[row] = mr.m_use;
+        row_inv[row] = mr.inv_l;
+        if (lse_head != nullptr && m0 + row < q_len) lse_head[m0 + row] = mr.lse;
     }
     __syncthreads();
     for (int i = tid; i < BM * D / 2; i += NTHREADS) {

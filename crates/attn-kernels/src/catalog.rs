@@ -82,6 +82,9 @@ pub enum Family {
     /// The Hopper f16/bf16 forward (`kernels/fwd_hopper_kernel.cuh`: TMA, warp-specialized
     /// wgmma), sm_90a only.
     FwdHopper,
+    /// Merging partial results by their LSE (`kernels/lse_merge.cuh`): ring attention and
+    /// cascade attention. One unit per arch holding both storage types.
+    Merge,
 }
 
 /// Storage type of Q, K, V and O (of O only, for [`Family::Fp8Fwd`]).
@@ -141,6 +144,7 @@ impl UnitKey {
                 self.head_dim
             ),
             Family::Fp8Prep => format!("fp8prep_sm{}", self.arch.nvcc_name()),
+            Family::Merge => format!("merge_sm{}", self.arch.nvcc_name()),
             Family::FwdHopper => format!(
                 "fwdh_sm{}_{}_d{}",
                 self.arch.nvcc_name(),
@@ -665,8 +669,19 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
             elem: Elem::F16,
             head_dim: 0,
         });
+        out.push(UnitKey {
+            family: Family::Merge,
+            arch,
+            elem: Elem::F16,
+            head_dim: 0,
+        });
     }
     out
+}
+
+/// The extern "C" name of the LSE merge kernel for a storage type.
+pub fn lse_merge_entry_name(elem: Elem) -> String {
+    format!("attn_lse_merge_{}", elem.as_str())
 }
 
 /// The CUDA source of one unit's cubin, release (`debug == false`) or debug. The debug
@@ -785,6 +800,21 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                         t.intra
                     );
                 }
+            }
+            Some(s)
+        }
+        Family::Merge => {
+            if debug {
+                return None;
+            }
+            s.push_str("#include \"lse_merge.cuh\"\n\n");
+            for elem in [Elem::F16, Elem::Bf16] {
+                let _ = writeln!(
+                    s,
+                    "ATTN_LSE_MERGE_ENTRY({}, {})",
+                    lse_merge_entry_name(elem),
+                    elem.cuda_type()
+                );
             }
             Some(s)
         }

@@ -77,6 +77,7 @@ pub mod elite;
 pub mod fp8;
 pub mod hopper;
 mod launch;
+pub mod merge;
 pub mod tensor;
 
 use std::sync::Arc;
@@ -92,6 +93,7 @@ pub use launch::{
     dims_kv, dims_q, driver_available, FlashAttention, Forward, ForwardOptions, FunctionResources,
     KernelCache, LaunchInfo, StorageType,
 };
+pub use merge::{LseAccumulator, Merge};
 pub use tensor::{Layout, Strides, Tensor, TensorMut};
 
 /// Everything that can go wrong before or during a launch.

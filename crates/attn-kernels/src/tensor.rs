@@ -152,6 +152,41 @@ impl<'a, T> Tensor<'a, T> {
     pub fn strides(&self) -> Strides {
         self.strides
     }
+
+    /// The underlying view.
+    pub fn view(&self) -> &CudaView<'a, T> {
+        &self.view
+    }
+
+    /// The rows `rows` along the sequence dim, as a tensor of the same strides (no copy).
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Result<Tensor<'a, T>, KernelError> {
+        if rows.start > rows.end || rows.end > self.dims[2] {
+            return Err(KernelError::InvalidTensor {
+                tensor: "row range",
+                reason: format!(
+                    "rows {rows:?} are not inside the tensor's {} rows",
+                    self.dims[2]
+                ),
+            });
+        }
+        let offset = rows
+            .start
+            .checked_mul(self.strides.row)
+            .unwrap_or(usize::MAX);
+        if offset > self.view.len() {
+            return Err(KernelError::InvalidTensor {
+                tensor: "row range",
+                reason: format!("row {} starts past the end of the view", rows.start),
+            });
+        }
+        let mut dims = self.dims;
+        dims[2] = rows.len();
+        Ok(Tensor {
+            view: self.view.slice(offset..),
+            dims,
+            strides: self.strides,
+        })
+    }
 }
 
 impl<'a, T> TensorMut<'a, T> {
@@ -173,6 +208,15 @@ impl<'a, T> TensorMut<'a, T> {
     /// A whole contiguous `[B, H, S, D]` buffer.
     pub fn bhsd(slice: &'a mut CudaSlice<T>, dims: [usize; 4]) -> Self {
         Self::contiguous(slice.as_view_mut(), dims, Layout::Bhsd)
+    }
+
+    /// A shorter-lived handle on the same tensor (to pass it to several launches in turn).
+    pub fn reborrow(&mut self) -> TensorMut<'_, T> {
+        TensorMut {
+            view: self.view.slice_mut(..),
+            dims: self.dims,
+            strides: self.strides,
+        }
     }
 
     /// Dims `[batch, heads, seq, head_dim]`.
