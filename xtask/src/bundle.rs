@@ -30,7 +30,8 @@ pub struct Args {
 
 const RUNNER: &str = r#"#!/usr/bin/env bash
 # Runs the bundled GPU tests and tools on a GPU host without Rust.
-#   ./run.sh test [FILTER]        all GPU tests (ignored by default elsewhere)
+#   ./run.sh test [FILTER]        all GPU tests of attn-kernels (ignored by default elsewhere)
+#   ./run.sh dist-test [FILTER]   attn-dist's GPU tests (ring attention; 2 GPUs for most)
 #   ./run.sh bench|sanitize|gate|oracle|forward|profile|sweep|ptxas ARGS…
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -40,6 +41,7 @@ cmd="${1:-test}"
 shift || true
 case "$cmd" in
   test) exec "$here/tests/attn_kernels_gpu" --ignored "$@" ;;
+  dist-test) exec "$here/tests/attn_dist_gpu" --ignored --test-threads 1 "$@" ;;
   gate|sanitize) exec "$here/bin/xtask" "$cmd" --from-bundle "$here" "$@" ;;
   *) exec "$here/bin/xtask" "$cmd" "$@" ;;
 esac
@@ -82,6 +84,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ],
         "gpu",
     )?;
+    let dist_tests = cargo_executable(
+        &root,
+        &args.archs,
+        &[
+            "test",
+            "--release",
+            "-p",
+            "attn-dist",
+            "--test",
+            "gpu",
+            "--no-run",
+        ],
+        "gpu",
+    )?;
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
     }
@@ -90,8 +106,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     copy(&xtask, &out.join("bin/xtask"))?;
     copy(&tests, &out.join("tests/attn_kernels_gpu"))?;
+    copy(&dist_tests, &out.join("tests/attn_dist_gpu"))?;
     // Debug info is most of a binary's size; the cubins inside are what matters.
-    for bin in [out.join("bin/xtask"), out.join("tests/attn_kernels_gpu")] {
+    for bin in [
+        out.join("bin/xtask"),
+        out.join("tests/attn_kernels_gpu"),
+        out.join("tests/attn_dist_gpu"),
+    ] {
         match Command::new("strip").arg(&bin).status() {
             Ok(s) if s.success() => {}
             _ => eprintln!(
@@ -249,7 +270,7 @@ fn dir_size(p: &Path) -> anyhow::Result<u64> {
 mod tests {
     #[test]
     fn runner_dispatches_every_documented_command() {
-        for cmd in ["test)", "gate|sanitize)", "*)"] {
+        for cmd in ["test)", "dist-test)", "gate|sanitize)", "*)"] {
             assert!(super::RUNNER.contains(cmd), "run.sh lacks `{cmd}`");
         }
         assert!(super::RUNNER.starts_with("#!/usr/bin/env bash"));

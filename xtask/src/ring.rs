@@ -158,7 +158,7 @@ fn time_ring(
                 lse: None,
             })?;
             if i >= args.warmup {
-                times.push(rep.total_ms as f64);
+                times.push(rep.wall_ms);
                 steps = rep
                     .steps
                     .iter()

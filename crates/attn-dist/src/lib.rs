@@ -7,7 +7,8 @@
 //! - [`RingAttention`]: ring attention forward with [`Sharding::Zigzag`] for causal balance,
 //!   GQA (only KV heads travel), f16/bf16, and the single-GPU API's O and LSE layouts;
 //! - [`ShardPlan`] and [`schedule`]: which rows each rank owns and what each ring step
-//!   computes, pure and tested; [`sim`] runs the same ring on the CPU in f64.
+//!   computes, pure and tested; [`sim`] runs the same ring on the CPU in f64;
+//! - [`RingModel`]: when communication stops being hidden, for machines not at hand.
 //!
 //! Two GPUs in one process:
 //!
@@ -54,6 +55,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod model;
 pub mod nccl;
 pub mod ring;
 pub mod schedule;
@@ -63,6 +65,7 @@ pub mod sim;
 use std::time::Duration;
 
 pub use error::DistError;
+pub use model::RingModel;
 pub use nccl::{nccl_available, prepare_environment, Communicator, UniqueId};
 pub use ring::{RingAttention, RingForward, RingReport, StepTiming};
 pub use shard::{ShardPlan, Sharding};

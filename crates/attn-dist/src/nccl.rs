@@ -97,6 +97,41 @@ impl UniqueId {
     }
 }
 
+/// Rank 0 writes a fresh id to `path` (through a temporary file and a rename, so readers never
+/// see half of it); the other ranks wait for the file.
+fn exchange_id_file(
+    path: &std::path::Path,
+    rank: usize,
+    timeout: Duration,
+) -> Result<UniqueId, DistError> {
+    let io = |what: &str, e: std::io::Error| {
+        DistError::InvalidArgument(format!("{what} {}: {e}", path.display()))
+    };
+    if rank == 0 {
+        let id = UniqueId::new()?;
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, id.to_hex()).map_err(|e| io("writing", e))?;
+        std::fs::rename(&tmp, path).map_err(|e| io("renaming into", e))?;
+        return Ok(id);
+    }
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.trim().len() == 256 {
+                return UniqueId::from_hex(text.trim());
+            }
+        }
+        if start.elapsed() > timeout {
+            return Err(DistError::Timeout {
+                rank,
+                what: "waiting for rank 0's NCCL id file",
+                timeout,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn error_string(r: sys::ncclResult_t) -> String {
     // SAFETY: ncclGetErrorString returns a static NUL-terminated string for any code.
     unsafe {
@@ -178,6 +213,57 @@ impl Communicator {
         }
         me.settle("joining the communicator")?;
         Ok(me)
+    }
+
+    /// Joins a communicator described by the environment, for one process per GPU (the
+    /// launch the README shows; torchrun's and Slurm's variables work too):
+    /// - rank: `ATTN_DIST_RANK`, else `RANK`, else `SLURM_PROCID`;
+    /// - world: `ATTN_DIST_WORLD`, else `WORLD_SIZE`, else `SLURM_NTASKS`;
+    /// - device: `ATTN_DIST_DEVICE`, else `LOCAL_RANK`, else `SLURM_LOCALID`, else the rank;
+    /// - the id: `ATTN_DIST_ID` (hex), else the file `ATTN_DIST_ID_FILE`, which rank 0 writes
+    ///   (atomically) and the others wait for, within `timeout` (a path every node sees).
+    pub fn from_env(timeout: Duration) -> Result<Self, DistError> {
+        let var = |names: &[&str]| -> Option<(String, String)> {
+            names
+                .iter()
+                .find_map(|n| std::env::var(n).ok().map(|v| (n.to_string(), v)))
+        };
+        let num =
+            |names: &[&str], what: &str| -> Result<Option<usize>, DistError> {
+                match var(names) {
+                    None => Ok(None),
+                    Some((n, v)) => v.trim().parse().map(Some).map_err(|_| {
+                        DistError::InvalidArgument(format!("{n}={v} is not a {what}"))
+                    }),
+                }
+            };
+        let rank = num(&["ATTN_DIST_RANK", "RANK", "SLURM_PROCID"], "rank")?.ok_or_else(|| {
+            DistError::InvalidArgument("set ATTN_DIST_RANK (or RANK) for each process".into())
+        })?;
+        let world = num(
+            &["ATTN_DIST_WORLD", "WORLD_SIZE", "SLURM_NTASKS"],
+            "world size",
+        )?
+        .ok_or_else(|| DistError::InvalidArgument("set ATTN_DIST_WORLD (or WORLD_SIZE)".into()))?;
+        let device = num(
+            &["ATTN_DIST_DEVICE", "LOCAL_RANK", "SLURM_LOCALID"],
+            "device",
+        )?
+        .unwrap_or(rank);
+        let id = if let Some((_, hex)) = var(&["ATTN_DIST_ID"]) {
+            UniqueId::from_hex(hex.trim())?
+        } else if let Some((_, path)) = var(&["ATTN_DIST_ID_FILE"]) {
+            exchange_id_file(std::path::Path::new(&path), rank, timeout)?
+        } else {
+            return Err(DistError::InvalidArgument(
+                "set ATTN_DIST_ID (hex) or ATTN_DIST_ID_FILE (a path every rank sees)".into(),
+            ));
+        };
+        if !attn_kernels::driver_available() {
+            return Err(attn_kernels::KernelError::DriverMissing.into());
+        }
+        let ctx = CudaContext::new(device).map_err(crate::error::driver("opening the device"))?;
+        Self::init(&ctx, rank, world, &id, timeout)
     }
 
     /// This rank.

@@ -56,6 +56,9 @@ pub struct RingReport {
     pub steps: Vec<StepTiming>,
     /// From the first launch to the end of the last merge, on the compute stream.
     pub total_ms: f32,
+    /// The whole call on the host: validation, the descriptor exchange, the ring and the
+    /// wait for it.
+    pub wall_ms: f64,
 }
 
 /// One step's timings.
@@ -309,6 +312,7 @@ impl<T: StorageType> RingAttention<T> {
     /// problem and sharding. Returns when this rank's output is written; any error (here or
     /// on another rank) is returned on every rank.
     pub fn forward(&mut self, args: RingForward<'_, T>) -> Result<RingReport, DistError> {
+        let entered = std::time::Instant::now();
         let world = self.comm.world();
         let mut args = args;
         let local = validate_local(&args, world).and_then(|(plan, layout)| {
@@ -354,7 +358,9 @@ impl<T: StorageType> RingAttention<T> {
             let all = self.comm.all_gather_u64(self.compute.stream(), &desc)?;
             let (plan, _) = local?;
             check_descriptors(&all, world)?;
-            self.ring(args, plan)
+            let mut report = self.ring(args, plan)?;
+            report.wall_ms = entered.elapsed().as_secs_f64() * 1e3;
+            Ok(report)
         } else {
             local?;
             // One rank: the plain kernel, so the result is bitwise the single-GPU one.
@@ -377,6 +383,7 @@ impl<T: StorageType> RingAttention<T> {
                     comm_ms: 0.0,
                 }],
                 total_ms,
+                wall_ms: entered.elapsed().as_secs_f64() * 1e3,
             })
         }
     }
@@ -558,6 +565,7 @@ impl<T: StorageType> RingAttention<T> {
         let mut report = RingReport {
             steps: Vec::new(),
             total_ms: start.elapsed_ms(&end).map_err(driver("reading timings"))?,
+            wall_ms: 0.0,
         };
         if prof {
             for (c0, c1, m0, m1) in &marks {

@@ -8,7 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use attn_dist::{run_local, DistError, RingAttention, RingForward, ShardPlan, Sharding};
+use attn_dist::{
+    run_local, Communicator, DistError, RingAttention, RingForward, ShardPlan, Sharding,
+};
 use attn_kernels::{FlashAttention, Forward, Layout, StorageType, Tensor, TensorMut};
 use attn_oracle::{compare, compare_lse, CompareOptions, Storage, ToleranceRule};
 use attn_ref::{reference, AttnShape, Causal, Element, Problem};
@@ -48,16 +50,18 @@ struct RingRun<T> {
     lse: Vec<f32>,
 }
 
-/// Runs the ring over `world` GPUs on host tensors `[B,H,S,D]`; the shards are laid out
-/// `[B,S,H,D]` on the devices (the layout models use). Returns the unsharded O and LSE.
-fn ring_on_host<T: StorageType + Element>(
+/// One rank's part of a ring run on host tensors `[B,H,S,D]`: uploads its shards laid out
+/// `[B,S,H,D]` (the layout models use), runs the ring into NaN-poisoned O and LSE, and returns
+/// them (`[B,H,S/N,D]`, `[B,H,S/N]`).
+fn run_rank<T: StorageType + Element>(
+    comm: Communicator,
     problem: &Problem,
     sharding: Sharding,
-    world: usize,
     (q, k, v): (&[T], &[T], &[T]),
-) -> Result<RingRun<T>, Vec<Result<(), DistError>>> {
+) -> Result<(Vec<T>, Vec<f32>), DistError> {
     let g = *problem.shape();
-    let plan = ShardPlan::new(g.q_len(), world, sharding).expect("divisible");
+    let (rank, world) = (comm.rank(), comm.world());
+    let plan = ShardPlan::new(g.q_len(), world, sharding)?;
     let (b, hq, hkv, s, d) = (
         g.batch(),
         g.q_heads(),
@@ -67,31 +71,44 @@ fn ring_on_host<T: StorageType + Element>(
     );
     let l = plan.local_len();
     let (qd, kd) = ([b, hq, l, d], [b, hkv, l, d]);
+    let gpu = FlashAttention::with_stream(comm.context().default_stream())?;
+    let st = gpu.stream().clone();
+    let up = |x: Vec<T>, dims| st.clone_htod(&Layout::Bshd.from_bhsd(&x, dims)).unwrap();
+    let dq = up(plan.shard_bhsd(q, [b, hq, s, d], rank), qd);
+    let dk = up(plan.shard_bhsd(k, [b, hkv, s, d], rank), kd);
+    let dv = up(plan.shard_bhsd(v, [b, hkv, s, d], rank), kd);
+    let mut o = st
+        .clone_htod(&vec![T::from_f32(f32::NAN); b * hq * l * d])
+        .unwrap();
+    let mut lse = st.clone_htod(&vec![f32::NAN; b * hq * l]).unwrap();
+    let mut ring = RingAttention::<T>::new(comm, gpu)?;
+    ring.forward(RingForward {
+        problem,
+        sharding,
+        q: Tensor::contiguous(dq.as_view(), qd, Layout::Bshd),
+        k: Tensor::contiguous(dk.as_view(), kd, Layout::Bshd),
+        v: Tensor::contiguous(dv.as_view(), kd, Layout::Bshd),
+        o: TensorMut::contiguous(o.as_view_mut(), qd, Layout::Bshd),
+        lse: Some(lse.as_view_mut()),
+    })?;
+    let o = Layout::Bshd.to_bhsd(&st.clone_dtoh(&o).unwrap(), qd);
+    Ok((o, st.clone_dtoh(&lse).unwrap()))
+}
+
+/// Runs the ring over `world` GPUs of this process on host tensors `[B,H,S,D]`; returns the
+/// unsharded O and LSE, or every rank's result when one failed.
+fn ring_on_host<T: StorageType + Element>(
+    problem: &Problem,
+    sharding: Sharding,
+    world: usize,
+    qkv: (&[T], &[T], &[T]),
+) -> Result<RingRun<T>, Vec<Result<(), DistError>>> {
+    let g = *problem.shape();
+    let plan = ShardPlan::new(g.q_len(), world, sharding).expect("divisible");
+    let (b, hq, s, d) = (g.batch(), g.q_heads(), g.q_len(), g.head_dim());
     let ordinals: Vec<usize> = (0..world).collect();
     let results = run_local(&ordinals, TIMEOUT, |comm| {
-        let rank = comm.rank();
-        let gpu = FlashAttention::with_stream(comm.context().default_stream())?;
-        let st = gpu.stream().clone();
-        let up = |x: Vec<T>, dims| st.clone_htod(&Layout::Bshd.from_bhsd(&x, dims)).unwrap();
-        let dq = up(plan.shard_bhsd(q, [b, hq, s, d], rank), qd);
-        let dk = up(plan.shard_bhsd(k, [b, hkv, s, d], rank), kd);
-        let dv = up(plan.shard_bhsd(v, [b, hkv, s, d], rank), kd);
-        let mut o = st
-            .clone_htod(&vec![T::from_f32(f32::NAN); b * hq * l * d])
-            .unwrap();
-        let mut lse = st.clone_htod(&vec![f32::NAN; b * hq * l]).unwrap();
-        let mut ring = RingAttention::<T>::new(comm, gpu)?;
-        ring.forward(RingForward {
-            problem,
-            sharding,
-            q: Tensor::contiguous(dq.as_view(), qd, Layout::Bshd),
-            k: Tensor::contiguous(dk.as_view(), kd, Layout::Bshd),
-            v: Tensor::contiguous(dv.as_view(), kd, Layout::Bshd),
-            o: TensorMut::contiguous(o.as_view_mut(), qd, Layout::Bshd),
-            lse: Some(lse.as_view_mut()),
-        })?;
-        let o = Layout::Bshd.to_bhsd(&st.clone_dtoh(&o).unwrap(), qd);
-        Ok((o, st.clone_dtoh(&lse).unwrap()))
+        run_rank(comm, problem, sharding, qkv)
     });
     if results.iter().any(|r| r.is_err()) {
         return Err(results.into_iter().map(|r| r.map(|_| ())).collect());
@@ -367,4 +384,83 @@ fn two_gpus_a_vanished_peer_is_a_typed_error_not_a_hang() {
         "rank 0: {r0:?}"
     );
     assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
+}
+
+/// The inputs of the multi-process test (fixed, so every process draws the same).
+fn mp_inputs() -> (Problem, Vec<bf16>, Vec<bf16>, Vec<bf16>) {
+    let p = Problem::new(
+        AttnShape::new(1, 4, 2, 2048, 2048, 128).unwrap(),
+        Causal::BottomRight,
+    );
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    let g = *p.shape();
+    let q = randn(&mut rng, g.q_elems());
+    let k = randn(&mut rng, g.kv_elems());
+    let v = randn(&mut rng, g.kv_elems());
+    (p, q, k, v)
+}
+
+const MP_TEST: &str = "two_gpus_two_processes_equal_one_process_bitwise";
+
+#[test]
+#[ignore = "needs 2 CUDA GPUs"]
+fn two_gpus_two_processes_equal_one_process_bitwise() {
+    let (p, q, k, v) = mp_inputs();
+    if std::env::var("ATTN_DIST_RANK").is_ok() {
+        // A child process: one rank, its communicator from the environment (the README's
+        // launch), its O shard written for the parent.
+        let comm = Communicator::from_env(TIMEOUT).expect("joining from the environment");
+        let rank = comm.rank();
+        let (o, _) = run_rank(comm, &p, Sharding::Zigzag, (&q, &k, &v)).expect("ring");
+        let dir = std::env::var("ATTN_DIST_TEST_OUT").expect("ATTN_DIST_TEST_OUT");
+        let bytes: Vec<u8> = o.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
+        std::fs::write(format!("{dir}/o{rank}.bin"), bytes).unwrap();
+        return;
+    }
+    need_gpus(2);
+    let dir = std::env::temp_dir().join(format!("attn-dist-mp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut children: Vec<_> = (0..2)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args(["--ignored", "--exact", MP_TEST, "--test-threads", "1"])
+                .env("ATTN_DIST_RANK", rank.to_string())
+                .env("ATTN_DIST_WORLD", "2")
+                .env("ATTN_DIST_ID_FILE", dir.join("nccl-id"))
+                .env("ATTN_DIST_TEST_OUT", &dir)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let t0 = Instant::now();
+    for (rank, c) in children.iter_mut().enumerate() {
+        loop {
+            if let Some(status) = c.try_wait().unwrap() {
+                assert!(status.success(), "rank {rank}'s process failed: {status}");
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(180) {
+                let _ = c.kill();
+                panic!("rank {rank}'s process hung");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let here = ring_on_host(&p, Sharding::Zigzag, 2, (&q, &k, &v)).expect("in-process ring");
+    let plan = ShardPlan::new(2048, 2, Sharding::Zigzag).unwrap();
+    let shards: Vec<Vec<u16>> = (0..2)
+        .map(|r| {
+            std::fs::read(dir.join(format!("o{r}.bin")))
+                .unwrap()
+                .chunks(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .collect()
+        })
+        .collect();
+    let theirs = plan.unshard_bhsd(&shards, [1, 4, 2048, 128]);
+    let ours: Vec<u16> = here.o.iter().map(|x| x.to_bits()).collect();
+    assert_eq!(theirs.len(), ours.len());
+    assert!(theirs == ours, "two processes and one process differ");
+    let _ = std::fs::remove_dir_all(&dir);
 }
