@@ -115,13 +115,12 @@ fn time_single(problem: &Problem, args: &Args) -> Result<Vec<f64>> {
     Ok(out)
 }
 
+/// Per-iteration ring times (ms) and per-step (compute, comm) ms.
+type RingTimes = (Vec<f64>, Vec<(f32, f32)>);
+
 /// The ring on `world` GPUs: per iteration the slowest rank's time, and the per-step timings
 /// of the last iteration (slowest rank per step).
-fn time_ring(
-    problem: &Problem,
-    sharding: Sharding,
-    args: &Args,
-) -> Result<(Vec<f64>, Vec<(f32, f32)>)> {
+fn time_ring(problem: &Problem, sharding: Sharding, args: &Args) -> Result<RingTimes> {
     let ordinals: Vec<usize> = (0..args.world).collect();
     let results = run_local(&ordinals, Duration::from_secs(120), |comm| {
         let rank = comm.rank();

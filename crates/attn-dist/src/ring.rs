@@ -70,6 +70,14 @@ pub struct StepTiming {
     pub comm_ms: f32,
 }
 
+/// Timing events of one step: compute start/end, communication start/end (profiling only).
+type StepMarks = (
+    Option<CudaEvent>,
+    Option<CudaEvent>,
+    Option<CudaEvent>,
+    Option<CudaEvent>,
+);
+
 /// Device memory a call needs, kept between calls of the same size.
 struct Buffers<T> {
     /// Two receive slots, each (K, V).
@@ -412,12 +420,7 @@ impl<T: StorageType> RingAttention<T> {
             return Err(DistError::InvalidArgument("ring buffers missing".into()));
         };
         let prof = self.profiling;
-        let mut marks: Vec<(
-            Option<CudaEvent>,
-            Option<CudaEvent>,
-            Option<CudaEvent>,
-            Option<CudaEvent>,
-        )> = Vec::new();
+        let mut marks: Vec<StepMarks> = Vec::new();
         let start = timing_event(&cs)?;
         // The caller's K/V are ready on the compute stream from here.
         let mut compute_done = cs

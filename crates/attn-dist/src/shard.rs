@@ -132,7 +132,7 @@ impl ShardPlan {
         match self.sharding {
             Sharding::Contiguous => {
                 let l = self.local_len();
-                vec![rank * l..(rank + 1) * l]
+                std::iter::once(rank * l..(rank + 1) * l).collect()
             }
             Sharding::Zigzag => {
                 let c = self.chunk_len();

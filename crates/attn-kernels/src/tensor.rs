@@ -169,10 +169,7 @@ impl<'a, T> Tensor<'a, T> {
                 ),
             });
         }
-        let offset = rows
-            .start
-            .checked_mul(self.strides.row)
-            .unwrap_or(usize::MAX);
+        let offset = rows.start.saturating_mul(self.strides.row);
         if offset > self.view.len() {
             return Err(KernelError::InvalidTensor {
                 tensor: "row range",
