@@ -85,6 +85,9 @@ pub enum Family {
     /// Merging partial results by their LSE (`kernels/lse_merge.cuh`): ring attention and
     /// cascade attention. One unit per arch holding both storage types.
     Merge,
+    /// The f16/bf16 backward (`kernels/bwd_kernel.cuh`, `mma.sync`): the main K/V-block
+    /// kernel plus the Δ = rowsum(dO∘O) and dQ conversion passes, per head-dim bucket.
+    Bwd,
 }
 
 /// Storage type of Q, K, V and O (of O only, for [`Family::Fp8Fwd`]).
@@ -145,6 +148,12 @@ impl UnitKey {
             ),
             Family::Fp8Prep => format!("fp8prep_sm{}", self.arch.nvcc_name()),
             Family::Merge => format!("merge_sm{}", self.arch.nvcc_name()),
+            Family::Bwd => format!(
+                "bwd_sm{}_{}_d{}",
+                self.arch.nvcc_name(),
+                self.elem.as_str(),
+                self.head_dim
+            ),
             Family::FwdHopper => format!(
                 "fwdh_sm{}_{}_d{}",
                 self.arch.nvcc_name(),
@@ -675,8 +684,60 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
             elem: Elem::F16,
             head_dim: 0,
         });
+        for elem in [Elem::F16, Elem::Bf16] {
+            for &d in FWD_HEAD_DIM_BUCKETS
+                .iter()
+                .filter(|&&d| keep_d(d) && bwd_tile(arch, d).is_some())
+            {
+                out.push(UnitKey {
+                    family: Family::Bwd,
+                    arch,
+                    elem,
+                    head_dim: d,
+                });
+            }
+        }
     }
     out
+}
+
+/// The backward's tile for an arch and head-dim bucket: (BLOCK_M queries per inner step,
+/// BLOCK_N keys per CTA, 8 warps, Q/dO stages): two stages where shared memory allows, else
+/// one; `None` where even one does not fit (sm_89's 99 KB above D = 128). The same head-dim
+/// buckets as the forward: any D % 8 == 0 up to 256 runs in the next bucket.
+pub fn bwd_tile(arch: Arch, bucket: usize) -> Option<Tile> {
+    [2, 1]
+        .into_iter()
+        .map(|stages| tile(64, 64, 8, stages))
+        .find(|t| bwd_smem_bytes(t, bucket) <= arch.max_smem())
+}
+
+/// Shared memory of the backward tile for a bucket: K, V, the Q/dO stages, the Pᵀ/dSᵀ tiles
+/// and the LSE/Δ rows (kernels/bwd_kernel.cuh's `BwdConfig::kSmemBytes`).
+pub fn bwd_smem_bytes(t: &Tile, head_dim: usize) -> usize {
+    let pitch = head_dim.div_ceil(64) * 64;
+    let elems =
+        2 * t.block_n * pitch + t.stages * 2 * t.block_m * pitch + 2 * t.block_n * t.block_m;
+    elems * 2 + t.stages * 2 * t.block_m * 4
+}
+
+/// The extern "C" names of a backward unit: the main kernel (causal or not), and the Δ and
+/// dQ passes.
+pub fn bwd_entry_name(unit: &UnitKey, causal: bool) -> String {
+    format!(
+        "attn_bwd_{}_d{}_{}",
+        unit.elem.as_str(),
+        unit.head_dim,
+        if causal { "causal" } else { "full" }
+    )
+}
+
+/// The Δ = rowsum(dO∘O) pass and the dQ conversion pass of a backward unit.
+pub fn bwd_prep_entry_names(unit: &UnitKey) -> (String, String) {
+    (
+        format!("attn_bwd_delta_{}", unit.elem.as_str()),
+        format!("attn_bwd_dq_{}", unit.elem.as_str()),
+    )
 }
 
 /// The extern "C" name of the LSE merge kernel for a storage type.
@@ -801,6 +862,29 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     );
                 }
             }
+            Some(s)
+        }
+        Family::Bwd => {
+            if debug {
+                return None;
+            }
+            s.push_str("#include \"bwd_kernel.cuh\"\n\n");
+            let ty = unit.elem.cuda_type();
+            let d = unit.head_dim;
+            let t = bwd_tile(unit.arch, d)?;
+            for causal in [false, true] {
+                let _ = writeln!(
+                    s,
+                    "ATTN_BWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {causal})",
+                    bwd_entry_name(unit, causal),
+                    t.block_m,
+                    t.block_n,
+                    t.warps,
+                    t.stages
+                );
+            }
+            let (pre, post) = bwd_prep_entry_names(unit);
+            let _ = writeln!(s, "ATTN_BWD_PREP_ENTRY({pre}, {post}, {ty})");
             Some(s)
         }
         Family::Merge => {

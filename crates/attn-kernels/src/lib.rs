@@ -68,6 +68,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backward;
 pub mod catalog;
 pub mod config;
 pub mod cubin;
@@ -84,6 +85,7 @@ use std::sync::Arc;
 
 use attn_ref::{Attention, AttnError, AttnOutput, BackendError, Problem};
 
+pub use backward::{Backward, BackwardInfo, BackwardOptions};
 pub use catalog::HopperTile;
 pub use catalog::{FP8_HEAD_DIMS, FP8_TILES as FP8_CONFIGS, FWD_HEAD_DIM_BUCKETS};
 pub use config::{bucket_for, configs_for, Dtype, KernelConfig, KernelMode};

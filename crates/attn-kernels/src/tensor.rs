@@ -207,6 +207,15 @@ impl<'a, T> TensorMut<'a, T> {
         Self::contiguous(slice.as_view_mut(), dims, Layout::Bhsd)
     }
 
+    /// Elements in the underlying view.
+    pub fn view_len(&self) -> usize {
+        self.view.len()
+    }
+
+    pub(crate) fn view_mut(&mut self) -> &mut CudaViewMut<'a, T> {
+        &mut self.view
+    }
+
     /// A shorter-lived handle on the same tensor (to pass it to several launches in turn).
     pub fn reborrow(&mut self) -> TensorMut<'_, T> {
         TensorMut {

@@ -59,6 +59,8 @@ pub struct Caps {
     pub rel_l2: f64,
     /// Max abs error of LSE.
     pub lse_abs: f64,
+    /// `‖out − ref‖ / ‖ref‖` of each gradient (dQ, dK, dV), on top of the primary rule.
+    pub grad_rel_l2: f64,
 }
 
 impl Caps {
@@ -69,16 +71,19 @@ impl Caps {
                 max_abs: Some(4e-3),
                 rel_l2: 1e-3,
                 lse_abs: 1e-3,
+                grad_rel_l2: 2e-3,
             },
             Storage::Bf16 => Caps {
                 max_abs: Some(3e-2),
                 rel_l2: 8e-3,
                 lse_abs: 1e-3,
+                grad_rel_l2: 1e-2,
             },
             Storage::Fp8E4m3 => Caps {
                 max_abs: None,
                 rel_l2: 3e-2,
                 lse_abs: 2e-2,
+                grad_rel_l2: f64::INFINITY,
             },
         }
     }
@@ -192,6 +197,82 @@ impl ToleranceRule {
     }
 }
 
+impl ToleranceRule {
+    /// The rule for one gradient (dQ, dK or dV) against the f64 reference: no NaN/Inf the
+    /// reference lacks, `max|out − ref| ≤ 2·max|emu − ref| + 1e-5` with `emu` the backward
+    /// rounding emulation, and the gradient rel-L2 cap of the storage type.
+    pub fn check_gradient(&self, out: &[f32], emu: &[f32], reference: &[f64]) -> Verdict {
+        let stats = |x: &[f32]| {
+            let (mut max_abs, mut err2, mut bad) = (0.0f64, 0.0f64, 0usize);
+            for (&a, &r) in x.iter().zip(reference) {
+                let a = f64::from(a);
+                if !a.is_finite() && r.is_finite() {
+                    bad += 1;
+                    continue;
+                }
+                let e = (a - r).abs();
+                max_abs = max_abs.max(e);
+                err2 += e * e;
+            }
+            (max_abs, err2.sqrt(), bad)
+        };
+        let ref_norm = reference.iter().map(|r| r * r).sum::<f64>().sqrt();
+        let (out_max, out_l2, out_bad) = stats(out);
+        let (emu_max, _, emu_bad) = stats(emu);
+        let rel = if ref_norm > 0.0 {
+            out_l2 / ref_norm
+        } else {
+            out_l2
+        };
+        let bound = self.bound(emu_max);
+        let mut reasons = Vec::new();
+        if out.len() != reference.len() || emu.len() != reference.len() {
+            reasons.push(format!(
+                "lengths differ: out {}, emu {}, reference {}",
+                out.len(),
+                emu.len(),
+                reference.len()
+            ));
+        }
+        if out_bad > 0 {
+            reasons.push(format!(
+                "{out_bad} NaN/Inf values the reference does not have"
+            ));
+        }
+        if emu_bad > 0 {
+            reasons.push(format!(
+                "the emulation has {emu_bad} NaN/Inf values: the bound is meaningless"
+            ));
+        }
+        if out_max > bound {
+            reasons.push(format!(
+                "max|out − ref| = {} > {}·max|emu − ref| + {} = {}",
+                sci(out_max),
+                self.emu_factor,
+                sci(self.floor),
+                sci(bound)
+            ));
+        }
+        if rel > self.caps.grad_rel_l2 {
+            reasons.push(format!(
+                "rel L2 {} > the {} gradient cap {}",
+                sci(rel),
+                self.storage.as_str(),
+                sci(self.caps.grad_rel_l2)
+            ));
+        }
+        Verdict {
+            pass: reasons.is_empty(),
+            reasons,
+            bound,
+            out_max_abs: out_max,
+            emu_max_abs: emu_max,
+            out_rel_l2: rel,
+            lse_max_abs: None,
+        }
+    }
+}
+
 /// The outcome of [`ToleranceRule::check`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
@@ -226,5 +307,38 @@ impl fmt::Display for Verdict {
             writeln!(f, "  - {r}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod gradient_tests {
+    use super::*;
+
+    #[test]
+    fn a_gradient_passes_within_twice_the_emulation_and_fails_beyond_it() {
+        let rule = ToleranceRule::for_storage(Storage::F16);
+        let reference = vec![1.0f64, -2.0, 0.5, 4.0];
+        let emu: Vec<f32> = reference.iter().map(|&r| (r + 1e-4) as f32).collect();
+        let good: Vec<f32> = reference.iter().map(|&r| (r - 1.5e-4) as f32).collect();
+        assert!(rule.check_gradient(&good, &emu, &reference).pass);
+        let bad: Vec<f32> = reference.iter().map(|&r| (r + 5e-4) as f32).collect();
+        let v = rule.check_gradient(&bad, &emu, &reference);
+        assert!(!v.pass, "{v}");
+        let mut nan = good.clone();
+        nan[2] = f32::NAN;
+        assert!(!rule.check_gradient(&nan, &emu, &reference).pass);
+    }
+
+    #[test]
+    fn the_gradient_rel_l2_cap_applies_even_when_the_emulation_is_loose() {
+        let rule = ToleranceRule::for_storage(Storage::Bf16);
+        let reference = vec![1.0f64; 100];
+        let emu = vec![1.2f32; 100]; // a loose emulation makes the primary bound loose
+        let out = vec![1.05f32; 100]; // 5 % off: over the 1e-2 cap
+        let v = rule.check_gradient(&out, &emu, &reference);
+        assert!(
+            !v.pass && v.reasons.iter().any(|r| r.contains("gradient cap")),
+            "{v}"
+        );
     }
 }

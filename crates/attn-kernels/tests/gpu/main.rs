@@ -4,6 +4,7 @@
 //! bundle's runner).
 //!
 //! One test binary (`cargo test --test gpu`), one module per concern:
+//! - `backward`: dQ, dK, dV against the f64 reference and the backward emulation;
 //! - `correctness`: shapes, tails, GQA, masks, scales and every config against the reference;
 //! - `splits`: split-KV (flash-decoding) counts and the split heuristic;
 //! - `family`: head dims, layouts and threads;
@@ -35,6 +36,7 @@ use half::{bf16, f16};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
+mod backward;
 mod correctness;
 #[cfg(feature = "debug-kernels")]
 mod debug;

@@ -1,0 +1,379 @@
+// The FlashAttention-2-style backward pass (Dao 2023, Algorithm 2; the K/V-block-major order
+// FlashAttention-3 keeps): one CTA per (key block of BN keys, KV head, batch) holds K_j and
+// V_j in shared memory and dK_j, dV_j in registers, and walks the query blocks i of every query
+// head of its GQA group (so dK/dV are summed over the group in registers):
+//   Sᵀ = K_j·Q_iᵀ, Pᵀ = exp2(Sᵀ·scale·log2e − LSE₂), dPᵀ = V_j·dO_iᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ_i)
+//   dV_j += Pᵀ·dO_i, dK_j += dSᵀ·Q_i, dQ_i += dS·K_j (f32 atomics into dQaccum)
+// with Δ = rowsum(dO∘O) from the preprocessing kernel and dQ = scale·dQaccum converted by the
+// postprocessing kernel. P and dS are rounded to the storage type before the MMAs that read
+// them (attn-ref's `backward_emulated` models exactly these rounding points).
+//
+// Warp roles (8 warps, BM = BN = 64): phase A (Sᵀ, dPᵀ, P, dS) — warp w owns keys
+// 16·(w mod 4).. and queries 32·(w div 4)..; Pᵀ and dSᵀ go to shared memory; phase B (dV, dK)
+// — warp w owns keys 16·(w mod 4).. and columns (DK/2)·(w div 4)..; phase C (dQ) — warp w owns
+// queries 16·(w mod 4).. and columns (DK/2)·(w div 4)...
+//
+// Deterministic mode: the CTAs adding into one (batch, head, query block) of dQaccum take turns
+// in key-block order through a per-block semaphore (FlashAttention-3's deterministic backward);
+// CTAs are dispatched in linear order, so the one a CTA waits for is already running.
+#pragma once
+#include "common.cuh"
+#include "load.cuh"
+#include "ptx.cuh"
+
+namespace attn {
+
+// Scalars of one backward launch (mirrored by `BwdParams` in src/backward.rs).
+struct BwdParams {
+    int batch;
+    int q_heads;
+    int kv_heads;
+    int q_len;
+    int kv_len;
+    int group;
+    int diag_offset;   // causal: key j is visible to query i iff j <= i + diag_offset
+    int causal;        // runtime copy of the template flag (for the preprocessing kernels)
+    int head_dim;      // the problem's D (≤ the bucket)
+    int dq_pitch;      // row pitch of dQaccum (the bucket)
+    int q_blocks;      // ceil(q_len / BM): semaphores per (batch, head)
+    int deterministic; // take turns on dQaccum
+    float scale_log2;  // softmax scale · log2 e
+    float scale;       // softmax scale
+    int64_t q_stride[3];
+    int64_t k_stride[3];
+    int64_t v_stride[3];
+    int64_t o_stride[3];
+    int64_t do_stride[3];
+    int64_t dq_stride[3];
+    int64_t dk_stride[3];
+    int64_t dv_stride[3];
+};
+
+constexpr float kBwdLog2e = 1.4426950408889634f;
+
+template <int DK, int BM, int BN, int WARPS, int QSTAGES>
+struct BwdConfig {
+    static constexpr int kThreads = WARPS * 32;
+    static constexpr int kPitch = smem_pitch<DK>();
+    static constexpr int kKG = BN / 16;              // key groups (16 keys each)
+    static constexpr int kSplitA = WARPS / kKG;      // query splits in phase A
+    static constexpr int kQA = BM / kSplitA;         // queries per warp in phase A
+    static constexpr int kNA = kQA / 8;              // n-tiles per warp in phase A
+    static constexpr int kSplitB = WARPS / kKG;      // column splits in phase B
+    static constexpr int kColsB = DK / kSplitB;      // columns per warp in phase B
+    static constexpr int kNB = kColsB / 8;
+    static constexpr int kMC = BM / 16;              // m-tiles of dQ
+    static constexpr int kSplitC = WARPS / kMC;      // column splits in phase C
+    static constexpr int kColsC = DK / kSplitC;
+    static constexpr int kNC = kColsC / 8;
+    static constexpr int kPPitch = BM;               // pitch of the Pᵀ/dSᵀ tiles (≥ 64: swizzle)
+    static constexpr int kSmemElems =
+        2 * BN * kPitch + QSTAGES * 2 * BM * kPitch + 2 * BN * kPPitch;
+    static constexpr int kSmemBytes = kSmemElems * 2 + QSTAGES * 2 * BM * 4;
+    static_assert(WARPS % kKG == 0 && WARPS % kMC == 0, "warp partition");
+    static_assert(kQA % 16 == 0 && kColsB % 16 == 0 && kColsC % 16 == 0, "n-tile pairs");
+    static_assert(BM >= 64 && BM % 64 == 0, "Pᵀ/dSᵀ rows must span the 8-chunk swizzle");
+};
+
+// Δ = rowsum(dO ∘ O) per (b, h, row) in f32; one warp per row. Grid (ceil(Sq/8), Hq, B).
+template <typename T>
+__device__ __forceinline__ void bwd_preprocess(const T* __restrict__ o, const T* __restrict__ d_o,
+                                               float* __restrict__ delta, const BwdParams& p) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * 8 + warp;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (row >= p.q_len) return;
+    const T* orow = head_ptr(o, p.o_stride, b, h) + static_cast<int64_t>(row) * p.o_stride[2];
+    const T* drow = head_ptr(d_o, p.do_stride, b, h) + static_cast<int64_t>(row) * p.do_stride[2];
+    float acc = 0.f;
+    for (int d = 2 * lane; d < p.head_dim; d += 64) {
+        const float2 x = StorageTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(orow + d));
+        const float2 y = StorageTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(drow + d));
+        acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+    if (lane == 0) delta[(static_cast<int64_t>(b) * p.q_heads + h) * p.q_len + row] = acc;
+}
+
+// dQ = dQaccum (already scaled) in the storage type; one warp per row.
+template <typename T>
+__device__ __forceinline__ void bwd_postprocess(const float* __restrict__ dq_acc, T* __restrict__ dq,
+                                                const BwdParams& p) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * 8 + warp;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (row >= p.q_len) return;
+    const float* src = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_len + row) * p.dq_pitch;
+    T* dst = head_ptr(dq, p.dq_stride, b, h) + static_cast<int64_t>(row) * p.dq_stride[2];
+    for (int d = 2 * lane; d < p.head_dim; d += 64) {
+        const float2 x = *reinterpret_cast<const float2*>(src + d);
+        *reinterpret_cast<uint32_t*>(dst + d) = StorageTraits<T>::pack(x.x, x.y);
+    }
+}
+
+template <typename T, int DK, int BM, int BN, int WARPS, int QSTAGES, bool CAUSAL>
+__device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __restrict__ k,
+                                           const T* __restrict__ v, const T* __restrict__ d_o,
+                                           const float* __restrict__ lse, const float* __restrict__ delta,
+                                           float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv,
+                                           unsigned int* __restrict__ sems, const BwdParams& p) {
+    using Cfg = BwdConfig<DK, BM, BN, WARPS, QSTAGES>;
+    constexpr int DP = Cfg::kPitch;
+    constexpr int PP = Cfg::kPPitch;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T* sK = reinterpret_cast<T*>(smem_raw);
+    T* sV = sK + BN * DP;
+    T* sQ = sV + BN * DP;                  // QSTAGES tiles
+    T* sdO = sQ + QSTAGES * BM * DP;       // QSTAGES tiles
+    T* sP = sdO + QSTAGES * BM * DP;       // Pᵀ [key][query]
+    T* sdS = sP + BN * PP;                 // dSᵀ [key][query]
+    float* sLse = reinterpret_cast<float*>(sdS + BN * PP); // QSTAGES × BM (log2 units)
+    float* sDelta = sLse + QSTAGES * BM;                    // QSTAGES × BM
+
+    const int n_blk = blockIdx.x;
+    const int kvh = blockIdx.y;
+    const int b = blockIdx.z;
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int mi = lane >> 3;
+    const int key0 = n_blk * BN;
+    const int d_chunks = p.head_dim >> 3;
+
+    const T* k_head = head_ptr(k, p.k_stride, b, kvh);
+    const T* v_head = head_ptr(v, p.v_stride, b, kvh);
+    load_tile_async<T, DK, BN, Cfg::kThreads>(sK, k_head, key0, p.kv_len, p.k_stride[2], d_chunks, tid);
+    load_tile_async<T, DK, BN, Cfg::kThreads>(sV, v_head, key0, p.kv_len, p.v_stride[2], d_chunks, tid);
+    cp_async_commit();
+
+    // Query blocks that see any key of this block: causal skips those entirely above it.
+    int i_begin = 0;
+    if (CAUSAL) i_begin = max(0, key0 - p.diag_offset) / BM;
+    const int n_qblk = (p.q_len + BM - 1) / BM;
+    const int per_head = max(0, n_qblk - i_begin);
+    const int n_iter = per_head * p.group;
+
+    // Warp roles.
+    const int kg = warp % Cfg::kKG;          // phases A, B: keys 16·kg..
+    const int qa0 = (warp / Cfg::kKG) * Cfg::kQA;    // phase A: first query
+    const int cb0 = (warp / Cfg::kKG) * Cfg::kColsB; // phase B: first column
+    const int mc = warp % Cfg::kMC;          // phase C: queries 16·mc..
+    const int cc0 = (warp / Cfg::kMC) * Cfg::kColsC; // phase C: first column
+
+    float acc_dk[Cfg::kNB][4], acc_dv[Cfg::kNB][4];
+#pragma unroll
+    for (int n = 0; n < Cfg::kNB; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc_dk[n][r] = acc_dv[n][r] = 0.f;
+
+    auto issue = [&](int it) {
+        const int buf = it % QSTAGES;
+        const int h = kvh * p.group + it / per_head;
+        const int m0 = (i_begin + it % per_head) * BM;
+        load_tile_async<T, DK, BM, Cfg::kThreads>(sQ + buf * BM * DP, head_ptr(q, p.q_stride, b, h), m0, p.q_len,
+                                                  p.q_stride[2], d_chunks, tid);
+        load_tile_async<T, DK, BM, Cfg::kThreads>(sdO + buf * BM * DP, head_ptr(d_o, p.do_stride, b, h), m0,
+                                                  p.q_len, p.do_stride[2], d_chunks, tid);
+    };
+#pragma unroll
+    for (int s = 0; s < QSTAGES - 1; ++s) {
+        if (s < n_iter) issue(s);
+        cp_async_commit();
+    }
+
+    for (int it = 0; it < n_iter; ++it) {
+        const int buf = it % QSTAGES;
+        const int h = kvh * p.group + it / per_head;
+        const int qblk = i_begin + it % per_head;
+        const int m0 = qblk * BM;
+        if (it + QSTAGES - 1 < n_iter) issue(it + QSTAGES - 1);
+        cp_async_commit();
+        // LSE (to log2 units) and Δ of this block's rows; rows past q_len read as 0 (masked).
+        const int64_t row_base = (static_cast<int64_t>(b) * p.q_heads + h) * p.q_len;
+        for (int r = tid; r < BM; r += Cfg::kThreads) {
+            const bool in = m0 + r < p.q_len;
+            sLse[buf * BM + r] = in ? lse[row_base + m0 + r] * kBwdLog2e : 0.f;
+            sDelta[buf * BM + r] = in ? delta[row_base + m0 + r] : 0.f;
+        }
+        cp_async_wait<QSTAGES - 1>();
+        __syncthreads();
+        const T* tQ = sQ + buf * BM * DP;
+        const T* tdO = sdO + buf * BM * DP;
+        const float* tLse = sLse + buf * BM;
+        const float* tDelta = sDelta + buf * BM;
+
+        // Phase A: Sᵀ = K_kg·Q_iᵀ and dPᵀ = V_kg·dO_iᵀ over this warp's queries.
+        float acc_s[Cfg::kNA][4], acc_dp[Cfg::kNA][4];
+#pragma unroll
+        for (int n = 0; n < Cfg::kNA; ++n)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc_s[n][r] = acc_dp[n][r] = 0.f;
+#pragma unroll 1
+        for (int kk = 0; kk < DK / 16; ++kk) {
+            uint32_t ka[4], va[4];
+            const int arow = 16 * kg + (lane & 15);
+            const int achunk = 2 * kk + (lane >> 4);
+            ldmatrix_x4(ka, smem_addr(sK + swz<DP>(arow, achunk)));
+            ldmatrix_x4(va, smem_addr(sV + swz<DP>(arow, achunk)));
+#pragma unroll
+            for (int n = 0; n < Cfg::kNA; n += 2) {
+                const int qrow = qa0 + (n + (mi >> 1)) * 8 + (lane & 7);
+                const int chunk = 2 * kk + (mi & 1);
+                uint32_t bq[4], bo[4];
+                ldmatrix_x4(bq, smem_addr(tQ + swz<DP>(qrow, chunk)));
+                ldmatrix_x4(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
+                Mma<T>::run(acc_s[n], ka, bq[0], bq[1]);
+                Mma<T>::run(acc_s[n + 1], ka, bq[2], bq[3]);
+                Mma<T>::run(acc_dp[n], va, bo[0], bo[1]);
+                Mma<T>::run(acc_dp[n + 1], va, bo[2], bo[3]);
+            }
+        }
+        // P and dS (f32), rounded to T into the Pᵀ / dSᵀ tiles.
+#pragma unroll
+        for (int n = 0; n < Cfg::kNA; ++n) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int kl = 16 * kg + g + 8 * r; // key (local)
+                const int kglob = key0 + kl;
+                const int ql = qa0 + 8 * n + 2 * t; // query (local), and ql + 1
+                float pv[2], dsv[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int qg = m0 + ql + e;
+                    bool vis = qg < p.q_len && kglob < p.kv_len;
+                    if (CAUSAL) vis = vis && kglob <= qg + p.diag_offset;
+                    const float s = acc_s[n][2 * r + e];
+                    const float pr = vis ? exp2f(fmaf(s, p.scale_log2, -tLse[ql + e])) : 0.f;
+                    pv[e] = pr;
+                    dsv[e] = pr * (acc_dp[n][2 * r + e] - tDelta[ql + e]);
+                }
+                const int chunk = ql >> 3, within = ql & 7;
+                *reinterpret_cast<uint32_t*>(sP + swz<PP>(kl, chunk) + within) = StorageTraits<T>::pack(pv[0], pv[1]);
+                *reinterpret_cast<uint32_t*>(sdS + swz<PP>(kl, chunk) + within) =
+                    StorageTraits<T>::pack(dsv[0], dsv[1]);
+            }
+        }
+        __syncthreads();
+
+        // Phase B: dV_kg += Pᵀ·dO_i, dK_kg += dSᵀ·Q_i over this warp's columns.
+#pragma unroll 1
+        for (int kk = 0; kk < BM / 16; ++kk) {
+            uint32_t pa[4], sa[4];
+            const int arow = 16 * kg + (lane & 15);
+            const int achunk = 2 * kk + (lane >> 4);
+            ldmatrix_x4(pa, smem_addr(sP + swz<PP>(arow, achunk)));
+            ldmatrix_x4(sa, smem_addr(sdS + swz<PP>(arow, achunk)));
+#pragma unroll
+            for (int n = 0; n < Cfg::kNB; n += 2) {
+                const int qrow = 16 * kk + (mi & 1) * 8 + (lane & 7);
+                const int chunk = cb0 / 8 + n + (mi >> 1);
+                uint32_t bo[4], bq[4];
+                ldmatrix_x4_trans(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
+                ldmatrix_x4_trans(bq, smem_addr(tQ + swz<DP>(qrow, chunk)));
+                Mma<T>::run(acc_dv[n], pa, bo[0], bo[1]);
+                Mma<T>::run(acc_dv[n + 1], pa, bo[2], bo[3]);
+                Mma<T>::run(acc_dk[n], sa, bq[0], bq[1]);
+                Mma<T>::run(acc_dk[n + 1], sa, bq[2], bq[3]);
+            }
+        }
+
+        // Phase C: dQ_i (16 queries × this warp's columns) = dS·K_j, added into dQaccum.
+        float acc_dq[Cfg::kNC][4];
+#pragma unroll
+        for (int n = 0; n < Cfg::kNC; ++n)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc_dq[n][r] = 0.f;
+#pragma unroll 1
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            // A = dS (queries × keys) read from the dSᵀ tile transposed.
+            uint32_t da[4];
+            const int arow = 16 * kk + (mi >> 1) * 8 + (lane & 7);
+            const int achunk = 2 * mc + (mi & 1);
+            ldmatrix_x4_trans(da, smem_addr(sdS + swz<PP>(arow, achunk)));
+#pragma unroll
+            for (int n = 0; n < Cfg::kNC; n += 2) {
+                const int krow = 16 * kk + (mi & 1) * 8 + (lane & 7);
+                const int chunk = cc0 / 8 + n + (mi >> 1);
+                uint32_t bk[4];
+                ldmatrix_x4_trans(bk, smem_addr(sK + swz<DP>(krow, chunk)));
+                Mma<T>::run(acc_dq[n], da, bk[0], bk[1]);
+                Mma<T>::run(acc_dq[n + 1], da, bk[2], bk[3]);
+            }
+        }
+        unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
+        if (p.deterministic) {
+            // Wait for the key blocks before this one (the first key block adding into this
+            // query block is n_blk_first = 0: every lower block sees at least as many rows).
+            if (tid == 0) {
+                unsigned int seen;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+                } while (seen != static_cast<unsigned int>(n_blk));
+            }
+            __syncthreads();
+        }
+        float* dq_rows = dq_acc + (row_base + m0) * p.dq_pitch;
+#pragma unroll
+        for (int n = 0; n < Cfg::kNC; ++n) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int ql = 16 * mc + g + 8 * r;
+                const int col = cc0 + 8 * n + 2 * t;
+                if (m0 + ql < p.q_len && col < p.head_dim) {
+                    float* dst = dq_rows + static_cast<int64_t>(ql) * p.dq_pitch + col;
+                    atomicAdd(dst, acc_dq[n][2 * r] * p.scale);
+                    atomicAdd(dst + 1, acc_dq[n][2 * r + 1] * p.scale);
+                }
+            }
+        }
+        if (p.deterministic) {
+            __threadfence();
+            __syncthreads();
+            if (tid == 0) {
+                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(n_blk + 1))
+                             : "memory");
+            }
+        }
+        __syncthreads(); // the next iteration overwrites Pᵀ, dSᵀ and this buffer
+    }
+    cp_async_wait<0>();
+
+    // dK = scale·dK, dV: this warp's 16 keys × columns, rows past kv_len skipped.
+    T* dk_head = head_ptr(dk, p.dk_stride, b, kvh);
+    T* dv_head = head_ptr(dv, p.dv_stride, b, kvh);
+#pragma unroll
+    for (int n = 0; n < Cfg::kNB; ++n) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int key = key0 + 16 * kg + g + 8 * r;
+            const int col = cb0 + 8 * n + 2 * t;
+            if (key < p.kv_len && col < p.head_dim) {
+                *reinterpret_cast<uint32_t*>(dk_head + static_cast<int64_t>(key) * p.dk_stride[2] + col) =
+                    StorageTraits<T>::pack(acc_dk[n][2 * r] * p.scale, acc_dk[n][2 * r + 1] * p.scale);
+                *reinterpret_cast<uint32_t*>(dv_head + static_cast<int64_t>(key) * p.dv_stride[2] + col) =
+                    StorageTraits<T>::pack(acc_dv[n][2 * r], acc_dv[n][2 * r + 1]);
+            }
+        }
+    }
+}
+
+} // namespace attn
+
+#define ATTN_BWD_ENTRY(NAME, T, DK, BM, BN, WARPS, QSTAGES, CAUSAL)                                  \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                          \
+        NAME(const T* q, const T* k, const T* v, const T* d_o, const float* lse, const float* delta,  \
+             float* dq_acc, T* dk, T* dv, unsigned int* sems, const attn::BwdParams p) {               \
+        attn::bwd_kernel<T, DK, BM, BN, WARPS, QSTAGES, CAUSAL>(q, k, v, d_o, lse, delta, dq_acc, dk, dv, \
+                                                                 sems, p);                            \
+    }
+
+#define ATTN_BWD_PREP_ENTRY(PRE, POST, T)                                                             \
+    extern "C" __global__ void __launch_bounds__(256)                                                 \
+        PRE(const T* o, const T* d_o, float* delta, const attn::BwdParams p) {                        \
+        attn::bwd_preprocess<T>(o, d_o, delta, p);                                                    \
+    }                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256)                                                 \
+        POST(const float* dq_acc, T* dq, const attn::BwdParams p) {                                   \
+        attn::bwd_postprocess<T>(dq_acc, dq, p);                                                      \
+    }

@@ -1,0 +1,510 @@
+//! The backward pass (`kernels/bwd_kernel.cuh`): dQ, dK, dV from the forward's O and LSE and
+//! the output gradient dO, for f16/bf16, every head dim of the catalog (D ≤ 128 on sm_89),
+//! both causal alignments, GQA (dK/dV summed over each group) and any strides.
+//!
+//! Three launches on the launcher's stream: Δ = rowsum(dO∘O); the K/V-block-major main
+//! kernel (dK, dV in registers, dQ added in f32 into a workspace); the conversion of dQ to
+//! the storage type. [`BackwardOptions::deterministic`] makes the dQ additions take turns in a
+//! fixed order, so two runs are bitwise equal.
+
+use attn_ref::{Causal, Problem};
+use cudarc::driver::{CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use crate::catalog::{self, Arch, Family, UnitKey};
+use crate::config::elem_of;
+use crate::launch::{check_buffer, driver, FlashAttention, StorageType};
+use crate::tensor::{check_tensor, ranges_overlap, Strides, Tensor, TensorMut};
+use crate::{dims_kv, dims_q, KernelError};
+
+/// Options of one backward.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackwardOptions {
+    /// Add the dQ contributions of the key blocks in a fixed order (bitwise reproducible;
+    /// somewhat slower).
+    pub deterministic: bool,
+}
+
+/// One backward pass, described whole. Q `[B, Hq, Sq, D]`, K/V `[B, Hkv, Sk, D]`, O and dO
+/// like Q, LSE `[B, Hq, Sq]` (the forward's, natural log); the gradients dQ like Q and dK, dV
+/// like K. Every tensor may have any strides ([`Tensor`]).
+#[derive(Debug)]
+pub struct Backward<'a, T> {
+    /// The forward's problem.
+    pub problem: &'a Problem,
+    /// Queries.
+    pub q: Tensor<'a, T>,
+    /// Keys.
+    pub k: Tensor<'a, T>,
+    /// Values.
+    pub v: Tensor<'a, T>,
+    /// The forward's output.
+    pub o: Tensor<'a, T>,
+    /// The forward's LSE, `[B, Hq, Sq]` contiguous.
+    pub lse: CudaView<'a, f32>,
+    /// The gradient of the loss with respect to O.
+    pub d_o: Tensor<'a, T>,
+    /// dQ (written).
+    pub dq: TensorMut<'a, T>,
+    /// dK (written).
+    pub dk: TensorMut<'a, T>,
+    /// dV (written).
+    pub dv: TensorMut<'a, T>,
+    /// Options.
+    pub options: BackwardOptions,
+}
+
+/// What a backward ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackwardInfo {
+    /// The main kernel's entry point.
+    pub kernel: String,
+    /// The cubin arch it came from.
+    pub arch: &'static str,
+    /// Its grid (key blocks, KV heads, batch).
+    pub grid: (u32, u32, u32),
+    /// Its dynamic shared memory.
+    pub smem_bytes: usize,
+    /// Whether dQ was accumulated in a fixed order.
+    pub deterministic: bool,
+}
+
+/// Kernel parameters; the layout of `attn::BwdParams`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct BwdParams {
+    batch: i32,
+    q_heads: i32,
+    kv_heads: i32,
+    q_len: i32,
+    kv_len: i32,
+    group: i32,
+    diag_offset: i32,
+    causal: i32,
+    head_dim: i32,
+    dq_pitch: i32,
+    q_blocks: i32,
+    deterministic: i32,
+    scale_log2: f32,
+    scale: f32,
+    q_stride: [i64; 3],
+    k_stride: [i64; 3],
+    v_stride: [i64; 3],
+    o_stride: [i64; 3],
+    do_stride: [i64; 3],
+    dq_stride: [i64; 3],
+    dk_stride: [i64; 3],
+    dv_stride: [i64; 3],
+}
+
+// SAFETY: plain-old-data with the C layout of `attn::BwdParams` (twelve 4-byte ints and two
+// floats, so the 8-byte strides start 8-byte aligned at offset 56 in both languages).
+unsafe impl DeviceRepr for BwdParams {}
+
+fn st(s: Strides) -> [i64; 3] {
+    [s.batch as i64, s.head as i64, s.row as i64]
+}
+
+/// One tensor's description for the pure checks: dims, strides, view length, address.
+type Desc = ([usize; 4], Strides, usize, u64);
+
+/// The bucket, tile and parameters of a backward, after every check that needs no device:
+/// features, head dim, tensor dims/extents/alignment, LSE length, and that no output overlaps
+/// an input or another output.
+#[allow(clippy::too_many_arguments)] // flattened descriptions, for testing without a device
+pub(crate) fn plan_backward(
+    problem: &Problem,
+    arch: Arch,
+    elem_bytes: usize,
+    inputs: [Desc; 5], // q, k, v, o, dO
+    lse: (usize, u64),
+    outputs: [Desc; 3], // dQ, dK, dV
+    deterministic: bool,
+) -> Result<(usize, catalog::Tile, BwdParams), KernelError> {
+    let s = problem.shape();
+    if !problem.features().is_empty() {
+        let f = problem.features();
+        let mut missing = Vec::new();
+        if f.window.is_some() {
+            missing.push("a sliding window");
+        }
+        if f.softcap.is_some() {
+            missing.push("softcap");
+        }
+        if f.alibi.is_some() {
+            missing.push("ALiBi");
+        }
+        if f.sinks.is_some() {
+            missing.push("sinks");
+        }
+        return Err(KernelError::UnsupportedFeature(format!(
+            "{} in the backward pass",
+            missing.join(", ")
+        )));
+    }
+    let d = s.head_dim();
+    let bucket = catalog::fwd_bucket(d).ok_or(KernelError::UnsupportedHeadDim {
+        head_dim: d,
+        supported: "D % 8 == 0, 8 ≤ D ≤ 256",
+    })?;
+    let tile = catalog::bwd_tile(arch, bucket).ok_or(KernelError::UnsupportedHeadDim {
+        head_dim: d,
+        supported: "D ≤ 128 for the backward on sm_89 (its 99 KB of shared memory); up to 256 on sm_80 and sm_90",
+    })?;
+    let (qd, kd) = (dims_q(s), dims_kv(s));
+    let names = ["Q", "K", "V", "O", "dO"];
+    let want = [qd, kd, kd, qd, qd];
+    let mut in_ranges = Vec::new();
+    for ((name, dims), (got, strides, len, addr)) in names.iter().zip(want).zip(inputs) {
+        let c = check_tensor(name, dims, got, strides, len, elem_bytes, addr, false)?;
+        in_ranges.push((*name, addr, (c.extent * elem_bytes) as u64));
+    }
+    check_buffer("LSE", s.lse_elems(), lse.0)?;
+    in_ranges.push(("LSE", lse.1, (s.lse_elems() * 4) as u64));
+    let out_names = ["dQ", "dK", "dV"];
+    let mut out_ranges: Vec<(&'static str, u64, u64)> = Vec::new();
+    for ((name, dims), (got, strides, len, addr)) in out_names.iter().zip([qd, kd, kd]).zip(outputs)
+    {
+        let c = check_tensor(name, dims, got, strides, len, elem_bytes, addr, true)?;
+        let bytes = (c.extent * elem_bytes) as u64;
+        for &(other, a, l) in in_ranges.iter().chain(out_ranges.iter()) {
+            if ranges_overlap(addr, bytes, a, l) {
+                return Err(KernelError::Overlap {
+                    output: name,
+                    input: other,
+                });
+            }
+        }
+        out_ranges.push((name, addr, bytes));
+    }
+    let i32_ok = [s.q_len(), s.kv_len(), s.batch(), s.q_heads()]
+        .iter()
+        .all(|&x| x <= i32::MAX as usize);
+    if !i32_ok || s.batch() > 65535 || s.q_heads() > 65535 {
+        return Err(KernelError::IndexOverflow(
+            "backward grid (lengths, heads, batch)",
+        ));
+    }
+    let diag_offset = match problem.causal() {
+        Causal::None | Causal::TopLeft => 0i64,
+        Causal::BottomRight => s.kv_len() as i64 - s.q_len() as i64,
+    };
+    let scale = problem.scale();
+    let [sq, sk, sv, so, sdo] = inputs.map(|x| st(x.1));
+    let [sdq, sdk, sdv] = outputs.map(|x| st(x.1));
+    let params = BwdParams {
+        batch: s.batch() as i32,
+        q_heads: s.q_heads() as i32,
+        kv_heads: s.kv_heads() as i32,
+        q_len: s.q_len() as i32,
+        kv_len: s.kv_len() as i32,
+        group: s.group_size() as i32,
+        diag_offset: diag_offset as i32,
+        causal: i32::from(problem.causal() != Causal::None),
+        head_dim: d as i32,
+        dq_pitch: bucket as i32,
+        q_blocks: s.q_len().div_ceil(tile.block_m) as i32,
+        deterministic: i32::from(deterministic),
+        scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
+        scale: scale as f32,
+        q_stride: sq,
+        k_stride: sk,
+        v_stride: sv,
+        o_stride: so,
+        do_stride: sdo,
+        dq_stride: sdq,
+        dk_stride: sdk,
+        dv_stride: sdv,
+    };
+    Ok((bucket, tile, params))
+}
+
+fn desc_of<T>(t: &Tensor<'_, T>, addr: u64) -> Desc {
+    (t.dims(), t.strides(), t.view().len(), addr)
+}
+
+impl FlashAttention {
+    /// Runs the backward pass on this launcher's stream. Everything is validated before the
+    /// first launch; on error nothing is written.
+    pub fn backward<T: StorageType>(
+        &self,
+        args: Backward<'_, T>,
+    ) -> Result<BackwardInfo, KernelError> {
+        let Backward {
+            problem,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            d_o,
+            mut dq,
+            mut dk,
+            mut dv,
+            options,
+        } = args;
+        let stream = self.stream();
+        let s = problem.shape();
+        let elem = elem_of(T::DTYPE);
+        let unit0 = UnitKey {
+            family: Family::Bwd,
+            arch: Arch::Sm80,
+            elem,
+            head_dim: catalog::fwd_bucket(s.head_dim()).unwrap_or(0),
+        };
+        let (major, minor) = self.compute_capability();
+        let arch = crate::cubin::select(&unit0, false, major, minor)
+            .and_then(|c| Arch::parse(c.arch))
+            .or_else(|| {
+                Arch::ALL
+                    .iter()
+                    .rev()
+                    .copied()
+                    .find(|a| a.runs_on(major, minor))
+            })
+            .ok_or_else(|| KernelError::NoCubinForArch {
+                device: format!("{major}.{minor}"),
+                available: "sm_80, sm_89, sm_90a".into(),
+            })?;
+        let (qp, gq) = q.view().device_ptr(stream);
+        let (kp, gk) = k.view().device_ptr(stream);
+        let (vp, gv) = v.view().device_ptr(stream);
+        let (op, go) = o.view().device_ptr(stream);
+        let (dop, gdo) = d_o.view().device_ptr(stream);
+        let (lp, gl) = lse.device_ptr(stream);
+        let dq_desc = (dq.dims(), dq.strides(), dq.view_len(), 0u64);
+        let dk_desc = (dk.dims(), dk.strides(), dk.view_len(), 0u64);
+        let dv_desc = (dv.dims(), dv.strides(), dv.view_len(), 0u64);
+        let (dqp, gdq) = dq.view_mut().device_ptr_mut(stream);
+        let (dkp, gdk) = dk.view_mut().device_ptr_mut(stream);
+        let (dvp, gdv) = dv.view_mut().device_ptr_mut(stream);
+        let guards = [gq, gk, gv, go, gdo, gl, gdq, gdk, gdv];
+        let (bucket, tile, params) = plan_backward(
+            problem,
+            arch,
+            std::mem::size_of::<T>(),
+            [
+                desc_of(&q, qp),
+                desc_of(&k, kp),
+                desc_of(&v, vp),
+                desc_of(&o, op),
+                desc_of(&d_o, dop),
+            ],
+            (lse.len(), lp),
+            [
+                (dq_desc.0, dq_desc.1, dq_desc.2, dqp),
+                (dk_desc.0, dk_desc.1, dk_desc.2, dkp),
+                (dv_desc.0, dv_desc.1, dv_desc.2, dvp),
+            ],
+            options.deterministic,
+        )?;
+        let unit = UnitKey {
+            head_dim: bucket,
+            ..unit0
+        };
+        let smem = catalog::bwd_smem_bytes(&tile, bucket);
+        if smem > self.max_smem_per_block() {
+            return Err(KernelError::ConfigTooLarge {
+                config: format!("backward d{bucket}"),
+                smem,
+                limit: self.max_smem_per_block(),
+            });
+        }
+        let name = catalog::bwd_entry_name(&unit, problem.causal() != Causal::None);
+        let (main, arch_str) = self.function(&unit, &name, false, smem)?;
+        let (pre_name, post_name) = catalog::bwd_prep_entry_names(&unit);
+        let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
+        let (post, _) = self.function(&unit, &post_name, false, 0)?;
+        let alloc = |n: usize| {
+            stream
+                .alloc_zeros::<f32>(n.max(1))
+                .map_err(driver("allocating the backward workspace"))
+        };
+        let rows = s.batch() * s.q_heads() * s.q_len();
+        let mut delta = alloc(rows)?;
+        let mut dq_acc = alloc(rows * bucket)?;
+        let sem_len = if options.deterministic {
+            s.batch() * s.q_heads() * params.q_blocks as usize
+        } else {
+            1
+        };
+        let mut sems = stream
+            .alloc_zeros::<u32>(sem_len)
+            .map_err(driver("allocating the backward semaphores"))?;
+        let row_grid = (
+            s.q_len().div_ceil(8) as u32,
+            s.q_heads() as u32,
+            s.batch() as u32,
+        );
+        let grid = (
+            s.kv_len().div_ceil(tile.block_n) as u32,
+            s.kv_heads() as u32,
+            s.batch() as u32,
+        );
+        let threads = (tile.warps * 32) as u32;
+
+        let mut b = stream.launch_builder(&pre);
+        b.arg(&op).arg(&dop).arg(&mut delta).arg(&params);
+        // SAFETY: matches ATTN_BWD_PREP_ENTRY's first kernel (o, d_o, delta, BwdParams).
+        // `plan_backward` proved O and dO hold every (b, h, row < Sq, col < D) their strides
+        // name, 16-byte aligned; delta holds B·Hq·Sq floats; the grid (ceil(Sq/8), Hq, B) × 8
+        // warps gives each row one warp and the kernel bounds rows by q_len.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: row_grid,
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(driver("launching the backward's Δ pass"))?;
+
+        let mut b = stream.launch_builder(&main);
+        b.arg(&qp)
+            .arg(&kp)
+            .arg(&vp)
+            .arg(&dop)
+            .arg(&lp)
+            .arg(&delta)
+            .arg(&mut dq_acc)
+            .arg(&dkp)
+            .arg(&dvp)
+            .arg(&mut sems)
+            .arg(&params);
+        // SAFETY: matches ATTN_BWD_ENTRY (q, k, v, d_o, lse, delta, dq_acc, dk, dv, sems,
+        // BwdParams). Every tensor was checked by `plan_backward` (dims, extents inside their
+        // views, 16-byte alignment, outputs distinct and not overlapping any input); dq_acc
+        // holds B·Hq·Sq rows of the bucket's width and sems B·Hq·ceil(Sq/BM) zeroed counters
+        // in deterministic mode (the kernel reads them only then). The grid covers every key
+        // block of every KV head and batch; the kernel bounds rows and columns by the
+        // lengths and D. The dynamic shared memory was raised on the function and fits.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: grid,
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: smem as u32,
+            })
+        }
+        .map_err(driver("launching the backward kernel"))?;
+
+        let mut b = stream.launch_builder(&post);
+        b.arg(&dq_acc).arg(&dqp).arg(&params);
+        // SAFETY: matches ATTN_BWD_PREP_ENTRY's second kernel (dq_acc, dq, BwdParams): dq_acc
+        // as above, dQ checked like the other outputs; one warp per row, bounded by q_len.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: row_grid,
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(driver("launching the backward's dQ pass"))?;
+        drop(guards);
+        // The workspaces are freed in stream order (cudarc's async free) after the launches.
+        drop((delta, dq_acc, sems));
+        Ok(BackwardInfo {
+            kernel: name,
+            arch: arch_str,
+            grid,
+            smem_bytes: smem,
+            deterministic: options.deterministic,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Layout;
+    use attn_ref::AttnShape;
+
+    fn descs(shape: &AttnShape, base: u64) -> ([Desc; 5], [Desc; 3]) {
+        let (qd, kd) = (dims_q(shape), dims_kv(shape));
+        let d = |dims: [usize; 4], i: u64| -> Desc {
+            (
+                dims,
+                Layout::Bshd.strides(dims),
+                dims.iter().product(),
+                base + (i << 28),
+            )
+        };
+        (
+            [d(qd, 0), d(kd, 1), d(kd, 2), d(qd, 3), d(qd, 4)],
+            [d(qd, 5), d(kd, 6), d(kd, 7)],
+        )
+    }
+
+    #[test]
+    fn a_valid_backward_plans_its_bucket_tile_and_strides() {
+        let shape = AttnShape::new(2, 8, 2, 300, 500, 72).unwrap();
+        let p = Problem::new(shape, Causal::BottomRight);
+        let (ins, outs) = descs(&shape, 0);
+        let (bucket, tile, params) =
+            plan_backward(&p, Arch::Sm90a, 2, ins, (2 * 8 * 300, 1 << 40), outs, true).unwrap();
+        assert_eq!(bucket, 96);
+        assert_eq!(tile.stages, 2);
+        assert_eq!(params.diag_offset, 200);
+        assert_eq!(params.q_blocks, 5);
+        assert_eq!(params.dq_stride, [300 * 8 * 72, 72, 8 * 72]);
+        assert_eq!(std::mem::size_of::<BwdParams>(), 56 + 8 * 24);
+    }
+
+    #[test]
+    fn refusals_are_typed() {
+        let shape = AttnShape::new(1, 4, 4, 64, 64, 64).unwrap();
+        let p = Problem::new(shape, Causal::None);
+        let (ins, outs) = descs(&shape, 0);
+        let lse = (4 * 64, 1 << 40);
+        // A feature the backward lacks.
+        let w = p.with_window(8, 0).unwrap();
+        assert!(matches!(
+            plan_backward(&w, Arch::Sm80, 2, ins, lse, outs, false),
+            Err(KernelError::UnsupportedFeature(_))
+        ));
+        // D = 256 on sm_89: no room.
+        let big = AttnShape::new(1, 4, 4, 64, 64, 256).unwrap();
+        let (bi, bo) = descs(&big, 0);
+        assert!(matches!(
+            plan_backward(
+                &Problem::new(big, Causal::None),
+                Arch::Sm89,
+                2,
+                bi,
+                lse,
+                bo,
+                false
+            ),
+            Err(KernelError::UnsupportedHeadDim { .. })
+        ));
+        // dK overlapping V.
+        let mut bad = outs;
+        bad[1].3 = ins[2].3;
+        assert!(matches!(
+            plan_backward(&p, Arch::Sm80, 2, ins, lse, bad, false),
+            Err(KernelError::Overlap { output: "dK", .. })
+        ));
+        // dV overlapping dK.
+        let mut bad = outs;
+        bad[2].3 = outs[1].3;
+        assert!(matches!(
+            plan_backward(&p, Arch::Sm80, 2, ins, lse, bad, false),
+            Err(KernelError::Overlap {
+                output: "dV",
+                input: "dK"
+            })
+        ));
+        // A short LSE.
+        assert!(plan_backward(&p, Arch::Sm80, 2, ins, (4 * 64 - 1, 1 << 40), outs, false).is_err());
+    }
+
+    #[test]
+    fn every_bucket_has_a_backward_tile_that_fits_except_sm89_above_128() {
+        for d in catalog::FWD_HEAD_DIM_BUCKETS {
+            for arch in Arch::ALL {
+                let t = catalog::bwd_tile(arch, d);
+                assert_eq!(t.is_some(), arch != Arch::Sm89 || d <= 128, "{arch:?} d{d}");
+                if let Some(t) = t {
+                    assert!(catalog::bwd_smem_bytes(&t, d) <= arch.max_smem());
+                }
+            }
+        }
+    }
+}

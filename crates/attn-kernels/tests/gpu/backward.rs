@@ -1,0 +1,243 @@
+//! The backward pass against the f64 reference (`attn_ref::reference::backward`) with the
+//! gradient rule of attn-oracle (`ToleranceRule::check_gradient`: the FA3 rule against the
+//! backward rounding emulation, plus the gradient rel-L2 caps), on O and LSE from our own
+//! forward, fresh N(0,1) inputs and dO, and gradients poisoned (NaN) before the run.
+
+use super::*;
+use attn_kernels::{Backward, BackwardOptions, Layout, Tensor, TensorMut};
+
+/// Runs forward then backward on the GPU (`layout` for every tensor); returns dQ, dK, dV as
+/// f32 in `[B, H, S, D]` order.
+#[allow(clippy::type_complexity)]
+fn run_backward<T: StorageType>(
+    gpu: &FlashAttention,
+    p: &Problem,
+    (q, k, v, d_o): (&[T], &[T], &[T], &[T]),
+    layout: Layout,
+    options: BackwardOptions,
+) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>), attn_kernels::KernelError> {
+    let s = gpu.stream();
+    let shape = p.shape();
+    let (qd, kd) = (attn_kernels::dims_q(shape), attn_kernels::dims_kv(shape));
+    let up = |x: &[T], dims| s.clone_htod(&layout.from_bhsd(x, dims)).unwrap();
+    let (dq_, dk_, dv_, ddo) = (up(q, qd), up(k, kd), up(v, kd), up(d_o, qd));
+    let mut o = upload_poisoned::<T>(gpu, shape.o_elems());
+    let mut lse = s.clone_htod(&vec![f32::NAN; shape.lse_elems()]).unwrap();
+    gpu.forward(Forward {
+        problem: p,
+        q: Tensor::contiguous(dq_.as_view(), qd, layout),
+        k: Tensor::contiguous(dk_.as_view(), kd, layout),
+        v: Tensor::contiguous(dv_.as_view(), kd, layout),
+        o: TensorMut::contiguous(o.as_view_mut(), qd, layout),
+        lse: Some(lse.as_view_mut()),
+        options: ForwardOptions::default(),
+    })?;
+    let mut gq = upload_poisoned::<T>(gpu, shape.q_elems());
+    let mut gk = upload_poisoned::<T>(gpu, shape.kv_elems());
+    let mut gv = upload_poisoned::<T>(gpu, shape.kv_elems());
+    gpu.backward(Backward {
+        problem: p,
+        q: Tensor::contiguous(dq_.as_view(), qd, layout),
+        k: Tensor::contiguous(dk_.as_view(), kd, layout),
+        v: Tensor::contiguous(dv_.as_view(), kd, layout),
+        o: Tensor::contiguous(o.as_view(), qd, layout),
+        lse: lse.as_view(),
+        d_o: Tensor::contiguous(ddo.as_view(), qd, layout),
+        dq: TensorMut::contiguous(gq.as_view_mut(), qd, layout),
+        dk: TensorMut::contiguous(gk.as_view_mut(), kd, layout),
+        dv: TensorMut::contiguous(gv.as_view_mut(), kd, layout),
+        options,
+    })?;
+    let down = |x: &CudaSlice<T>, dims| to_f32s(&layout.to_bhsd(&s.clone_dtoh(x).unwrap(), dims));
+    Ok((down(&gq, qd), down(&gk, kd), down(&gv, kd)))
+}
+
+fn check_backward<T: StorageType + attn_ref::Element>(
+    p: &Problem,
+    storage: attn_ref::Dtype,
+    layout: Layout,
+) -> Result<(), String> {
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let shape = p.shape();
+    let q: Vec<T> = randn(&mut rng, shape.q_elems());
+    let k: Vec<T> = randn(&mut rng, shape.kv_elems());
+    let v: Vec<T> = randn(&mut rng, shape.kv_elems());
+    let d_o: Vec<T> = randn(&mut rng, shape.o_elems());
+    let (dq, dk, dv) = run_backward(
+        &gpu(),
+        p,
+        (&q, &k, &v, &d_o),
+        layout,
+        BackwardOptions::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let r = reference::backward(p, &q, &k, &v, &d_o).map_err(|e| e.to_string())?;
+    let emu = attn_ref::reference::backward::backward_emulated(
+        p,
+        &to_f32s(&q),
+        &to_f32s(&k),
+        &to_f32s(&v),
+        &to_f32s(&d_o),
+        storage,
+    )
+    .map_err(|e| e.to_string())?;
+    let rule = ToleranceRule::for_storage(storage.into());
+    let f = |x: &[f64]| x.iter().map(|&y| y as f32).collect::<Vec<f32>>();
+    let mut errs = Vec::new();
+    for (name, out, e, want) in [
+        ("dQ", &dq, f(&emu.dq), &r.dq),
+        ("dK", &dk, f(&emu.dk), &r.dk),
+        ("dV", &dv, f(&emu.dv), &r.dv),
+    ] {
+        let verdict = rule.check_gradient(out, &e, want);
+        if !verdict.pass {
+            errs.push(format!("{name}: {verdict}"));
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{shape:?} {:?} {storage:?} {layout} seed {seed}:\n{}",
+            p.causal(),
+            errs.join("")
+        ))
+    }
+}
+
+fn run_cases(cases: &[(Dims, Causal, Layout)]) {
+    let mut failures = Vec::new();
+    for &(dims, causal, layout) in cases {
+        let p = problem(dims, causal);
+        for r in [
+            check_backward::<f16>(&p, attn_ref::Dtype::F16, layout),
+            check_backward::<bf16>(&p, attn_ref::Dtype::Bf16, layout),
+        ] {
+            if let Err(e) = r {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        2 * cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_backward_seed_shapes_and_masks() {
+    let mut cases = Vec::new();
+    for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+        for d in [64, 128] {
+            cases.push(((2, 4, 4, 512, 512, d), causal, Layout::Bhsd));
+            cases.push(((1, 8, 2, 384, 640, d), causal, Layout::Bshd));
+        }
+    }
+    run_cases(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_backward_tails_gqa_and_head_dims() {
+    let mut cases = Vec::new();
+    for s in [1, 17, 113, 1023] {
+        for causal in [Causal::None, Causal::BottomRight] {
+            cases.push(((1, 6, 2, s, s, 128), causal, Layout::Bshd));
+            cases.push(((2, 4, 1, s, 257, 64), causal, Layout::Bhsd));
+        }
+    }
+    // Every bucket, and padded head dims inside buckets.
+    for d in [32, 40, 80, 96, 104, 160, 192, 224, 256] {
+        cases.push(((1, 4, 2, 200, 300, d), Causal::BottomRight, Layout::Bshd));
+    }
+    run_cases(&cases);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn determinism_backward_deterministic_mode_is_bitwise_reproducible() {
+    let p = problem((2, 8, 2, 1000, 1000, 128), Causal::BottomRight);
+    let shape = p.shape();
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let q: Vec<bf16> = randn(&mut rng, shape.q_elems());
+    let k: Vec<bf16> = randn(&mut rng, shape.kv_elems());
+    let v: Vec<bf16> = randn(&mut rng, shape.kv_elems());
+    let d_o: Vec<bf16> = randn(&mut rng, shape.o_elems());
+    let det = BackwardOptions {
+        deterministic: true,
+    };
+    let a = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
+    for _ in 0..3 {
+        let b = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
+        let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same(&a.0, &b.0) && same(&a.1, &b.1) && same(&a.2, &b.2),
+            "runs differ"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn validation_backward_refusals_write_nothing() {
+    let gpu = gpu();
+    let p = problem((1, 4, 2, 64, 64, 64), Causal::None);
+    let shape = p.shape();
+    let (qd, kd) = (attn_kernels::dims_q(shape), attn_kernels::dims_kv(shape));
+    let s = gpu.stream();
+    let x = s.clone_htod(&vec![f16::ONE; shape.q_elems()]).unwrap();
+    let kv = s.clone_htod(&vec![f16::ONE; shape.kv_elems()]).unwrap();
+    let lse = s.clone_htod(&vec![0f32; shape.lse_elems() - 1]).unwrap(); // one short
+    let mut gq = upload_poisoned::<f16>(&gpu, shape.q_elems());
+    let mut gk = upload_poisoned::<f16>(&gpu, shape.kv_elems());
+    let mut gv = upload_poisoned::<f16>(&gpu, shape.kv_elems());
+    let e = gpu
+        .backward(Backward {
+            problem: &p,
+            q: Tensor::bhsd(&x, qd),
+            k: Tensor::bhsd(&kv, kd),
+            v: Tensor::bhsd(&kv, kd),
+            o: Tensor::bhsd(&x, qd),
+            lse: lse.as_view(),
+            d_o: Tensor::bhsd(&x, qd),
+            dq: TensorMut::bhsd(&mut gq, qd),
+            dk: TensorMut::bhsd(&mut gk, kd),
+            dv: TensorMut::bhsd(&mut gv, kd),
+            options: BackwardOptions::default(),
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("LSE"), "{e}");
+    for g in [&gq, &gk, &gv] {
+        assert!(
+            s.clone_dtoh(g).unwrap().iter().all(|x| x.is_nan()),
+            "a gradient was written"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_backward_small() {
+    // Small shapes for compute-sanitizer: a tail, GQA, causal, deterministic mode.
+    let p = problem((1, 4, 2, 77, 130, 64), Causal::BottomRight);
+    check_backward::<f16>(&p, attn_ref::Dtype::F16, Layout::Bshd).unwrap();
+    let shape = p.shape();
+    let mut rng = StdRng::seed_from_u64(1);
+    let t: Vec<f16> = randn(&mut rng, shape.q_elems());
+    let kv: Vec<f16> = randn(&mut rng, shape.kv_elems());
+    run_backward(
+        &gpu(),
+        &p,
+        (&t, &kv, &kv, &t),
+        Layout::Bhsd,
+        BackwardOptions {
+            deterministic: true,
+        },
+    )
+    .unwrap();
+}
