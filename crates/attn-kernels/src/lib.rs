@@ -130,9 +130,12 @@ pub enum KernelError {
         /// The supported set, in words.
         supported: &'static str,
     },
-    /// A problem feature (window, softcap, ALiBi, sinks) no kernel implements yet: refused,
+    /// A problem feature (window, softcap, ALiBi, sinks) the chosen kernel does not implement
+    /// (the FP8 forward, or an mma.sync config without the features' entry points): refused,
     /// never silently dropped.
-    #[error("the kernels do not implement {0} yet; the f64 reference (attn-ref) does")]
+    #[error(
+        "{0}: not implemented by this kernel (the f16/bf16 forward and the f64 reference have it)"
+    )]
     UnsupportedFeature(String),
     /// A tensor whose dims, strides or extent do not fit the problem or its view.
     #[error("{tensor}: {reason}")]
