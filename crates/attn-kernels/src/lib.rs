@@ -7,7 +7,10 @@
 //! - everywhere, a FlashAttention-2-style forward (`mma.sync.m16n8k16`, `ldmatrix`, a
 //!   `cp.async` K/V pipeline, split-KV for decode) and the FP8 `mma.sync`/`wgmma` variants;
 //! - every head dim `D % 8 == 0` up to 256 for FP16/BF16 (64 and 128 for FP8, and 256 on the
-//!   Hopper engine).
+//!   Hopper engine);
+//! - on both FP16/BF16 engines, the serving features of [`attn_ref::Features`]: sliding
+//!   windows (the key tiles a window masks are skipped), softcap, ALiBi and attention sinks
+//!   (the FP8 forward refuses them with [`KernelError::UnsupportedFeature`]).
 //!
 //! [`Engine::Auto`] picks the Hopper kernel on sm_90 unless the problem wants split-KV.
 //!
