@@ -186,14 +186,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     const int lim_block = visible_keys<CAUSAL>(m0, p);
     const int lim_lo = visible_keys<CAUSAL>(row_base + warp_row0 + g, p);
     const int lim_hi = visible_keys<CAUSAL>(row_base + warp_row0 + g + 8, p);
-    // FEATURES: this thread's two rows' key intervals, the head's ALiBi slope and sink.
-    KeyRange rows_kr[2] = {{0, 0}, {0, 0}};
-    HeadFeatures hf{0.f, -INFINITY};
-    if constexpr (FEATURES) {
-        rows_kr[0] = row_key_range<CAUSAL>(row_base + warp_row0 + g, p);
-        rows_kr[1] = row_key_range<CAUSAL>(row_base + warp_row0 + g + 8, p);
-        hf = head_features(b, h, p);
-    }
+    const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f; // FEATURES: this head's ALiBi slope
     const uint32_t q_addr = smem_addr(sQ) + cw * 64 * L::kRowBytes;
     const float scale_log2 =
         FP8 ? p.scale_log2 * q_scale[b * p.q_heads + h] * k_scale[b * p.kv_heads + kvh] : p.scale_log2;
@@ -278,8 +271,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     auto mask_tile = [&](int j) {
         const int key0 = (t_begin + j) * BN;
         if constexpr (FEATURES) {
-            features_and_mask<kNT>(acc_s, key0, row_base + warp_row0 + g, rows_kr,
-                                   tile_needs_mask<BN>(key0, all_lo, all_hi), hf, p, t);
+            features_and_mask<kNT, CAUSAL, BN>(acc_s, key0, row_base + warp_row0 + g, all_lo, all_hi, slope, p, t);
         } else {
             if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
         }
@@ -374,7 +366,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     T* staging = reinterpret_cast<T*>(sQ) + cw * 64 * kPitch;
     write_output<T, kPitch, kNO, FEATURES>(acc_o, softmax.m, softmax.l, staging, o_head, lse_head, warp_row0, row_base,
                                            p.q_len, lane, static_cast<int>(p.o_stride[2]), p.head_dim >> 3, out_scale,
-                                           hf.sink_log2);
+                                           FEATURES ? sink_log2(h, p) : -INFINITY);
 #else
     __trap(); // the Hopper entry points exist only in sm_90a cubins
 #endif

@@ -112,17 +112,8 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     }
     // Keys visible to every row of the block: tiles entirely below need no mask.
     const int lim_block = visible_keys<CAUSAL>(m0, p);
-    // FEATURES: each row's key interval (window ∩ causal) and this head's ALiBi slope and sink.
-    KeyRange rows_kr[FEATURES ? MT : 1][2];
-    HeadFeatures hf{0.f, -INFINITY};
-    if constexpr (FEATURES) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            rows_kr[mt][0] = row_key_range<CAUSAL>(m0 + warp_row0 + mt * 16 + g, p);
-            rows_kr[mt][1] = row_key_range<CAUSAL>(m0 + warp_row0 + mt * 16 + g + 8, p);
-        }
-        hf = head_features(b, h, p);
-    }
+    // FEATURES: this head's ALiBi slope.
+    const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f;
 
     // Prologue: Q and the first STAGES-1 K/V tiles. One commit group per tile, always
     // committed (possibly empty) so that wait_group counts stay uniform.
@@ -210,8 +201,8 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             if constexpr (FEATURES) {
-                features_and_mask<Cfg::kNT>(acc_s[mt], key0, m0 + warp_row0 + mt * 16 + g, rows_kr[mt],
-                                            tile_needs_mask<BN>(key0, all_lo, all_hi), hf, p, t);
+                features_and_mask<Cfg::kNT, CAUSAL, BN>(acc_s[mt], key0, m0 + warp_row0 + mt * 16 + g, all_lo, all_hi,
+                                                        slope, p, t);
             } else {
                 if (key0 + BN > lim_block) apply_mask<Cfg::kNT>(acc_s[mt], key0, lim_lo[mt], lim_hi[mt], t);
             }
@@ -279,7 +270,8 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
         for (int mt = 0; mt < MT; ++mt)
             write_output<T, DP, Cfg::kNO, FEATURES>(acc_o[mt], softmax[mt].m, softmax[mt].l, sQ, o_head,
                                                     lse_head, warp_row0 + mt * 16, m0, p.q_len, lane,
-                                                    static_cast<int>(p.o_stride[2]), d_chunks, 1.f, hf.sink_log2);
+                                                    static_cast<int>(p.o_stride[2]), d_chunks, 1.f,
+                                                    FEATURES ? sink_log2(h, p) : -INFINITY);
     }
 }
 

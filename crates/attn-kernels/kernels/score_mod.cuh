@@ -121,27 +121,29 @@ __device__ __forceinline__ void apply_score_mod(float (&s)[NT][4], int key0, int
     }
 }
 
-// Per-CTA feature values of query head h of batch b.
-struct HeadFeatures {
-    float slope;     // ALiBi slope in raw-score units, 0 when off
-    float sink_log2; // sink logit · log2(e), -inf when off (a -inf sink adds nothing)
-};
-
-__device__ __forceinline__ HeadFeatures head_features(int b, int h, const FwdParams& p) {
-    HeadFeatures f;
-    f.slope = p.feat.alibi == nullptr ? 0.f : p.feat.alibi[b * p.feat.alibi_batch_stride + h];
-    f.sink_log2 = p.feat.sinks == nullptr ? -INFINITY : p.feat.sinks[h];
-    return f;
+// ALiBi's slope of query head h of batch b in raw-score units (0: off).
+__device__ __forceinline__ float alibi_slope(int b, int h, const FwdParams& p) {
+    return p.feat.alibi == nullptr ? 0.f : p.feat.alibi[b * p.feat.alibi_batch_stride + h];
 }
 
-// Scores of one warp's S fragment through features and mask: what both engines run between
-// Q·Kᵀ and the online softmax when FEATURES is on.
-template <int NT>
-__device__ __forceinline__ void features_and_mask(float (&s)[NT][4], int key0, int row0, const KeyRange (&rows)[2],
-                                                  bool needs_mask, const HeadFeatures& hf, const FwdParams& p,
-                                                  int t) {
-    apply_score_mod<NT>(s, key0, row0, hf.slope, p, t);
-    if (needs_mask) apply_mask_range<NT>(s, key0, rows, t);
+// The sink logit of query head h times log2(e) (-inf: off; a -inf sink adds nothing). Read
+// at the epilogue, so it holds no register through the mainloop.
+__device__ __forceinline__ float sink_log2(int h, const FwdParams& p) {
+    return p.feat.sinks == nullptr ? -INFINITY : p.feat.sinks[h];
+}
+
+// Scores of one warp's S fragment (rows row0 = g and row0 + 8, keys key0..) through softcap,
+// ALiBi and the mask: what both engines run between Q·Kᵀ and the online softmax when
+// FEATURES is on. The rows' key intervals are recomputed for the tiles that need the mask
+// (the block's edge tiles), which keeps them out of the mainloop's live registers.
+template <int NT, bool CAUSAL, int BN>
+__device__ __forceinline__ void features_and_mask(float (&s)[NT][4], int key0, int row0, int all_lo, int all_hi,
+                                                  float slope, const FwdParams& p, int t) {
+    apply_score_mod<NT>(s, key0, row0, slope, p, t);
+    if (tile_needs_mask<BN>(key0, all_lo, all_hi)) {
+        const KeyRange rows[2] = {row_key_range<CAUSAL>(row0, p), row_key_range<CAUSAL>(row0 + 8, p)};
+        apply_mask_range<NT>(s, key0, rows, t);
+    }
 }
 
 } // namespace attn

@@ -312,9 +312,18 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
     })
 }
 
-/// The Hopper tile with the features' entry points: the bucket's default.
+/// The Hopper tile with the features' entry points: the bucket's default, except above
+/// D = 192, where the default's 80-key ping-pong tile spills (8 bytes, ptxas of CUDA 13.0)
+/// with the features' state and the 64-key overlap tile runs them.
 pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
-    hopper_tiles(bucket).first().copied()
+    let tiles = hopper_tiles(bucket);
+    if bucket > 192 {
+        return tiles
+            .iter()
+            .copied()
+            .find(|t| t.block_n == 64 && t.intra && !t.pingpong);
+    }
+    tiles.first().copied()
 }
 
 /// The configs of `bucket` instantiated for `arch` (those that fit its shared memory).

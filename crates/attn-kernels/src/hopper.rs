@@ -148,7 +148,7 @@ pub(crate) fn plan_hopper(
     )?;
     if !problem.features().is_empty() && Some(tile) != catalog::hopper_feature_tile(bucket) {
         return Err(KernelError::EngineUnavailable(format!(
-            "the Hopper engine runs {} only in its default tile {} (asked: {})",
+            "the Hopper engine runs {} only in tile {} (asked: {}); leave the tile unset",
             crate::launch::feature_names(problem),
             catalog::hopper_feature_tile(bucket).map_or_else(String::new, |t| t.name()),
             tile.name()
@@ -372,6 +372,17 @@ mod tests {
             }
         }
         assert!(HopperTile::by_name("wg128_7_s2").is_err());
+    }
+
+    #[test]
+    fn every_bucket_has_a_hopper_feature_tile() {
+        for &b in &catalog::FWD_HEAD_DIM_BUCKETS {
+            let t = catalog::hopper_feature_tile(b).unwrap();
+            assert!(catalog::hopper_tiles(b).contains(&t), "bucket {b}");
+            if b <= 192 {
+                assert_eq!(t, catalog::hopper_tiles(b)[0], "bucket {b}: the default");
+            }
+        }
     }
 
     #[test]
