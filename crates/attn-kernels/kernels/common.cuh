@@ -7,6 +7,18 @@
 
 namespace attn {
 
+// The score-modifying features (score_mod.cuh), read only by the FEATURES entry points; the
+// launcher writes their "off" values for every other kernel. The two arrays live in the
+// launcher's device memory (src/launch.rs `FeatureBuffers`).
+struct FwdFeatures {
+    const float* alibi;     // ALiBi slopes / softmax scale (raw-score units); null: off
+    const float* sinks;     // sink logits · log2(e), [Hq]; null: off
+    int window_left;        // keys j >= i + Sk - Sq - left are visible; -1: unbounded
+    int window_right;       // keys j <= i + Sk - Sq + right are visible; -1: unbounded
+    int alibi_batch_stride; // 0 (slopes [Hq]) or Hq (slopes [B, Hq])
+    float softcap_in;       // scale / c: raw scores become tanh(s · scale / c); 0: off
+};
+
 // Scalars of one forward launch. Pointers are passed as separate kernel arguments so that
 // the Rust side keeps cudarc's per-buffer stream tracking.
 struct FwdParams {
@@ -29,6 +41,7 @@ struct FwdParams {
     int64_t k_stride[3];
     int64_t v_stride[3];
     int64_t o_stride[3];
+    FwdFeatures feat;
 };
 
 // Start of head h of batch b in a tensor with strides `st` (batch, head, row).

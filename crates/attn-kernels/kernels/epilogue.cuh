@@ -8,23 +8,39 @@ namespace attn {
 
 // PITCH: the staging tile's row pitch (elements); NO = DK / 8 n-tiles of the accumulator, of
 // which the first d_chunks columns of 8 are stored to rows of stride o_row_stride.
-template <typename T, int PITCH, int NO>
+// SINK (the FEATURES kernels): an attention sink of logit sink_log2 (base 2; -inf: none) joins
+// each row's max and denominator but contributes no value, as attn-ref defines it; a row
+// with no visible key keeps O = 0 and LSE = -inf even then.
+template <typename T, int PITCH, int NO, bool SINK = false>
 __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)[2],
                                              const float (&l_partial)[2], T* q_tile_smem,
                                              T* __restrict__ o_head, float* __restrict__ lse_head,
                                              int warp_row0, int q_row0, int q_len, int lane,
-                                             int o_row_stride, int d_chunks, float out_scale = 1.f) {
+                                             int o_row_stride, int d_chunks, float out_scale = 1.f,
+                                             float sink_log2 = -INFINITY) {
     const int g = lane >> 2;
     const int t = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const float l = quad_sum(l_partial[r]);
+        float l = quad_sum(l_partial[r]);
+        float mr = m[r];
+        float gain = out_scale;
+        if constexpr (SINK) {
+            if (l != 0.f) {
+                // max(m, sink) with NaN kept (fmaxf would drop a NaN m).
+                const float m_new = mr != mr ? mr : fmaxf(mr, sink_log2);
+                const float corr = exp2f(mr - m_new);
+                l = l * corr + exp2f(sink_log2 - m_new);
+                gain *= corr;
+                mr = m_new;
+            }
+        }
         // l == 0: every key of the row is masked → O = 0 and LSE = -inf (FlashAttention's
         // convention). A NaN l (NaN inputs) stays NaN in both.
-        const float inv = l == 0.f ? 0.f : out_scale / l;
+        const float inv = l == 0.f ? 0.f : gain / l;
         const int row = warp_row0 + g + 8 * r;
         if (lse_head != nullptr && t == 0 && q_row0 + row < q_len) {
-            lse_head[q_row0 + row] = l == 0.f ? -INFINITY : (m[r] + log2f(l)) * kLn2;
+            lse_head[q_row0 + row] = l == 0.f ? -INFINITY : (mr + log2f(l)) * kLn2;
         }
 #pragma unroll
         for (int n = 0; n < NO; ++n) {

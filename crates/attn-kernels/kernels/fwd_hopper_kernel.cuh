@@ -31,6 +31,7 @@
 #include "epilogue.cuh"
 #include "fp8.cuh"
 #include "mask.cuh"
+#include "score_mod.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -76,7 +77,12 @@ template <bool B> struct BoolConst {
 // scales [B, H] (q_scale, k_scale, v_scale; null otherwise), folded as the FP8 mma.sync and
 // wgmma kernels do: Q·K's descale into the softmax scale, P multiplied by 2⁸ before its E4M3
 // cast, V's descale into the epilogue.
-template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA, bool FP8>
+// FEATURES (f16/bf16 only): sliding window, softcap, ALiBi and sinks as runtime values of
+// p.feat (score_mod.cuh, shared with the mma.sync kernel); the producer loads only the key
+// tiles inside the block's window (FA3's local n-block range) and the mask hook of every
+// schedule runs the score modification.
+template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA, bool FP8,
+          bool FEATURES = false>
 __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __restrict__ lse, const TmaDesc* tma_q,
                                                   const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const float* __restrict__ q_scale,
@@ -109,7 +115,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     const int h = blockIdx.y;
     const int b = blockIdx.z;
     const int m0 = m_block * kBM;
-    const int n_tiles = key_tiles_for_block<CAUSAL, kBM, BN>(m0, p);
+    static_assert(!(FEATURES && FP8), "the FP8 kernels take no features");
+    // Key tiles [t_begin, t_begin + n_tiles); FEATURES: the keys all rows see, [all_lo, all_hi).
+    int t_begin = 0, n_tiles, all_lo = 0, all_hi = 0;
+    if constexpr (FEATURES) {
+        key_tile_range<CAUSAL, kBM, BN>(m0, p, t_begin, n_tiles, all_lo, all_hi);
+    } else {
+        n_tiles = key_tiles_for_block<CAUSAL, kBM, BN>(m0, p);
+    }
     const int warpgroup = threadIdx.x >> 7;
     const int kvh = h / p.group;
 
@@ -146,17 +159,17 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 mbar_arrive_expect_tx(&full_k[s], L::kKBytes);
 #pragma unroll
                 for (int c = 0; c < L::kSubTiles; ++c)
-                    tma_load_4d(k_dst + c * BN * L::kRowBytes, tma_k, &full_k[s], c * L::kColsPerSub, j * BN, kvh,
-                                b);
+                    tma_load_4d(k_dst + c * BN * L::kRowBytes, tma_k, &full_k[s], c * L::kColsPerSub,
+                                (t_begin + j) * BN, kvh, b);
                 mbar_wait(&empty_v[s], (use & 1) ^ 1);
                 mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
                 if constexpr (FP8) {
                     // Vᵀ [B, Hkv, D, kv_pad]: the box is all D rows × this tile's BN keys.
-                    tma_load_4d(v_dst, tma_v, &full_v[s], j * BN, 0, kvh, b);
+                    tma_load_4d(v_dst, tma_v, &full_v[s], (t_begin + j) * BN, 0, kvh, b);
                 } else {
 #pragma unroll
                     for (int c = 0; c < L::kSubTiles; ++c)
-                        tma_load_4d(v_dst + c * BN * 128, tma_v, &full_v[s], c * 64, j * BN, kvh, b);
+                        tma_load_4d(v_dst + c * BN * 128, tma_v, &full_v[s], c * 64, (t_begin + j) * BN, kvh, b);
                 }
             }
         }
@@ -173,6 +186,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     const int lim_block = visible_keys<CAUSAL>(m0, p);
     const int lim_lo = visible_keys<CAUSAL>(row_base + warp_row0 + g, p);
     const int lim_hi = visible_keys<CAUSAL>(row_base + warp_row0 + g + 8, p);
+    const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f; // FEATURES: this head's ALiBi slope
     const uint32_t q_addr = smem_addr(sQ) + cw * 64 * L::kRowBytes;
     const float scale_log2 =
         FP8 ? p.scale_log2 * q_scale[b * p.q_heads + h] * k_scale[b * p.kv_heads + kvh] : p.scale_log2;
@@ -255,8 +269,12 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         }
     };
     auto mask_tile = [&](int j) {
-        const int key0 = j * BN;
-        if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
+        const int key0 = (t_begin + j) * BN;
+        if constexpr (FEATURES) {
+            features_and_mask<kNT, CAUSAL, BN>(acc_s, key0, row_base + warp_row0 + g, all_lo, all_hi, slope, p, t);
+        } else {
+            if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
+        }
     };
 
     // One iteration: softmax of tile j, then (ordered against the other consumer under
@@ -346,8 +364,9 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     softmax.m[1] -= kLog2Gain;
     const float out_scale = FP8 ? v_scale[b * p.kv_heads + kvh] : 1.f;
     T* staging = reinterpret_cast<T*>(sQ) + cw * 64 * kPitch;
-    write_output<T, kPitch, kNO>(acc_o, softmax.m, softmax.l, staging, o_head, lse_head, warp_row0, row_base, p.q_len,
-                                 lane, static_cast<int>(p.o_stride[2]), p.head_dim >> 3, out_scale);
+    write_output<T, kPitch, kNO, FEATURES>(acc_o, softmax.m, softmax.l, staging, o_head, lse_head, warp_row0, row_base,
+                                           p.q_len, lane, static_cast<int>(p.o_stride[2]), p.head_dim >> 3, out_scale,
+                                           FEATURES ? sink_log2(h, p) : -INFINITY);
 #else
     __trap(); // the Hopper entry points exist only in sm_90a cubins
 #endif
@@ -357,12 +376,12 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
 // One extern "C" entry per (dtype, bucket, tile, mode), generated by src/catalog.rs. The three
 // TMA descriptors are __grid_constant__ parameters (TMA reads them from parameter space).
-#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA)                                    \
+#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, FEATURES)                          \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                \
         NAME(T* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,   \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v, \
              const attn::FwdParams p) {                                                                 \
-        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false>(                         \
+        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false, FEATURES>(               \
             o, lse, &tma_q, &tma_k, &tma_v, nullptr, nullptr, nullptr, p);                              \
     }
 

@@ -9,6 +9,7 @@
 #include "epilogue.cuh"
 #include "load.cuh"
 #include "mask.cuh"
+#include "score_mod.cuh"
 #include "softmax.cuh"
 #include "split_combine.cuh"
 
@@ -43,8 +44,11 @@ struct FwdConfig {
 
 // SPLIT: the key range of a query block is split over p.n_splits CTAs (flash-decoding's
 // split-KV, Dao et al. 2023), for grids too small to fill the chip; see split_combine.cuh.
+// FEATURES: sliding window, softcap, ALiBi and sinks as runtime values of p.feat
+// (score_mod.cuh); the key tiles outside the block's window are skipped. Never with SPLIT
+// (the launcher does not split problems with features).
 template <typename T, int DK, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool BREAK_RESCALE,
-          bool SPLIT>
+          bool SPLIT, bool FEATURES = false>
 __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                            const T* __restrict__ v, T* __restrict__ o,
                                            float* __restrict__ lse, float* __restrict__ dump,
@@ -52,6 +56,7 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
                                            float* __restrict__ ws_ml, unsigned int* __restrict__ counters,
                                            const FwdParams& p) {
     using Cfg = FwdConfig<T, DK, BM, BN, STAGES, WARPS>;
+    static_assert(!(FEATURES && (SPLIT || BREAK_RESCALE)), "features run unsplit, in release entries");
     constexpr int MT = Cfg::kMT;
     constexpr int DP = Cfg::kPitch;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -85,7 +90,14 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 
     // This CTA's key tiles: [t_begin, t_begin + n_tiles).
     int t_begin = 0;
-    int n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
+    int n_tiles;
+    // FEATURES: the keys every row of the block sees, [all_lo, all_hi); outside it, the mask.
+    int all_lo = 0, all_hi = 0;
+    if constexpr (FEATURES) {
+        key_tile_range<CAUSAL, BM, BN>(m0, p, t_begin, n_tiles, all_lo, all_hi);
+    } else {
+        n_tiles = key_tiles_for_block<CAUSAL, BM, BN>(m0, p);
+    }
     if constexpr (SPLIT) {
         const int per = (n_tiles + p.n_splits - 1) / p.n_splits;
         t_begin = min(n_tiles, split * per);
@@ -100,6 +112,8 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     }
     // Keys visible to every row of the block: tiles entirely below need no mask.
     const int lim_block = visible_keys<CAUSAL>(m0, p);
+    // FEATURES: this head's ALiBi slope.
+    const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f;
 
     // Prologue: Q and the first STAGES-1 K/V tiles. One commit group per tile, always
     // committed (possibly empty) so that wait_group counts stay uniform.
@@ -186,7 +200,12 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
         const int key0 = (t_begin + j) * BN;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            if (key0 + BN > lim_block) apply_mask<Cfg::kNT>(acc_s[mt], key0, lim_lo[mt], lim_hi[mt], t);
+            if constexpr (FEATURES) {
+                features_and_mask<Cfg::kNT, CAUSAL, BN>(acc_s[mt], key0, m0 + warp_row0 + mt * 16 + g, all_lo, all_hi,
+                                                        slope, p, t);
+            } else {
+                if (key0 + BN > lim_block) apply_mask<Cfg::kNT>(acc_s[mt], key0, lim_lo[mt], lim_hi[mt], t);
+            }
 #ifdef ATTN_DEBUG
             float* dbase = nullptr;
             if (slot >= 0) {
@@ -249,9 +268,10 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     } else {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-            write_output<T, DP, Cfg::kNO>(acc_o[mt], softmax[mt].m, softmax[mt].l, sQ, o_head, lse_head,
-                                          warp_row0 + mt * 16, m0, p.q_len, lane,
-                                          static_cast<int>(p.o_stride[2]), d_chunks);
+            write_output<T, DP, Cfg::kNO, FEATURES>(acc_o[mt], softmax[mt].m, softmax[mt].l, sQ, o_head,
+                                                    lse_head, warp_row0 + mt * 16, m0, p.q_len, lane,
+                                                    static_cast<int>(p.o_stride[2]), d_chunks, 1.f,
+                                                    FEATURES ? sink_log2(h, p) : -INFINITY);
     }
 }
 
@@ -268,13 +288,13 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 #define ATTN_FWD_DEBUG_PARAMS
 #define ATTN_FWD_DEBUG_ARGS nullptr, nullptr
 #endif
-#define ATTN_FWD_ENTRY(NAME, T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT)                           \
+#define ATTN_FWD_ENTRY(NAME, T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES)                 \
     extern "C" __global__ void __launch_bounds__(W * 32)                                           \
         NAME(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,            \
              T* __restrict__ o, float* __restrict__ lse, float* __restrict__ ws_o,                 \
              float* __restrict__ ws_ml, unsigned int* __restrict__ counters,                       \
              const attn::FwdParams p ATTN_FWD_DEBUG_PARAMS) {                                      \
-        attn::fwd_kernel<T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT>(q, k, v, o, lse,              \
+        attn::fwd_kernel<T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES>(q, k, v, o, lse,    \
                                                                     ATTN_FWD_DEBUG_ARGS, ws_o,     \
                                                                     ws_ml, counters, p);           \
     }

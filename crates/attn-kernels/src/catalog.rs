@@ -312,6 +312,33 @@ pub fn fwd_tiles(bucket: usize) -> &'static [FwdTileEntry] {
     }
 }
 
+/// The one mma.sync config per bucket that has the score-modifying features' entry points
+/// ([`FwdMode::FullFeatures`], [`FwdMode::CausalFeatures`]: sliding window, softcap, ALiBi and
+/// sinks as runtime values), the same on every arch: 64×64 with 4 warps up to D = 128, 64×32
+/// above (the first of those that fits sm_89's 99 KiB). One config rather than every one
+/// keeps the build's cost of the features to two entries per unit.
+pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
+    const PREFERENCE: [Tile; 2] = [tile(64, 64, 4, 2), tile(64, 32, 4, 2)];
+    PREFERENCE.into_iter().find(|t| {
+        fwd_tiles(bucket).iter().any(|e| e.tile == *t)
+            && fwd_smem_bytes(t, bucket) <= Arch::Sm89.max_smem()
+    })
+}
+
+/// The Hopper tile with the features' entry points: the bucket's default, except above
+/// D = 192, where the default's 80-key ping-pong tile spills (8 bytes, ptxas of CUDA 13.0)
+/// with the features' state and the 64-key overlap tile runs them.
+pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
+    let tiles = hopper_tiles(bucket);
+    if bucket > 192 {
+        return tiles
+            .iter()
+            .copied()
+            .find(|t| t.block_n == 64 && t.intra && !t.pingpong);
+    }
+    tiles.first().copied()
+}
+
 /// The configs of `bucket` instantiated for `arch` (those that fit its shared memory).
 pub fn fwd_tiles_for(arch: Arch, bucket: usize) -> Vec<FwdTileEntry> {
     fwd_tiles(bucket)
@@ -474,14 +501,21 @@ pub fn hopper_fp8_entry_name(unit: &UnitKey, tile: &HopperTile, causal: bool) ->
     )
 }
 
-/// The extern "C" name of a Hopper forward entry.
-pub fn hopper_entry_name(unit: &UnitKey, tile: &HopperTile, causal: bool) -> String {
+/// The extern "C" name of a Hopper forward entry; `features`: the entry with the
+/// score-modifying features (`_feat`, only for [`hopper_feature_tile`]).
+pub fn hopper_entry_name(
+    unit: &UnitKey,
+    tile: &HopperTile,
+    causal: bool,
+    features: bool,
+) -> String {
     format!(
-        "attn_fwdh_{}_d{}_{}_{}",
+        "attn_fwdh_{}_d{}_{}_{}{}",
         unit.elem.as_str(),
         unit.head_dim,
         tile.name(),
-        if causal { "causal" } else { "full" }
+        if causal { "causal" } else { "full" },
+        if features { "_feat" } else { "" }
     )
 }
 
@@ -560,6 +594,11 @@ pub enum FwdMode {
     /// Debug builds only: `Full` without the online-softmax rescale, a planted bug for the
     /// oracle's tests.
     BrokenRescale,
+    /// No causal mask, with the score-modifying features (window, softcap, ALiBi, sinks as
+    /// runtime values); only in [`fwd_feature_tile`]'s config.
+    FullFeatures,
+    /// Causal (either alignment) with the features.
+    CausalFeatures,
 }
 
 impl FwdMode {
@@ -568,7 +607,19 @@ impl FwdMode {
             FwdMode::Full => "full",
             FwdMode::Causal => "causal",
             FwdMode::BrokenRescale => "broken_rescale",
+            FwdMode::FullFeatures => "full_feat",
+            FwdMode::CausalFeatures => "causal_feat",
         }
+    }
+
+    /// Whether the entry has a causal mask.
+    pub fn causal(self) -> bool {
+        matches!(self, FwdMode::Causal | FwdMode::CausalFeatures)
+    }
+
+    /// Whether the entry runs the score-modifying features.
+    pub fn features(self) -> bool {
+        matches!(self, FwdMode::FullFeatures | FwdMode::CausalFeatures)
     }
 }
 
@@ -774,18 +825,23 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     modes.push((FwdMode::Full, true));
                     modes.push((FwdMode::Causal, true));
                 }
+                if !debug && fwd_feature_tile(d) == Some(*c) {
+                    modes.push((FwdMode::FullFeatures, false));
+                    modes.push((FwdMode::CausalFeatures, false));
+                }
                 for (mode, split) in modes {
                     let _ = writeln!(
                         s,
-                        "ATTN_FWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {}, {}, {})",
+                        "ATTN_FWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {}, {}, {}, {})",
                         fwd_entry_name(unit, c, mode, split),
                         c.block_m,
                         c.block_n,
                         c.stages,
                         c.warps,
-                        mode == FwdMode::Causal,
+                        mode.causal(),
                         mode == FwdMode::BrokenRescale,
-                        split
+                        split,
+                        mode.features()
                     );
                 }
             }
@@ -836,16 +892,22 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             s.push_str("} // namespace attn\n\n");
             let ty = unit.elem.cuda_type();
             for t in tiles {
-                for causal in [false, true] {
-                    let _ = writeln!(
-                        s,
-                        "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {})",
-                        hopper_entry_name(unit, t, causal),
-                        t.block_n,
-                        t.stages,
-                        t.pingpong,
-                        t.intra
-                    );
+                let with_features = hopper_feature_tile(d) == Some(*t);
+                for features in [false, true] {
+                    if features && !with_features {
+                        continue;
+                    }
+                    for causal in [false, true] {
+                        let _ = writeln!(
+                            s,
+                            "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {features})",
+                            hopper_entry_name(unit, t, causal, features),
+                            t.block_n,
+                            t.stages,
+                            t.pingpong,
+                            t.intra
+                        );
+                    }
                 }
             }
             // FP8 (E4M3 in, this unit's type out) where the head dim is an FP8 one.

@@ -74,7 +74,8 @@ impl HopperTile {
 
 /// Whether `Engine::Auto` takes the Hopper kernel for `problem` on an sm_90 device: not when
 /// the mma.sync kernel would split the keys (`mma_config` is its default config), nor when the
-/// caller pinned an mma.sync config or a split count other than 1.
+/// caller pinned an mma.sync config or a split count other than 1. Problems with features
+/// (window, softcap, ALiBi, sinks), which both engines run and neither splits, take it.
 pub(crate) fn auto_prefers_hopper(
     problem: &Problem,
     mma_config: &KernelConfig,
@@ -84,6 +85,9 @@ pub(crate) fn auto_prefers_hopper(
 ) -> bool {
     if pinned_config || splits.is_some_and(|n| n != 1) {
         return false;
+    }
+    if !problem.features().is_empty() {
+        return true;
     }
     let s = problem.shape();
     let d = s.head_dim();
@@ -142,6 +146,14 @@ pub(crate) fn plan_hopper(
         tile,
         &format!("head_dim {}", s.head_dim()),
     )?;
+    if !problem.features().is_empty() && Some(tile) != catalog::hopper_feature_tile(bucket) {
+        return Err(KernelError::EngineUnavailable(format!(
+            "the Hopper engine runs {} only in tile {} (asked: {}); leave the tile unset",
+            crate::launch::feature_names(problem),
+            catalog::hopper_feature_tile(bucket).map_or_else(String::new, |t| t.name()),
+            tile.name()
+        )));
+    }
     let smem = catalog::hopper_smem_bytes(&tile, bucket);
     if smem > max_smem {
         return Err(KernelError::ConfigTooLarge {
@@ -360,6 +372,47 @@ mod tests {
             }
         }
         assert!(HopperTile::by_name("wg128_7_s2").is_err());
+    }
+
+    #[test]
+    fn every_bucket_has_a_hopper_feature_tile() {
+        for &b in &catalog::FWD_HEAD_DIM_BUCKETS {
+            let t = catalog::hopper_feature_tile(b).unwrap();
+            assert!(catalog::hopper_tiles(b).contains(&t), "bucket {b}");
+            if b <= 192 {
+                assert_eq!(t, catalog::hopper_tiles(b)[0], "bucket {b}: the default");
+            }
+        }
+    }
+
+    #[test]
+    fn features_run_in_the_default_tile_and_take_the_hopper_engine() {
+        let p = Problem::new(
+            AttnShape::new(1, 8, 2, 300, 500, 128).unwrap(),
+            Causal::BottomRight,
+        )
+        .with_window(100, 0)
+        .unwrap();
+        let plan = plan_hopper(&p, None, 232_448).unwrap();
+        assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
+        assert_eq!(plan.params.feat.window_left, 100);
+        let other = catalog::hopper_tiles(128)[1];
+        assert!(matches!(
+            plan_hopper(&p, Some(other), 232_448),
+            Err(KernelError::EngineUnavailable(_))
+        ));
+        // Decode with sinks: the mma.sync kernel would not split it (features never split),
+        // so Auto takes the Hopper engine; a pinned mma.sync config still wins.
+        let sm = 132;
+        let decode = Problem::new(
+            AttnShape::new(1, 32, 8, 1, 8192, 128).unwrap(),
+            Causal::None,
+        )
+        .with_sinks(vec![0.0; 32])
+        .unwrap();
+        let cfg = crate::config::choose_config(1, 32, 1, 128, sm, 232_448);
+        assert!(auto_prefers_hopper(&decode, &cfg, false, None, sm));
+        assert!(!auto_prefers_hopper(&decode, &cfg, true, None, sm));
     }
 
     #[test]

@@ -26,8 +26,46 @@ use crate::{
     Dtype, KernelError,
 };
 
+/// The score-modifying features of one launch, mirrored from `attn::FwdFeatures` in
+/// kernels/common.cuh (two device pointers, then four 4-byte fields). Read only by the
+/// features' entry points; [`FwdFeatures::OFF`] everywhere else.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct FwdFeatures {
+    /// Device address of the ALiBi slopes divided by the softmax scale (0: off).
+    pub alibi: u64,
+    /// Device address of the sink logits times log2(e), `[Hq]` (0: off).
+    pub sinks: u64,
+    /// Window left bound, −1 unbounded; clamped to `Sq + Sk` (a larger one masks nothing).
+    pub window_left: i32,
+    /// Window right bound, −1 unbounded; clamped to `Sq + Sk`.
+    pub window_right: i32,
+    /// 0 for slopes `[Hq]`, Hq for `[B, Hq]`.
+    pub alibi_batch_stride: i32,
+    /// `scale / c` with a softcap c, 0 without.
+    pub softcap_in: f32,
+}
+
+impl FwdFeatures {
+    /// Every feature off.
+    pub const OFF: FwdFeatures = FwdFeatures {
+        alibi: 0,
+        sinks: 0,
+        window_left: -1,
+        window_right: -1,
+        alibi_batch_stride: 0,
+        softcap_in: 0.0,
+    };
+}
+
+impl Default for FwdFeatures {
+    fn default() -> Self {
+        Self::OFF
+    }
+}
+
 /// Scalars of one launch, mirrored from `attn::FwdParams` in kernels/common.cuh (same field
-/// order: twelve 4-byte fields, then twelve 8-byte strides).
+/// order: twelve 4-byte fields, twelve 8-byte strides, then the features).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct FwdParams {
@@ -47,10 +85,12 @@ pub(crate) struct FwdParams {
     pub k_stride: [i64; 3],
     pub v_stride: [i64; 3],
     pub o_stride: [i64; 3],
+    pub feat: FwdFeatures,
 }
 
 // SAFETY: plain-old-data with the C layout of `attn::FwdParams` (twelve 4-byte fields, so the
-// 8-byte strides start 8-byte aligned at offset 48 in both languages).
+// 8-byte strides start 8-byte aligned at offset 48 in both languages; `FwdFeatures` starts at
+// 144 with its two 8-byte pointers, 32 bytes in both).
 unsafe impl DeviceRepr for FwdParams {}
 
 impl FwdParams {
@@ -302,6 +342,8 @@ pub struct FlashAttention {
     workspace: Mutex<Option<SplitWorkspace>>,
     /// The FP8 forward's Vᵀ buffer (src/fp8.rs), grown on demand.
     pub(crate) fp8_vt: Mutex<Option<CudaSlice<u8>>>,
+    /// Device copies of ALiBi slopes and sinks ([`FeatureBuffers`]).
+    features: Mutex<FeatureBuffers>,
 }
 
 /// Device memory of the split-KV epilogue: partial O, (m, l) per split row, and one ticket
@@ -524,6 +566,7 @@ impl FlashAttention {
             stream,
             workspace: Mutex::new(None),
             fp8_vt: Mutex::new(None),
+            features: Mutex::new(FeatureBuffers::default()),
         }
     }
 
@@ -640,10 +683,21 @@ impl FlashAttention {
         let debug = extras.dump.is_some();
         let unit = unit_key(Arch::Sm80, T::DTYPE, d)?;
         let planted = debug || extras.mode.is_some();
+        let features = !problem.features().is_empty();
+        if features && planted {
+            return Err(KernelError::UnsupportedFeature(format!(
+                "{} in a debug launch (tile dumps, planted bugs)",
+                feature_names(problem)
+            )));
+        }
         if let Some(tile) = self.hopper_choice(problem, T::DTYPE, &opts, planted)? {
             return self.launch_hopper(problem, &q, &k, &v, &mut o, lse.as_mut(), tile);
         }
-        let config = opts.config.unwrap_or_else(|| self.default_config(problem));
+        let config = match opts.config {
+            Some(c) => c,
+            None if features => feature_config(d)?,
+            None => self.default_config(problem),
+        };
         // Debug launches (tile dumps, planted bugs) never split: dumps are per query block.
         let splits = if planted { Some(1) } else { opts.splits };
         let plan = plan_launch(problem, config, splits, self.sm_count())?;
@@ -655,10 +709,12 @@ impl FlashAttention {
                 limit: self.max_smem_per_block(),
             });
         }
-        let mode = match (extras.mode, problem.causal()) {
-            (Some(m), _) => m,
-            (None, Causal::None) => KernelMode::Full,
-            (None, _) => KernelMode::Causal,
+        let mode = match (extras.mode, problem.causal(), features) {
+            (Some(m), _, _) => m,
+            (None, Causal::None, false) => KernelMode::Full,
+            (None, _, false) => KernelMode::Causal,
+            (None, Causal::None, true) => KernelMode::FullFeatures,
+            (None, _, true) => KernelMode::CausalFeatures,
         };
         let split = plan.params.n_splits > 1;
         let name = fwd_entry_name(&unit, &cfg, mode, split);
@@ -670,6 +726,8 @@ impl FlashAttention {
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
         params.dump_count = extras.dump.as_ref().map_or(0, |d| d.count);
+        let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
+        let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
         let launch_cfg = LaunchConfig {
             grid_dim: plan.grid,
             block_dim: (cfg.threads() as u32, 1, 1),
@@ -733,10 +791,13 @@ impl FlashAttention {
         // holds blocks·splits·BM rows of the bucket's width and one counter per block (zeroed,
         // reset by the kernel); 32-bit index ranges were checked in `plan_launch`; null
         // pointers are passed only where the kernel does not read them (lse is tested for
-        // null; the workspace only in split entry points); the dynamic shared-memory size was
-        // raised on the function and fits the device.
+        // null; the workspace only in split entry points; the feature arrays only in feature
+        // entry points, which test them for null and index them by (b, h) < the lengths
+        // `Features::validate` checked); the dynamic shared-memory size was raised on the
+        // function and fits the device.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the kernel"))?;
         drop(ptrs);
+        drop(feature_guard);
         Ok(LaunchInfo {
             kernel: name,
             arch,
@@ -819,14 +880,16 @@ impl FlashAttention {
         let plan = plan_hopper(problem, tile, self.max_smem_per_block())?;
         let unit = hopper_unit(T::DTYPE, plan.bucket);
         let causal = problem.causal() != Causal::None;
-        let name = hopper_entry_name(&unit, &plan.tile, causal);
+        let features = !problem.features().is_empty();
+        let name = hopper_entry_name(&unit, &plan.tile, causal, features);
         let (func, arch) = self.function(&unit, &name, false, plan.smem_bytes as usize)?;
         let stream = &self.stream;
         let o_strides = o.strides;
         let ptrs = bind_tensors(stream, problem, q, k, v, o, lse)?;
-        let params = plan
+        let mut params = plan
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
+        let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
         let elem = crate::config::elem_of(T::DTYPE).into();
         let rows_kv = plan.tile.block_n;
         let geometry =
@@ -834,6 +897,7 @@ impl FlashAttention {
         let tma_q = encode_tma(&geometry(q, HOPPER_BLOCK_M)?, ptrs.q, elem)?;
         let tma_k = encode_tma(&geometry(k, rows_kv)?, ptrs.k, elem)?;
         let tma_v = encode_tma(&geometry(v, rows_kv)?, ptrs.v, elem)?;
+        let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
         let launch_cfg = LaunchConfig {
             grid_dim: plan.grid,
             block_dim: (HOPPER_THREADS as u32, 1, 1),
@@ -855,10 +919,13 @@ impl FlashAttention {
         // inside Q, K and V (out-of-range boxes are zero-filled, not read). The kernel bounds
         // its O and LSE writes by q_len and head_dim. The guards keep cudarc's stream
         // ordering for the raw pointers until after the launch; sizes were checked against
-        // 32-bit indexing and the grid limits in `plan_hopper`; the dynamic shared memory was
-        // raised on the function and fits the device.
+        // 32-bit indexing and the grid limits in `plan_hopper`; the feature arrays are read
+        // only by feature entries, which test them for null and index them by (b, h) within
+        // the lengths `Features::validate` checked; the dynamic shared memory was raised on
+        // the function and fits the device.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the Hopper kernel"))?;
         drop(ptrs);
+        drop(feature_guard);
         Ok(LaunchInfo {
             kernel: name,
             arch,
@@ -939,9 +1006,24 @@ pub(crate) fn plan_launch(
     let d = s.head_dim();
     check_sizes(problem)?;
     config.check_head_dim(d)?;
+    let features = !problem.features().is_empty();
+    if features {
+        let want = feature_config(d)?;
+        if config != want {
+            return Err(KernelError::UnsupportedFeature(format!(
+                "{} with config {} (the mma.sync kernel runs features in config {} only)",
+                feature_names(problem),
+                config.name(),
+                want.name()
+            )));
+        }
+    }
     let q_tiles = s.q_len().div_ceil(config.block_m);
     let key_tiles = s.kv_len().div_ceil(config.block_n);
     let n_splits = match splits {
+        // Features never split: the split combine has no sink and the feature entries no
+        // split variant (one instantiation per bucket keeps the build time).
+        None if features => 1,
         None => choose_splits(
             &config,
             d,
@@ -953,6 +1035,12 @@ pub(crate) fn plan_launch(
             return Err(AttnError::InvalidArgument("splits must be at least 1".into()).into())
         }
         Some(1) => 1,
+        Some(n) if features => {
+            return Err(KernelError::UnsupportedFeature(format!(
+                "{} with split-KV ({n} splits asked; use 1 or the default)",
+                feature_names(problem)
+            )))
+        }
         Some(n) if !has_split(&config, d) => {
             return Err(AttnError::InvalidArgument(format!(
                 "config {} has no split-KV kernels ({n} splits asked)",
@@ -980,11 +1068,12 @@ pub(crate) fn plan_launch(
     })
 }
 
-/// The checks every forward launcher makes first: features the kernels implement, a
-/// supported head dim, and sizes inside 32-bit indexing and the grid limits.
+/// The checks every forward launcher makes first: valid features (attn-ref's
+/// [`attn_ref::Features::validate`]), a supported head dim, and sizes inside 32-bit indexing
+/// and the grid limits. The FP8 launcher refuses features itself ([`check_no_features`]).
 pub(crate) fn check_sizes(problem: &Problem) -> Result<(), KernelError> {
     let s = problem.shape();
-    check_no_features(problem)?;
+    problem.features().validate(s)?;
     crate::config::bucket_for(s.head_dim())?;
     let i32_max = i32::MAX as usize;
     let overflow = |what: &'static str, v: Option<usize>, limit: usize| match v {
@@ -1002,28 +1091,203 @@ pub(crate) fn check_sizes(problem: &Problem) -> Result<(), KernelError> {
     Ok(())
 }
 
-/// Refuses problems carrying features the kernels do not implement (a wrong result would be
-/// worse than an error).
+/// Refuses problems carrying features a kernel does not implement (the FP8 forward's; a
+/// wrong result would be worse than an error).
 pub(crate) fn check_no_features(problem: &Problem) -> Result<(), KernelError> {
-    let f = problem.features();
-    let mut missing = Vec::new();
-    if f.window.is_some() {
-        missing.push("sliding windows");
-    }
-    if f.softcap.is_some() {
-        missing.push("softcap");
-    }
-    if f.alibi.is_some() {
-        missing.push("ALiBi");
-    }
-    if f.sinks.is_some() {
-        missing.push("attention sinks");
-    }
-    if missing.is_empty() {
+    if problem.features().is_empty() {
         Ok(())
     } else {
-        Err(KernelError::UnsupportedFeature(missing.join(", ")))
+        Err(KernelError::UnsupportedFeature(feature_names(problem)))
     }
+}
+
+/// The problem's features in words (`sliding windows, softcap`).
+pub(crate) fn feature_names(problem: &Problem) -> String {
+    let f = problem.features();
+    let mut names = Vec::new();
+    if f.window.is_some() {
+        names.push("sliding windows");
+    }
+    if f.softcap.is_some() {
+        names.push("softcap");
+    }
+    if f.alibi.is_some() {
+        names.push("ALiBi");
+    }
+    if f.sinks.is_some() {
+        names.push("attention sinks");
+    }
+    names.join(", ")
+}
+
+/// The mma.sync config with the features' entry points for `head_dim`
+/// ([`crate::catalog::fwd_feature_tile`]).
+pub(crate) fn feature_config(head_dim: usize) -> Result<KernelConfig, KernelError> {
+    let bucket = crate::config::bucket_for(head_dim)?;
+    crate::catalog::fwd_feature_tile(bucket)
+        .ok_or_else(|| KernelError::UnsupportedFeature(format!("features at head_dim {head_dim}")))
+}
+
+/// The scalar part of the features (`FwdParams::feat` without its two pointers, which the
+/// launcher sets once the arrays are on the device).
+pub(crate) fn fwd_features(problem: &Problem) -> FwdFeatures {
+    let s = problem.shape();
+    let f = problem.features();
+    // A bound past Sq + Sk masks nothing; clamping keeps it in i32 (sizes were checked).
+    let reach = (s.q_len() + s.kv_len()) as i64;
+    let bound = |x: i64| if x < 0 { -1 } else { x.min(reach) as i32 };
+    let (window_left, window_right) = f.window.map_or((-1, -1), |(l, r)| (bound(l), bound(r)));
+    FwdFeatures {
+        alibi: 0,
+        sinks: 0,
+        window_left,
+        window_right,
+        alibi_batch_stride: match f.alibi {
+            Some(attn_ref::Alibi::PerBatchHead(_)) => s.q_heads() as i32,
+            _ => 0,
+        },
+        softcap_in: f.softcap.map_or(0.0, |c| (problem.scale() / c) as f32),
+    }
+}
+
+/// The softmax scale the kernels run with: the problem's, or the softcap c, into which
+/// FlashAttention-2 folds the scale (raw scores become `tanh(s · scale/c)`).
+fn softmax_scale(problem: &Problem) -> f64 {
+    problem.features().softcap.unwrap_or(problem.scale())
+}
+
+/// The features' per-head arrays as the kernels read them, packed into one buffer: ALiBi
+/// slopes divided by the softmax scale (raw-score units, rounded once from f64 as attn-ref's
+/// emulation does) at `alibi`, sink logits times log2(e) at `sinks`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FeatureArrays {
+    pub values: Vec<f32>,
+    pub alibi: Option<usize>,
+    pub sinks: Option<usize>,
+}
+
+pub(crate) fn feature_arrays(problem: &Problem) -> Option<FeatureArrays> {
+    let f = problem.features();
+    if f.alibi.is_none() && f.sinks.is_none() {
+        return None;
+    }
+    let scale = softmax_scale(problem);
+    let mut values = Vec::new();
+    let alibi = f.alibi.as_ref().map(|a| {
+        values.extend(a.slopes().iter().map(|&x| (f64::from(x) / scale) as f32));
+        0
+    });
+    let sinks = f.sinks.as_ref().map(|sinks| {
+        let at = values.len();
+        values.extend(
+            sinks
+                .iter()
+                .map(|&x| (f64::from(x) * std::f64::consts::LOG2_E) as f32),
+        );
+        at
+    });
+    Some(FeatureArrays {
+        values,
+        alibi,
+        sinks,
+    })
+}
+
+/// Device copies of the features' arrays, owned by a launcher and keyed by content: the first
+/// launch with given slopes/sinks uploads them (on the launcher's stream, so the kernel sees
+/// them), later launches with the same values reuse the copy — no allocation, no copy, so a
+/// CUDA graph can capture them once warmed up. At most [`MAX_FEATURE_BUFFERS`] distinct
+/// arrays are kept (a model's layers each have their own sinks); beyond, the cache restarts.
+#[derive(Default)]
+pub(crate) struct FeatureBuffers {
+    by_content: HashMap<Vec<u32>, CudaSlice<f32>>,
+}
+
+/// Distinct feature arrays one launcher keeps on the device.
+pub(crate) const MAX_FEATURE_BUFFERS: usize = 256;
+
+impl FeatureBuffers {
+    /// The device copy of `values`, uploaded on `stream` if new.
+    fn get(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        values: &[f32],
+    ) -> Result<&CudaSlice<f32>, KernelError> {
+        let key: Vec<u32> = values.iter().map(|x| x.to_bits()).collect();
+        if !self.by_content.contains_key(&key) {
+            if self.by_content.len() >= MAX_FEATURE_BUFFERS {
+                self.by_content.clear();
+            }
+            let slice = stream
+                .clone_htod(values)
+                .map_err(driver("uploading ALiBi slopes / sinks"))?;
+            self.by_content.insert(key.clone(), slice);
+        }
+        Ok(&self.by_content[&key])
+    }
+}
+
+/// Uploads (once) the problem's feature arrays and points `feat` at them. The guard keeps
+/// cudarc's stream ordering for the buffer until it is dropped after the launch.
+fn bind_features<'a>(
+    stream: &'a Arc<CudaStream>,
+    buffers: &'a mut FeatureBuffers,
+    problem: &Problem,
+    feat: &mut FwdFeatures,
+) -> Result<Option<SyncOnDrop<'a>>, KernelError> {
+    let Some(arrays) = feature_arrays(problem) else {
+        return Ok(None);
+    };
+    let slice = buffers.get(stream, &arrays.values)?;
+    let (base, guard) = slice.device_ptr(stream);
+    let at = |i: usize| base + (i * std::mem::size_of::<f32>()) as u64;
+    feat.alibi = arrays.alibi.map_or(0, at);
+    feat.sinks = arrays.sinks.map_or(0, at);
+    Ok(Some(guard))
+}
+
+#[cfg(test)]
+/// Host mirror of score_mod.cuh's `row_key_range`: the keys `[lo, hi)` row `row` sees under
+/// the causal mask and the window of `p` (empty when `hi <= lo`).
+pub(crate) fn row_key_range(p: &FwdParams, causal: bool, row: i64) -> (i64, i64) {
+    let kv = i64::from(p.kv_len);
+    let mut hi = if causal {
+        (row + 1 + i64::from(p.diag_offset)).clamp(0, kv)
+    } else {
+        kv
+    };
+    let mut lo = 0;
+    let diag = row + kv - i64::from(p.q_len);
+    if p.feat.window_left >= 0 {
+        lo = (diag - i64::from(p.feat.window_left)).clamp(0, kv);
+    }
+    if p.feat.window_right >= 0 {
+        hi = (diag + i64::from(p.feat.window_right) + 1).clamp(0, hi);
+    }
+    (lo, hi)
+}
+
+#[cfg(test)]
+/// Host mirror of score_mod.cuh's `key_tile_range`: for the query block starting at `m0`
+/// (`bm` rows, tiles of `bn` keys), the key tiles `[t_begin, t_begin + n_tiles)` it loads and
+/// the keys `[all_lo, all_hi)` every row sees (tiles inside need no mask).
+pub(crate) fn key_tile_range(
+    p: &FwdParams,
+    causal: bool,
+    m0: i64,
+    bm: i64,
+    bn: i64,
+) -> (i64, i64, i64, i64) {
+    let last_row = (m0 + bm - 1).min(i64::from(p.q_len) - 1);
+    let first = row_key_range(p, causal, m0);
+    let last = row_key_range(p, causal, last_row);
+    let t_begin = first.0 / bn;
+    let n_tiles = if last.1 > first.0 {
+        (last.1 + bn - 1) / bn - t_begin
+    } else {
+        0
+    };
+    (t_begin, n_tiles, last.0, first.1)
 }
 
 /// The scalars of one forward (shared by the f16/bf16 and FP8 launchers); sizes were checked
@@ -1036,6 +1300,7 @@ pub(crate) fn fwd_params(problem: &Problem, n_splits: i32) -> FwdParams {
     };
     let scale = problem.scale();
     FwdParams {
+        feat: fwd_features(problem),
         batch: s.batch() as i32,
         q_heads: s.q_heads() as i32,
         kv_heads: s.kv_heads() as i32,
@@ -1044,7 +1309,7 @@ pub(crate) fn fwd_params(problem: &Problem, n_splits: i32) -> FwdParams {
         group: s.group_size() as i32,
         diag_offset: diag_offset as i32,
         dump_count: 0,
-        scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
+        scale_log2: (softmax_scale(problem) * std::f64::consts::LOG2_E) as f32,
         scale: scale as f32,
         n_splits,
         head_dim: s.head_dim() as i32,
@@ -1155,19 +1420,206 @@ mod tests {
     }
 
     #[test]
-    fn features_the_kernels_lack_are_refused() {
+    fn features_run_in_the_feature_config_unsplit_and_fp8_refuses_them() {
+        let feat = crate::config::cfg(64, 64, 4, 2);
         let p = problem(8, 8, 64, Causal::None).with_softcap(30.0).unwrap();
-        let e = plan_launch(&p, crate::config::cfg(64, 64, 4, 2), None, 132).unwrap_err();
+        let plan = plan_launch(&p, feat, None, 132).unwrap();
+        assert_eq!(plan.params.n_splits, 1);
+        // Another config has no feature entries: a typed error naming the one that has.
+        let e = plan_launch(&p, crate::config::cfg(128, 64, 8, 2), None, 132).unwrap_err();
         assert!(
-            matches!(&e, KernelError::UnsupportedFeature(f) if f == "softcap"),
+            matches!(&e, KernelError::UnsupportedFeature(f) if f.contains("softcap") && f.contains("64_64_4_s2")),
             "{e}"
         );
+        // A decode shape the heuristic would split runs unsplit; asking for splits is refused.
+        let decode = Problem::new(
+            AttnShape::new(1, 32, 8, 1, 8192, 128).unwrap(),
+            Causal::None,
+        );
+        assert!(
+            plan_launch(&decode, feat, None, 132)
+                .unwrap()
+                .params
+                .n_splits
+                > 1
+        );
+        let decode = decode.with_sinks(vec![0.5; 32]).unwrap();
+        assert_eq!(
+            plan_launch(&decode, feat, None, 132)
+                .unwrap()
+                .params
+                .n_splits,
+            1
+        );
+        assert!(matches!(
+            plan_launch(&decode, feat, Some(4), 132),
+            Err(KernelError::UnsupportedFeature(_))
+        ));
+        assert!(plan_launch(&decode, feat, Some(1), 132).is_ok());
+        // D > 128 runs features in 64×32 tiles (they fit sm_89's 99 KiB).
+        assert_eq!(
+            feature_config(200).unwrap(),
+            crate::config::cfg(64, 32, 4, 2)
+        );
+        assert_eq!(feature_config(40).unwrap(), feat);
         let p = problem(8, 8, 64, Causal::None).with_window(4, 0).unwrap();
-        assert!(plan_launch(&p, crate::config::cfg(64, 64, 4, 2), None, 132).is_err());
+        assert!(plan_launch(&p, feat, None, 132).is_ok());
         let p = problem(8, 8, 64, Causal::None)
             .with_sinks(vec![0.5; 8])
             .unwrap();
-        assert!(crate::fp8::plan_fp8(&p, crate::FP8_CONFIGS[0], crate::Fp8Variant::Fp8).is_err());
+        let e =
+            crate::fp8::plan_fp8(&p, crate::FP8_CONFIGS[0], crate::Fp8Variant::Fp8).unwrap_err();
+        assert!(
+            matches!(&e, KernelError::UnsupportedFeature(f) if f == "attention sinks"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn feature_params_are_packed_as_the_kernels_read_them() {
+        let base = problem(100, 300, 64, Causal::BottomRight);
+        let plain = plan_launch(&base, crate::config::cfg(64, 64, 4, 2), Some(1), 132).unwrap();
+        assert_eq!(plain.params.feat, FwdFeatures::OFF);
+        assert!(feature_arrays(&base).is_none());
+        // Softcap: the scale folds into tanh and the softmax runs with scale c.
+        let p = base.with_softcap(30.0).unwrap();
+        let f = fwd_params(&p, 1);
+        assert_eq!(f.feat.softcap_in, (0.125 / 30.0) as f32);
+        assert_eq!(f.scale_log2, (30.0 * std::f64::consts::LOG2_E) as f32);
+        assert_eq!(f.scale, 0.125);
+        // Windows: -1 stays unbounded, bounds past Sq + Sk are clamped (they mask nothing).
+        let p = base.with_window(-1, 1 << 40).unwrap();
+        let f = fwd_params(&p, 1).feat;
+        assert_eq!((f.window_left, f.window_right), (-1, 400));
+        let p = base.with_window(7, 0).unwrap();
+        let f = fwd_params(&p, 1).feat;
+        assert_eq!((f.window_left, f.window_right), (7, 0));
+        // ALiBi [B, Hq] and sinks in one buffer: slopes / softmax scale, sinks · log2(e).
+        let slopes: Vec<f32> = (0..16).map(|i| 0.5f32.powi(i % 8 + 1)).collect();
+        let p = base
+            .with_softcap(20.0)
+            .unwrap()
+            .with_alibi(attn_ref::Alibi::PerBatchHead(slopes.clone()))
+            .unwrap()
+            .with_sinks(vec![f32::NEG_INFINITY, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+            .unwrap();
+        let f = fwd_params(&p, 1).feat;
+        assert_eq!(f.alibi_batch_stride, 8);
+        let a = feature_arrays(&p).unwrap();
+        assert_eq!((a.alibi, a.sinks), (Some(0), Some(16)));
+        assert_eq!(a.values.len(), 24);
+        assert_eq!(a.values[3], (f64::from(slopes[3]) / 20.0) as f32);
+        assert_eq!(a.values[16], f32::NEG_INFINITY);
+        assert_eq!(a.values[18], std::f64::consts::LOG2_E as f32);
+        let p = base
+            .with_alibi(attn_ref::Alibi::PerHead(vec![0.25; 8]))
+            .unwrap();
+        assert_eq!(fwd_params(&p, 1).feat.alibi_batch_stride, 0);
+        let a = feature_arrays(&p).unwrap();
+        assert_eq!((a.alibi, a.sinks), (Some(0), None));
+        assert_eq!(a.values, vec![2.0; 8]); // 0.25 / (1/8)
+    }
+
+    /// The tile range and the no-mask test of score_mod.cuh (mirrored on the host) against
+    /// attn-ref's `visible_range`, over windows, causal alignments and lengths: every visible
+    /// key of every row lies in the loaded tiles, the first and last loaded tiles hold a
+    /// visible key, and a tile inside [all_lo, all_hi) is visible to every row.
+    #[test]
+    fn window_tile_skipping_matches_the_reference() {
+        let windows = [
+            None,
+            Some((-1, -1)),
+            Some((0, 0)),
+            Some((3, 0)),
+            Some((16, -1)),
+            Some((-1, 5)),
+            Some((70, 10)),
+            Some((200, 200)),
+            Some((1 << 40, 1 << 40)),
+        ];
+        let mut checked = 0;
+        for (sq, sk) in [
+            (1, 300),
+            (100, 300),
+            (300, 100),
+            (129, 129),
+            (64, 1),
+            (257, 77),
+        ] {
+            for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+                for w in windows {
+                    let mut p = Problem::new(AttnShape::new(1, 1, 1, sq, sk, 64).unwrap(), causal);
+                    if let Some((l, r)) = w {
+                        p = p.with_window(l, r).unwrap();
+                    }
+                    let params = fwd_params(&p, 1);
+                    let c = causal != Causal::None;
+                    for i in 0..sq {
+                        let (lo, hi) = row_key_range(&params, c, i as i64);
+                        let want = p.visible_range(i);
+                        let got = if hi > lo {
+                            lo as usize..hi as usize
+                        } else {
+                            0..0
+                        };
+                        assert_eq!(got, want, "{sq}x{sk} {causal} {w:?} row {i}");
+                    }
+                    for (bm, bn) in [(64, 64), (128, 128), (64, 32), (128, 80)] {
+                        for m0 in (0..sq).step_by(bm) {
+                            let (t0, n, all_lo, all_hi) =
+                                key_tile_range(&params, c, m0 as i64, bm as i64, bn as i64);
+                            let rows = m0..(m0 + bm).min(sq);
+                            let keys = (t0 * bn as i64) as usize..((t0 + n) * bn as i64) as usize;
+                            let mut first_used = n == 0;
+                            let mut last_used = n == 0;
+                            for i in rows.clone() {
+                                let r = p.visible_range(i);
+                                if r.is_empty() {
+                                    continue;
+                                }
+                                assert!(
+                                    keys.start <= r.start && r.end <= keys.end,
+                                    "{sq}x{sk} {causal} {w:?} block {m0}: row {i} {r:?} outside {keys:?}"
+                                );
+                                let first = keys.start..keys.start + bn;
+                                let last = keys.end - bn..keys.end;
+                                first_used |= r.start < first.end && first.start < r.end;
+                                last_used |= r.start < last.end && last.start < r.end;
+                            }
+                            assert!(
+                                first_used && last_used,
+                                "{sq}x{sk} {causal} {w:?} block {m0}: a wasted tile"
+                            );
+                            for t in t0..t0 + n {
+                                let key0 = t * bn as i64;
+                                if key0 >= all_lo && key0 + bn as i64 <= all_hi {
+                                    for i in rows.clone() {
+                                        let r = p.visible_range(i);
+                                        assert!(
+                                            r.start as i64 <= key0 && key0 + bn as i64 <= r.end as i64,
+                                            "{sq}x{sk} {causal} {w:?}: tile {t} skips the mask of row {i}"
+                                        );
+                                    }
+                                }
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked}");
+        // A window skips tiles: 4096 keys, window 256 left: a 128-row block loads 3 tiles
+        // of 128 (not 32), and the blocks' ranges move with the diagonal.
+        let p = Problem::new(
+            AttnShape::self_attention(1, 1, 4096, 64).unwrap(),
+            Causal::BottomRight,
+        )
+        .with_window(256, 0)
+        .unwrap();
+        let params = fwd_params(&p, 1);
+        assert_eq!(key_tile_range(&params, true, 2048, 128, 128).0, 14);
+        assert_eq!(key_tile_range(&params, true, 2048, 128, 128).1, 3);
     }
 
     #[test]
@@ -1291,7 +1743,8 @@ mod tests {
         let st = Layout::Bshd.strides(dims_kv(s));
         let params = plan.params.with_strides(st, st, st, st);
         assert_eq!(params.k_stride, [300 * 2 * 64, 64, 2 * 64]);
-        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8);
+        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8 + 32);
+        assert_eq!(std::mem::size_of::<FwdFeatures>(), 32);
     }
 
     #[test]

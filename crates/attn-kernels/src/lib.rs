@@ -7,7 +7,10 @@
 //! - everywhere, a FlashAttention-2-style forward (`mma.sync.m16n8k16`, `ldmatrix`, a
 //!   `cp.async` K/V pipeline, split-KV for decode) and the FP8 `mma.sync`/`wgmma` variants;
 //! - every head dim `D % 8 == 0` up to 256 for FP16/BF16 (64 and 128 for FP8, and 256 on the
-//!   Hopper engine).
+//!   Hopper engine);
+//! - on both FP16/BF16 engines, the serving features of [`attn_ref::Features`]: sliding
+//!   windows (the key tiles a window masks are skipped), softcap, ALiBi and attention sinks
+//!   (the FP8 forward refuses them with [`KernelError::UnsupportedFeature`]).
 //!
 //! [`Engine::Auto`] picks the Hopper kernel on sm_90 unless the problem wants split-KV.
 //!
@@ -134,9 +137,12 @@ pub enum KernelError {
         /// The supported set, in words.
         supported: &'static str,
     },
-    /// A problem feature (window, softcap, ALiBi, sinks) no kernel implements yet: refused,
+    /// A problem feature (window, softcap, ALiBi, sinks) the chosen kernel does not implement
+    /// (the FP8 forward, or an mma.sync config without the features' entry points): refused,
     /// never silently dropped.
-    #[error("the kernels do not implement {0} yet; the f64 reference (attn-ref) does")]
+    #[error(
+        "{0}: not implemented by this kernel (the f16/bf16 forward and the f64 reference have it)"
+    )]
     UnsupportedFeature(String),
     /// A tensor whose dims, strides or extent do not fit the problem or its view.
     #[error("{tensor}: {reason}")]

@@ -9,6 +9,7 @@
 //! - `splits`: split-KV (flash-decoding) counts and the split heuristic;
 //! - `family`: head dims, layouts and threads;
 //! - `fp8`: the FP8 (E4M3) forward against the reference and its rounding model;
+//! - `features`: sliding window, softcap, ALiBi and sinks on both f16/bf16 engines;
 //! - `hopper`: the Hopper engine's every tile and head dim, its default use on sm_90, and its
 //!   refusals;
 //! - `stability`: bitwise determinism, 100k launches, concurrent streams;
@@ -41,6 +42,7 @@ mod correctness;
 #[cfg(feature = "debug-kernels")]
 mod debug;
 mod family;
+mod features;
 mod fp8;
 mod hopper;
 mod resources;

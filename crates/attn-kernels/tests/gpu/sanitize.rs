@@ -217,3 +217,48 @@ fn max_abs_error<T: attn_kernels::StorageType>(out: &[T], reference: &[f64]) -> 
             }
         })
 }
+
+/// The feature entries of both engines (window with tails and rows left without a key,
+/// softcap, ALiBi, sinks) in both layouts, for compute-sanitizer: the tile ranges a window
+/// skips to must stay inside K and V.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_features_window_small_shapes() {
+    use attn_kernels::Layout;
+    use attn_ref::{Alibi, Features};
+    // Its own handle, dropped at the end, so memcheck's leak check sees the feature
+    // buffers and the modules freed.
+    let gpu = FlashAttention::new(0).expect("a CUDA device");
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for (dims, causal, window) in [
+        ((1, 2, 1, 70, 70, 64), Causal::None, (16, 0)),
+        ((1, 2, 1, 33, 90, 128), Causal::BottomRight, (8, 8)),
+        ((1, 2, 2, 90, 33, 64), Causal::TopLeft, (-1, 2)),
+        ((1, 2, 1, 130, 200, 40), Causal::BottomRight, (0, 0)),
+    ] {
+        let features = Features {
+            window: Some(window),
+            softcap: Some(10.0),
+            alibi: Some(Alibi::PerHead(crate::features::alibi_slopes(2))),
+            sinks: Some(crate::features::sinks(&mut rng, 2)),
+        };
+        let p = crate::problem(dims, causal)
+            .with_features(features)
+            .unwrap();
+        for dt in DTYPES {
+            failures.extend(crate::features::check_dtype(
+                &gpu,
+                &p,
+                "sanitize",
+                &mut rng,
+                seed,
+                dt,
+                &[Layout::Bhsd, Layout::Bshd],
+            ));
+        }
+    }
+    drop(gpu);
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
