@@ -25,6 +25,7 @@ mod reference;
 mod ring;
 mod sanitize;
 mod sweep;
+mod train_bench;
 
 #[derive(Parser)]
 #[command(
@@ -69,6 +70,8 @@ enum Cmd {
     SetupCuda(cuda::SetupArgs),
     /// Ring attention over N local GPUs against one GPU on the whole sequence.
     Ring(ring::Args),
+    /// Forward, backward and serving-feature timings against SDPA's forward and backward.
+    TrainBench(train_bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Reference(a) => reference::run(a),
         Cmd::Ring(a) => ring::run(a),
+        Cmd::TrainBench(a) => train_bench::run(a),
         Cmd::Quantize(a) => quant::run_quantize(a),
         Cmd::Dequantize(a) => quant::run_dequantize(a),
         Cmd::Compare(a) => compare::run(a),

@@ -131,7 +131,12 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     float* sLse = reinterpret_cast<float*>(sdS + BN * PP); // QSTAGES × BM (log2 units)
     float* sDelta = sLse + QSTAGES * BM;                    // QSTAGES × BM
 
-    const int n_blk = blockIdx.x;
+    // Deterministic causal runs take turns on a query block from the highest key block down
+    // (that block reaches the query block first, so the turns pipeline instead of serializing);
+    // the grid is walked in that order too, so every block waited for was dispatched earlier
+    // (FlashAttention-3's deterministic backward reverses the key blocks the same way).
+    const bool reversed = CAUSAL && p.deterministic;
+    const int n_blk = reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int kvh = blockIdx.y;
     const int b = blockIdx.z;
     const int tid = threadIdx.x;
@@ -209,7 +214,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         for (int n = 0; n < Cfg::kNA; ++n)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc_s[n][r] = acc_dp[n][r] = 0.f;
-#pragma unroll 1
+#pragma unroll 2
         for (int kk = 0; kk < DK / 16; ++kk) {
             uint32_t ka[4], va[4];
             const int arow = 16 * kg + (lane & 15);
@@ -257,7 +262,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         __syncthreads();
 
         // Phase B: dV_kg += Pᵀ·dO_i, dK_kg += dSᵀ·Q_i over this warp's columns.
-#pragma unroll 1
+#pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk) {
             uint32_t pa[4], sa[4];
             const int arow = 16 * kg + (lane & 15);
@@ -284,7 +289,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         for (int n = 0; n < Cfg::kNC; ++n)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc_dq[n][r] = 0.f;
-#pragma unroll 1
+#pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
             // A = dS (queries × keys) read from the dSᵀ tile transposed.
             uint32_t da[4];
@@ -302,14 +307,20 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             }
         }
         unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
+        int turn = n_blk;
+        if (reversed) {
+            const int n_max = min(static_cast<int>(gridDim.x) - 1, (m0 + BM - 1 + p.diag_offset) / BN);
+            turn = n_max - n_blk;
+        }
         if (p.deterministic) {
-            // Wait for the key blocks before this one (the first key block adding into this
-            // query block is n_blk_first = 0: every lower block sees at least as many rows).
+            // Wait for the key blocks that add before this one: without a mask, blocks
+            // 0..n_blk−1; causal, blocks n_max..n_blk+1, where n_max is the last key block any
+            // row of this query block sees (every block from 0 to n_max sees some row).
             if (tid == 0) {
                 unsigned int seen;
                 do {
                     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-                } while (seen != static_cast<unsigned int>(n_blk));
+                } while (seen != static_cast<unsigned int>(turn));
             }
             __syncthreads();
         }
@@ -331,7 +342,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             __threadfence();
             __syncthreads();
             if (tid == 0) {
-                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(n_blk + 1))
+                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(turn + 1))
                              : "memory");
             }
         }

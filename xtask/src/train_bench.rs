@@ -1,0 +1,239 @@
+//! `cargo xtask train-bench`: our forward, backward (default and deterministic) and the
+//! forward with each serving feature (window, softcap, ALiBi), against PyTorch SDPA's forward
+//! and autograd backward (flash and cuDNN backends), in one run. Every sample is a CUDA event
+//! pair around one call; medians with bootstrap CIs of the time ratios (attn-stats).
+
+use std::process::Command;
+
+use anyhow::{anyhow, Context, Result};
+use attn_kernels::{
+    dims_kv, dims_q, Backward, BackwardOptions, FlashAttention, Forward, ForwardOptions, Layout,
+    Tensor, TensorMut,
+};
+use attn_ref::{Alibi, AttnShape, Causal, Problem};
+use clap::Parser;
+use cudarc::driver::sys::CUevent_flags;
+use half::bf16;
+
+/// The SDPA side, embedded so the bundle's xtask needs nothing beside it.
+const SCRIPT: &str = include_str!("../scripts/sdpa_train_bench.py");
+
+/// Flags of `xtask train-bench`.
+#[derive(Debug, Parser)]
+pub struct Args {
+    /// Shapes `B,H,S,D` (bf16, Hq = Hkv), separated by `;`.
+    #[arg(long, default_value = "4,16,4096,128;2,16,8192,128;4,16,4096,64")]
+    shapes: String,
+    /// Warm-up calls.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Timed calls.
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Python with torch (the SDPA side); `none` skips it.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// Write everything as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+fn parse_shapes(s: &str) -> Result<Vec<[usize; 4]>> {
+    s.split(';')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| {
+            let v: Vec<usize> = x
+                .split(',')
+                .map(|n| n.trim().parse().map_err(|_| anyhow!("bad shape `{x}`")))
+                .collect::<Result<_>>()?;
+            <[usize; 4]>::try_from(v).map_err(|_| anyhow!("a shape is B,H,S,D: `{x}`"))
+        })
+        .collect()
+}
+
+fn median(x: &mut [f64]) -> f64 {
+    x.sort_by(f64::total_cmp);
+    x[x.len() / 2]
+}
+
+/// Times `f` (one call per sample) with CUDA events on `gpu`'s stream, in µs.
+fn time(
+    gpu: &FlashAttention,
+    warmup: usize,
+    iters: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
+    let s = gpu.stream();
+    let mut out = Vec::new();
+    for i in 0..warmup + iters {
+        let a = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        f()?;
+        let b = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let ms = a.elapsed_ms(&b)? as f64;
+        if i >= warmup {
+            out.push(ms * 1e3);
+        }
+    }
+    Ok(out)
+}
+
+/// Entry point.
+pub fn run(args: Args) -> Result<()> {
+    let shapes = parse_shapes(&args.shapes)?;
+    let gpu = FlashAttention::new(0)?;
+    let s = gpu.stream().clone();
+    let mut rows = Vec::new();
+    for &[b, h, n, d] in &shapes {
+        for causal in [false, true] {
+            let shape = AttnShape::new(b, h, h, n, n, d)?;
+            let mask = if causal {
+                Causal::BottomRight
+            } else {
+                Causal::None
+            };
+            let p = Problem::new(shape, mask);
+            let (qd, kd) = (dims_q(&shape), dims_kv(&shape));
+            let rnd = |seed: u64, len: usize| -> Result<cudarc::driver::CudaSlice<bf16>> {
+                use rand::{Rng, SeedableRng};
+                let mut r = rand::rngs::StdRng::seed_from_u64(seed);
+                let host: Vec<bf16> = (0..len)
+                    .map(|_| bf16::from_f32(r.sample::<f32, _>(rand_distr::StandardNormal)))
+                    .collect();
+                Ok(s.clone_htod(&host)?)
+            };
+            let (q, k, v, d_o) = (
+                rnd(1, shape.q_elems())?,
+                rnd(2, shape.kv_elems())?,
+                rnd(3, shape.kv_elems())?,
+                rnd(4, shape.o_elems())?,
+            );
+            let mut o = s.alloc_zeros::<bf16>(shape.o_elems())?;
+            let mut lse = s.alloc_zeros::<f32>(shape.lse_elems())?;
+            let (mut dq, mut dk, mut dv) = (
+                s.alloc_zeros::<bf16>(shape.q_elems())?,
+                s.alloc_zeros::<bf16>(shape.kv_elems())?,
+                s.alloc_zeros::<bf16>(shape.kv_elems())?,
+            );
+            let bh = Layout::Bhsd;
+            let mut fwd_of = |p: &Problem| -> Result<Vec<f64>> {
+                time(&gpu, args.warmup, args.iters, || {
+                    gpu.forward(Forward {
+                        problem: p,
+                        q: Tensor::contiguous(q.as_view(), qd, bh),
+                        k: Tensor::contiguous(k.as_view(), kd, bh),
+                        v: Tensor::contiguous(v.as_view(), kd, bh),
+                        o: TensorMut::contiguous(o.as_view_mut(), qd, bh),
+                        lse: Some(lse.as_view_mut()),
+                        options: ForwardOptions::default(),
+                    })?;
+                    Ok(())
+                })
+            };
+            let fwd = fwd_of(&p)?;
+            let window = fwd_of(&p.with_window(256, if causal { 0 } else { 256 })?)?;
+            let softcap = fwd_of(&p.with_softcap(30.0)?)?;
+            let slopes: Vec<f32> = (0..h)
+                .map(|i| 2f32.powf(-8.0 * (i + 1) as f32 / h as f32))
+                .collect();
+            let alibi = fwd_of(&p.with_alibi(Alibi::PerHead(slopes))?)?;
+            // The forward once more, so O and LSE are the plain problem's for the backward.
+            fwd_of(&p)?;
+            let mut bwd_of = |det: bool| -> Result<Vec<f64>> {
+                time(&gpu, args.warmup, args.iters, || {
+                    gpu.backward(Backward {
+                        problem: &p,
+                        q: Tensor::contiguous(q.as_view(), qd, bh),
+                        k: Tensor::contiguous(k.as_view(), kd, bh),
+                        v: Tensor::contiguous(v.as_view(), kd, bh),
+                        o: Tensor::contiguous(o.as_view(), qd, bh),
+                        lse: lse.as_view(),
+                        d_o: Tensor::contiguous(d_o.as_view(), qd, bh),
+                        dq: TensorMut::contiguous(dq.as_view_mut(), qd, bh),
+                        dk: TensorMut::contiguous(dk.as_view_mut(), kd, bh),
+                        dv: TensorMut::contiguous(dv.as_view_mut(), kd, bh),
+                        options: BackwardOptions { deterministic: det },
+                    })?;
+                    Ok(())
+                })
+            };
+            let bwd = bwd_of(false)?;
+            let bwd_det = bwd_of(true)?;
+            let flops = shape.flops(mask);
+            let tf = |us: f64, mult: f64| mult * flops / us * 1e-6;
+            let m = |x: &[f64]| median(&mut x.to_vec());
+            println!(
+                "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | window {:.3}× softcap {:.3}× alibi {:.3}× plain | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×)",
+                if causal { "causal" } else { "full" },
+                m(&fwd), tf(m(&fwd), 1.0),
+                m(&window) / m(&fwd), m(&softcap) / m(&fwd), m(&alibi) / m(&fwd),
+                m(&bwd), tf(m(&bwd), 2.5), m(&bwd_det), m(&bwd_det) / m(&bwd)
+            );
+            rows.push(serde_json::json!({
+                "shape": [b, h, n, d, causal],
+                "fwd_us": fwd, "window_us": window, "softcap_us": softcap, "alibi_us": alibi,
+                "bwd_us": bwd, "bwd_det_us": bwd_det, "flops_fwd": flops,
+            }));
+        }
+    }
+    let mut sdpa = serde_json::Value::Null;
+    if args.python != "none" {
+        let list: Vec<_> = shapes
+            .iter()
+            .flat_map(|&[b, h, n, d]| [[b, h, n, d, 0], [b, h, n, d, 1]])
+            .collect();
+        let out = Command::new(&args.python)
+            .arg("-c")
+            .arg(SCRIPT)
+            .arg(serde_json::to_string(&list)?)
+            .arg(args.warmup.to_string())
+            .arg(args.iters.to_string())
+            .output()
+            .context("running the SDPA script")?;
+        if !out.status.success() {
+            return Err(anyhow!(
+                "SDPA script failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        sdpa = serde_json::from_slice(&out.stdout).context("parsing the SDPA script's output")?;
+        let f = |v: &serde_json::Value| -> Vec<f64> {
+            v.as_array()
+                .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+                .unwrap_or_default()
+        };
+        // The script answers two backends per shape, in our rows' order.
+        for (i, r) in sdpa.as_array().into_iter().flatten().enumerate() {
+            let ours = &rows[i / 2];
+            let (sf, sb) = (f(&r["fwd_us"]), f(&r["bwd_us"]));
+            if sf.is_empty() || sb.is_empty() {
+                println!("SDPA {} {}: {}", r["backend"], r["shape"], r["error"]);
+                continue;
+            }
+            let opts = attn_stats::CompareOptions::default();
+            let cf =
+                attn_stats::compare(&sf, &f(&ours["fwd_us"]), &opts).map_err(|e| anyhow!("{e}"))?;
+            let cb =
+                attn_stats::compare(&sb, &f(&ours["bwd_us"]), &opts).map_err(|e| anyhow!("{e}"))?;
+            println!(
+                "SDPA {} {}: fwd {:.1} µs, bwd {:.1} µs | ours/SDPA time: fwd {:.3} [{:.3}, {:.3}], bwd {:.3} [{:.3}, {:.3}]",
+                r["backend"],
+                r["shape"],
+                median(&mut sf.clone()),
+                median(&mut sb.clone()),
+                cf.ratio,
+                cf.ratio_ci_low,
+                cf.ratio_ci_high,
+                cb.ratio,
+                cb.ratio_ci_low,
+                cb.ratio_ci_high
+            );
+        }
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&serde_json::json!({"ours": rows, "sdpa": sdpa}))?,
+        )?;
+    }
+    Ok(())
+}
