@@ -141,12 +141,18 @@ pub(crate) fn plan_hopper(
     check_sizes(problem)?;
     let s = problem.shape();
     let bucket = crate::config::bucket_for(s.head_dim())?;
+    // A problem with features runs the bucket's feature tile unless one was asked for.
+    let features = !problem.features().is_empty();
+    let asked = match tile {
+        None if features => catalog::hopper_feature_tile(bucket),
+        t => t,
+    };
     let tile = pick_tile(
         catalog::hopper_tiles(bucket),
-        tile,
+        asked,
         &format!("head_dim {}", s.head_dim()),
     )?;
-    if !problem.features().is_empty() && Some(tile) != catalog::hopper_feature_tile(bucket) {
+    if features && Some(tile) != catalog::hopper_feature_tile(bucket) {
         return Err(KernelError::EngineUnavailable(format!(
             "the Hopper engine runs {} only in tile {} (asked: {}); leave the tile unset",
             crate::launch::feature_names(problem),
@@ -396,6 +402,13 @@ mod tests {
         let plan = plan_hopper(&p, None, 232_448).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.params.feat.window_left, 100);
+        // Above D = 192 the feature tile is not the default: an unset tile picks it.
+        let wide = p
+            .with_shape(AttnShape::new(1, 8, 2, 300, 500, 256).unwrap())
+            .unwrap();
+        let plan = plan_hopper(&wide, None, 232_448).unwrap();
+        assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(256));
+        assert_ne!(plan.tile, catalog::hopper_tiles(256)[0]);
         let other = catalog::hopper_tiles(128)[1];
         assert!(matches!(
             plan_hopper(&p, Some(other), 232_448),
