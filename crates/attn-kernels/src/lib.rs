@@ -10,7 +10,10 @@
 //!   Hopper engine);
 //! - on both FP16/BF16 engines, the serving features of [`attn_ref::Features`]: sliding
 //!   windows (the key tiles a window masks are skipped), softcap, ALiBi and attention sinks
-//!   (the FP8 forward refuses them with [`KernelError::UnsupportedFeature`]).
+//!   (the FP8 forward refuses them with [`KernelError::UnsupportedFeature`]);
+//! - the backward pass ([`backward`]: dQ, dK, dV on `mma.sync` for every arch, a
+//!   deterministic mode) and the LSE merge of partial results ([`merge`], which ring attention
+//!   in attn-dist uses).
 //!
 //! [`Engine::Auto`] picks the Hopper kernel on sm_90 unless the problem wants split-KV.
 //!
