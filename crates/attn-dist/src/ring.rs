@@ -240,6 +240,29 @@ fn validate_local<T>(
     Ok((plan, kl))
 }
 
+/// Writes accumulator rows `rows` into the call's O and LSE (a zero-row call only runs the
+/// merge's checks on them).
+fn finish_rows<T: StorageType>(
+    compute: &FlashAttention,
+    acc: &mut LseAccumulator,
+    rows: std::ops::Range<usize>,
+    args: &mut RingForward<'_, T>,
+) -> Result<(), DistError> {
+    compute.merge(
+        acc,
+        Merge {
+            rows,
+            part: None,
+            first: false,
+            out: Some((
+                args.o.reborrow(),
+                args.lse.as_mut().map(|x| x.slice_mut(..)),
+            )),
+        },
+    )?;
+    Ok(())
+}
+
 fn timing_event(stream: &CudaStream) -> Result<CudaEvent, DistError> {
     stream
         .record_event(Some(cu::CUevent_flags::CU_EVENT_DEFAULT))
@@ -332,18 +355,7 @@ impl<T: StorageType> RingAttention<T> {
                 let l = plan.local_len();
                 self.ensure_buffers(b * hkv * l * d, [b, hq, l, d])?;
                 if let Some(buf) = self.buffers.as_mut() {
-                    self.compute.merge(
-                        &mut buf.acc,
-                        Merge {
-                            rows: 0..0,
-                            part: None,
-                            first: false,
-                            out: Some((
-                                args.o.reborrow(),
-                                args.lse.as_mut().map(|x| x.slice_mut(..)),
-                            )),
-                        },
-                    )?;
+                    finish_rows(&self.compute, &mut buf.acc, 0..0, &mut args)?;
                 }
             }
             Ok((plan, layout))
@@ -531,18 +543,7 @@ impl<T: StorageType> RingAttention<T> {
                     if rows.is_empty() {
                         continue;
                     }
-                    self.compute.merge(
-                        &mut buf.acc,
-                        Merge {
-                            rows,
-                            part: None,
-                            first: false,
-                            out: Some((
-                                args.o.reborrow(),
-                                args.lse.as_mut().map(|x| x.slice_mut(..)),
-                            )),
-                        },
-                    )?;
+                    finish_rows(&self.compute, &mut buf.acc, rows, &mut args)?;
                 }
             }
             let c1 = if prof { Some(timing_event(&cs)?) } else { None };

@@ -12,7 +12,7 @@ use cudarc::driver::{CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig
 
 use crate::catalog::{self, Arch, Family, UnitKey};
 use crate::config::elem_of;
-use crate::launch::{check_buffer, driver, FlashAttention, StorageType};
+use crate::launch::{check_buffer, driver, feature_names, FlashAttention, StorageType};
 use crate::tensor::{check_tensor, ranges_overlap, Strides, Tensor, TensorMut};
 use crate::{dims_kv, dims_q, KernelError};
 
@@ -122,23 +122,9 @@ pub(crate) fn plan_backward(
 ) -> Result<(usize, catalog::Tile, BwdParams), KernelError> {
     let s = problem.shape();
     if !problem.features().is_empty() {
-        let f = problem.features();
-        let mut missing = Vec::new();
-        if f.window.is_some() {
-            missing.push("a sliding window");
-        }
-        if f.softcap.is_some() {
-            missing.push("softcap");
-        }
-        if f.alibi.is_some() {
-            missing.push("ALiBi");
-        }
-        if f.sinks.is_some() {
-            missing.push("sinks");
-        }
         return Err(KernelError::UnsupportedFeature(format!(
             "{} in the backward pass",
-            missing.join(", ")
+            feature_names(problem)
         )));
     }
     let d = s.head_dim();
