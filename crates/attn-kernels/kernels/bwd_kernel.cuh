@@ -70,6 +70,11 @@ struct BwdConfig {
     static constexpr int kSmemElems =
         2 * BN * kPitch + QSTAGES * 2 * BM * kPitch + 2 * BN * kPPitch;
     static constexpr int kSmemBytes = kSmemElems * 2 + QSTAGES * 2 * BM * 4;
+    // Unrolling: phase A by 2 and phases B/C fully, except where the dK/dV accumulators (DK
+    // floats per thread) leave no room: above D = 192 (and D = 64 on sm_80, where the fully
+    // unrolled loops spilled 8–24 bytes), the loops stay rolled.
+    static constexpr int kUnrollA = DK > 192 ? 1 : 2;
+    static constexpr int kUnrollBC = DK > 192 ? 1 : 4;
     static_assert(WARPS % kKG == 0 && WARPS % kMC == 0, "warp partition");
     static_assert(kQA % 16 == 0 && kColsB % 16 == 0 && kColsC % 16 == 0, "n-tile pairs");
     static_assert(BM >= 64 && BM % 64 == 0, "Pᵀ/dSᵀ rows must span the 8-chunk swizzle");
@@ -214,7 +219,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         for (int n = 0; n < Cfg::kNA; ++n)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc_s[n][r] = acc_dp[n][r] = 0.f;
-#pragma unroll 2
+#pragma unroll Cfg::kUnrollA
         for (int kk = 0; kk < DK / 16; ++kk) {
             uint32_t ka[4], va[4];
             const int arow = 16 * kg + (lane & 15);
@@ -262,7 +267,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         __syncthreads();
 
         // Phase B: dV_kg += Pᵀ·dO_i, dK_kg += dSᵀ·Q_i over this warp's columns.
-#pragma unroll
+#pragma unroll Cfg::kUnrollBC
         for (int kk = 0; kk < BM / 16; ++kk) {
             uint32_t pa[4], sa[4];
             const int arow = 16 * kg + (lane & 15);
@@ -289,7 +294,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         for (int n = 0; n < Cfg::kNC; ++n)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc_dq[n][r] = 0.f;
-#pragma unroll
+#pragma unroll Cfg::kUnrollBC
         for (int kk = 0; kk < BN / 16; ++kk) {
             // A = dS (queries × keys) read from the dSᵀ tile transposed.
             uint32_t da[4];
@@ -379,7 +384,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
 } // namespace attn
 
 #define ATTN_BWD_ENTRY(NAME, T, DK, BM, BN, WARPS, QSTAGES, CAUSAL)                                  \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                          \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32, 1)                                       \
         NAME(const T* q, const T* k, const T* v, const T* d_o, const float* lse, const float* delta,  \
              float* dq_acc, T* dk, T* dv, unsigned int* sems, const attn::BwdParams p) {               \
         attn::bwd_kernel<T, DK, BM, BN, WARPS, QSTAGES, CAUSAL>(q, k, v, d_o, lse, delta, dq_acc, dk, dv, \
