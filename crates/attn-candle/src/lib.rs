@@ -661,8 +661,12 @@ fn read_seqlens(name: &str, t: &Tensor, max_seqlen: usize) -> Result<Vec<i32>> {
             t.dims()
         )));
     }
+    // Read on the host: the prefix sums are small, and candle's CUDA backend need not cast.
     let raw: Vec<i64> = match t.dtype() {
-        DType::U32 | DType::I32 | DType::I64 => t.to_dtype(DType::I64)?.to_vec1::<i64>()?,
+        DType::U32 | DType::I32 | DType::I64 => t
+            .to_device(&candle_core::Device::Cpu)?
+            .to_dtype(DType::I64)?
+            .to_vec1::<i64>()?,
         dt => return Err(err(format!("{name} must be u32, i32 or i64, got {dt:?}"))),
     };
     if raw.is_empty() {
