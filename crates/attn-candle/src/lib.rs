@@ -11,7 +11,7 @@
 //! CPU device it runs `attn-ref`'s f64 reference ([`attn_ref::reference::forward`]) on f32,
 //! f16, bf16 (and f64) storage of any strides, and returns the output in the input dtype. With
 //! the `cuda` feature, on a CUDA device it launches `attn-kernels` on candle's stream
-//! ([`candle_core::CudaDevice::cuda_stream`]) over candle's own buffers and strides (no
+//! (`CudaDevice::cuda_stream()`) over candle's own buffers and strides (no
 //! copies), f16 and bf16; features the kernels lack (windows, softcap, ALiBi, varlen) are a
 //! candle error naming the feature. Backward is not implemented (see the crate's README).
 //!
