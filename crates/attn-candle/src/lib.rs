@@ -9,8 +9,11 @@
 //!
 //! Every entry point is a candle [`CustomOp3`](candle_core::CustomOp3) over `(q, k, v)`. On the
 //! CPU device it runs `attn-ref`'s f64 reference ([`attn_ref::reference::forward`]) on f32,
-//! f16, bf16 (and f64) storage of any strides, and returns the output in the input dtype. The
-//! CUDA path is not implemented yet (see the crate's README); backward is not implemented.
+//! f16, bf16 (and f64) storage of any strides, and returns the output in the input dtype. With
+//! the `cuda` feature, on a CUDA device it launches `attn-kernels` on candle's stream
+//! (`CudaDevice::cuda_stream()`) over candle's own buffers and strides (no
+//! copies), f16 and bf16; features the kernels lack (windows, softcap, ALiBi, varlen) are a
+//! candle error naming the feature. Backward is not implemented (see the crate's README).
 //!
 //! Layouts are `candle-flash-attn`'s: Q `(batch, seq_q, heads_q, head_dim)`, K and V
 //! `(batch, seq_k, heads_kv, head_dim)` with `heads_kv` dividing `heads_q` (GQA/MQA), and the
@@ -53,9 +56,15 @@ use half::{bf16, f16};
 
 pub use attn_ref::Causal;
 
-/// The error `cuda_fwd` returns while the CUDA path is not implemented.
-pub const CUDA_NOT_IMPLEMENTED: &str =
-    "attn-candle: the CUDA path is not implemented yet; use the CPU device or candle-flash-attn";
+#[cfg(feature = "cuda")]
+mod cuda;
+#[cfg(feature = "cuda")]
+#[doc(hidden)]
+pub use cuda::{last_cuda_launch, CudaLaunchRecord};
+
+/// The error `cuda_fwd` returns when the crate was built without its `cuda` feature.
+pub const CUDA_FEATURE_DISABLED: &str =
+    "attn-candle was built without the `cuda` feature: enable it (README: the build story) or use the CPU device";
 
 /// The error `bwd` returns.
 pub const BACKWARD_NOT_IMPLEMENTED: &str =
@@ -65,8 +74,25 @@ fn err(msg: impl std::fmt::Display) -> candle_core::Error {
     candle_core::Error::Msg(format!("attn-candle: {msg}"))
 }
 
+/// The LSE an op computed: on the host (CPU path) or in a device buffer (CUDA path).
+enum LseValue {
+    Host(Vec<f32>),
+    #[cfg(feature = "cuda")]
+    Device(cuda::DeviceLse),
+}
+
+impl std::fmt::Debug for LseValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LseValue::Host(v) => write!(f, "LseValue::Host({} values)", v.len()),
+            #[cfg(feature = "cuda")]
+            LseValue::Device(_) => f.write_str("LseValue::Device"),
+        }
+    }
+}
+
 /// Where a [`FlashAttn`] op writes the LSE it computed (`flash_attn_with_lse`).
-type LseSlot = Arc<Mutex<Option<Vec<f32>>>>;
+type LseSlot = Arc<Mutex<Option<LseValue>>>;
 
 /// The attention op: softmax scale, causal mode, sliding window, softcap and ALiBi slopes.
 ///
@@ -166,9 +192,13 @@ impl FlashAttn {
             .lock()
             .map_err(|_| err("the LSE slot was poisoned"))?
             .take()
-            .ok_or_else(|| err("the op produced no LSE (only the CPU path returns one)"))?;
+            .ok_or_else(|| err("the op produced no LSE"))?;
         let (b, sq, hq, _) = out.dims4()?;
-        let lse = Tensor::from_vec(lse, (b, hq, sq), out.device())?;
+        let lse = match lse {
+            LseValue::Host(v) => Tensor::from_vec(v, (b, hq, sq), out.device())?,
+            #[cfg(feature = "cuda")]
+            LseValue::Device(d) => d.into_tensor((b, hq, sq)),
+        };
         Ok((out, lse))
     }
 
@@ -230,10 +260,20 @@ impl FlashAttn {
     }
 
     fn store_lse(&self, lse: Vec<f32>) -> Result<()> {
+        self.store_lse_value(LseValue::Host(lse))
+    }
+
+    fn store_lse_value(&self, lse: LseValue) -> Result<()> {
         if let Some(slot) = &self.lse {
             *slot.lock().map_err(|_| err("the LSE slot was poisoned"))? = Some(lse);
         }
         Ok(())
+    }
+
+    /// Whether the caller asked for the LSE (`forward_with_lse`).
+    #[cfg(feature = "cuda")]
+    fn wants_lse(&self) -> bool {
+        self.lse.is_some()
     }
 }
 
@@ -448,8 +488,8 @@ fn dtype_error(q: &CpuStorage, k: &CpuStorage, v: &CpuStorage) -> candle_core::E
     }
 }
 
-/// The `CustomOp3` of an op with a generic `cpu_typed`: the dtype dispatch on CPU, the CUDA
-/// path's "not implemented yet" error, and the backward's. One definition for both ops.
+/// The `CustomOp3` of an op with a generic `cpu_typed` and a `cuda`: the dtype dispatch on
+/// CPU, the CUDA path, and the backward's error. One definition for both ops.
 macro_rules! attention_op {
     ($op:ty, $name:literal) => {
         impl candle_core::CustomOp3 for $op {
@@ -478,14 +518,14 @@ macro_rules! attention_op {
 
             fn cuda_fwd(
                 &self,
-                _: &candle_core::CudaStorage,
-                _: &Layout,
-                _: &candle_core::CudaStorage,
-                _: &Layout,
-                _: &candle_core::CudaStorage,
-                _: &Layout,
+                q: &candle_core::CudaStorage,
+                ql: &Layout,
+                k: &candle_core::CudaStorage,
+                kl: &Layout,
+                v: &candle_core::CudaStorage,
+                vl: &Layout,
             ) -> Result<(candle_core::CudaStorage, Shape)> {
-                cuda_not_implemented()
+                self.cuda(q, ql, k, kl, v, vl)
             }
 
             fn bwd(
@@ -504,13 +544,19 @@ macro_rules! attention_op {
 
 attention_op!(FlashAttn, "attn-candle-flash-attn");
 
-/// What `cuda_fwd` answers: with the `cuda` feature, that the path is not implemented yet;
-/// without it, that the crate was built without it.
-fn cuda_not_implemented<T>() -> Result<T> {
-    if cfg!(feature = "cuda") {
-        bail!("{CUDA_NOT_IMPLEMENTED}")
-    } else {
-        bail!("attn-candle was built without the `cuda` feature (and its CUDA path is not implemented yet); use the CPU device or candle-flash-attn")
+#[cfg(not(feature = "cuda"))]
+impl FlashAttn {
+    /// Without the `cuda` feature no candle tensor lives on a GPU; this answers a direct call.
+    fn cuda(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        bail!("{CUDA_FEATURE_DISABLED}")
     }
 }
 
@@ -581,6 +627,29 @@ impl FlashAttnVarLen {
     }
 }
 
+impl FlashAttnVarLen {
+    /// attn-kernels has no variable-length forward yet: refused with the reason, never run
+    /// as something else.
+    fn cuda(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        if cfg!(feature = "cuda") {
+            bail!("{CUDA_VARLEN_UNSUPPORTED}")
+        } else {
+            bail!("{CUDA_FEATURE_DISABLED}")
+        }
+    }
+}
+
+/// The error the varlen functions give on a CUDA device.
+pub const CUDA_VARLEN_UNSUPPORTED: &str = "attn-candle: variable-length attention (flash_attn_varlen*) is not implemented by the CUDA kernels yet (attn-kernels has no varlen forward); run it on the CPU device, or pad to dense (b, s, h, d) and use flash_attn";
+
 attention_op!(FlashAttnVarLen, "attn-candle-flash-attn-varlen");
 
 /// Reads a `seqlens` tensor (`B + 1` prefix sums, u32 as candle-flash-attn takes; i32 and
@@ -592,8 +661,12 @@ fn read_seqlens(name: &str, t: &Tensor, max_seqlen: usize) -> Result<Vec<i32>> {
             t.dims()
         )));
     }
+    // Read on the host: the prefix sums are small, and candle's CUDA backend need not cast.
     let raw: Vec<i64> = match t.dtype() {
-        DType::U32 | DType::I32 | DType::I64 => t.to_dtype(DType::I64)?.to_vec1::<i64>()?,
+        DType::U32 | DType::I32 | DType::I64 => t
+            .to_device(&candle_core::Device::Cpu)?
+            .to_dtype(DType::I64)?
+            .to_vec1::<i64>()?,
         dt => return Err(err(format!("{name} must be u32, i32 or i64, got {dt:?}"))),
     };
     if raw.is_empty() {

@@ -35,10 +35,22 @@ pub fn prepare_environment() {
     }
 }
 
-/// Whether libnccl can be loaded.
+/// Whether libnccl can be loaded. Under the `dynamic-linking` feature libnccl was linked at
+/// build time, so it is there whenever the process runs.
 pub fn nccl_available() -> bool {
-    // SAFETY: only tries to dlopen the library.
+    culib_present()
+}
+
+#[cfg(feature = "dynamic-loading")]
+fn culib_present() -> bool {
+    // SAFETY: only tries to dlopen the library; no CUDA call is made.
     unsafe { sys::is_culib_present() }
+}
+
+/// Linked at build time: present whenever the process runs.
+#[cfg(not(feature = "dynamic-loading"))]
+fn culib_present() -> bool {
+    true
 }
 
 /// An NCCL unique id: made on one rank, handed to the others (as hex text, e.g. through an

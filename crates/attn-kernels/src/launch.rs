@@ -369,9 +369,22 @@ pub(crate) fn driver(
 }
 
 /// Probes for libcuda without panicking (cudarc's context constructor panics without it).
+/// Under the `dynamic-linking` feature libcuda was linked at build time, so it is present
+/// whenever the process runs (a stub libcuda answers every call with an error instead).
 pub fn driver_available() -> bool {
+    culib_present()
+}
+
+#[cfg(feature = "dynamic-loading")]
+fn culib_present() -> bool {
     // SAFETY: only tries to dlopen the driver library; no CUDA call is made.
     unsafe { sys::is_culib_present() }
+}
+
+/// Linked at build time: present whenever the process runs.
+#[cfg(not(feature = "dynamic-loading"))]
+fn culib_present() -> bool {
+    true
 }
 
 /// One forward pass, described whole: the problem, the device tensors and the options.

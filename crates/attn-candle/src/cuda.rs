@@ -1,0 +1,263 @@
+//! The CUDA path (`cuda` feature): `attn-kernels` launched on candle's stream over candle's
+//! own buffers.
+//!
+//! - The launcher is [`FlashAttention::on_stream`] with the device's stream
+//!   ([`CudaDevice::cuda_stream`]), so the launch is ordered with everything candle queued
+//!   before it and after it, on whichever stream the device was made with.
+//! - Q, K and V are [`attn_kernels::Tensor`]s over the inputs' `CudaSlice`s, starting at the
+//!   layout's start offset, with candle's strides: a `(b, s, h, d)` layout becomes dims
+//!   `[b, h, s, d]` with strides (batch, head, row) = (`stride[0]`, `stride[2]`, `stride[1]`).
+//!   Contiguous tensors, `transpose(1, 2)` views of `(b, h, s, d)` and `narrow`s all run
+//!   without a copy; only the head dim must be contiguous.
+//! - The output (and the LSE when asked) is allocated through candle's device, so candle owns
+//!   and frees it like any other tensor.
+//! - Each device's [`KernelCache`] (loaded cubins) is made once per process and shared by
+//!   every launch on that device.
+
+use std::{
+    cell::RefCell,
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock},
+};
+
+use attn_kernels::{
+    FlashAttention, Forward, ForwardOptions, KernelCache, KernelError, Layout as KLayout,
+    StorageType, Strides, Tensor as KTensor, TensorMut,
+};
+use attn_ref::AttnShape;
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr, ValidAsZeroBits,
+};
+use candle_core::cuda_backend::CudaDType;
+use candle_core::op::BackpropOp;
+use candle_core::{bail, CudaDevice, CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
+use half::{bf16, f16};
+
+use crate::{check_dims, err, Dims, FlashAttn, LseValue};
+
+/// What the last CUDA launch on this thread was handed: the device addresses of Q, K, V (the
+/// first element each view names), of O and of the LSE, the stream and the kernel. For tests
+/// (no copies, the right stream); not a stable API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaLaunchRecord {
+    /// Address of Q's first element as passed to the kernel.
+    pub q: u64,
+    /// Address of K's first element.
+    pub k: u64,
+    /// Address of V's first element.
+    pub v: u64,
+    /// Address of the output buffer.
+    pub o: u64,
+    /// Address of the LSE buffer, when one was written.
+    pub lse: Option<u64>,
+    /// The `CUstream` the kernel was launched on, as an integer.
+    pub stream: usize,
+    /// The kernel's entry point.
+    pub kernel: String,
+}
+
+thread_local! {
+    static LAST_LAUNCH: RefCell<Option<CudaLaunchRecord>> = const { RefCell::new(None) };
+}
+
+/// The [`CudaLaunchRecord`] of the last launch this thread made, if any.
+pub fn last_cuda_launch() -> Option<CudaLaunchRecord> {
+    LAST_LAUNCH.with(|l| l.borrow().clone())
+}
+
+/// An LSE computed on the device, waiting to become a candle tensor.
+pub(crate) struct DeviceLse {
+    slice: CudaSlice<f32>,
+    dev: CudaDevice,
+}
+
+impl DeviceLse {
+    /// The LSE as an f32 candle tensor of `shape` on its device (no copy).
+    pub(crate) fn into_tensor(self, shape: (usize, usize, usize)) -> Tensor {
+        let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(self.slice, self.dev));
+        Tensor::from_storage(storage, shape, BackpropOp::none(), false)
+    }
+}
+
+/// A [`KernelError`] as a candle error. A feature the kernels lack names the feature and
+/// where it runs instead.
+pub(crate) fn kernel_error(e: KernelError) -> candle_core::Error {
+    match e {
+        KernelError::UnsupportedFeature(what) => err(format!(
+            "the CUDA kernels do not implement {what} yet, so this op cannot run on a CUDA device; run it on the CPU device (attn-ref's reference implements it)"
+        )),
+        other => err(format!("CUDA path: {other}")),
+    }
+}
+
+/// The kernel cache of the stream's device, made on first use. Keyed by ordinal and context:
+/// candle's devices of one ordinal share the primary context, and so the cache.
+fn kernel_cache(stream: &Arc<CudaStream>) -> Result<Arc<KernelCache>> {
+    type Caches = Mutex<HashMap<(usize, usize), Arc<KernelCache>>>;
+    static CACHES: OnceLock<Caches> = OnceLock::new();
+    let ctx = stream.context();
+    let key = (ctx.ordinal(), ctx.cu_ctx() as usize);
+    let mut caches = CACHES
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| err("the kernel-cache lock was poisoned"))?;
+    if let Some(c) = caches.get(&key) {
+        return Ok(c.clone());
+    }
+    let cache = KernelCache::new(ctx.clone()).map_err(kernel_error)?;
+    caches.insert(key, cache.clone());
+    Ok(cache)
+}
+
+/// An input `(b, s, h, d)` over candle's buffer: dims `[b, h, s, d]`, candle's strides, from
+/// the layout's start offset. No copy.
+fn input<'a, T>(name: &str, slice: &'a CudaSlice<T>, l: &Layout) -> Result<KTensor<'a, T>> {
+    let (dims, st) = (l.dims(), l.stride());
+    if dims[3] > 1 && st[3] != 1 {
+        bail!(
+            "attn-candle: {name}'s head dim (the last) must be contiguous on CUDA (stride 1), got strides {st:?} for shape {dims:?}; call .contiguous() on it first"
+        );
+    }
+    let start = l.start_offset();
+    if start > slice.len() {
+        bail!(
+            "attn-candle: {name}'s layout starts at element {start} of a {}-element buffer",
+            slice.len()
+        );
+    }
+    Ok(KTensor::new(
+        slice.slice(start..),
+        [dims[0], dims[2], dims[1], dims[3]],
+        Strides {
+            batch: st[0],
+            head: st[2],
+            row: st[1],
+        },
+    ))
+}
+
+fn address<T>(view: &CudaView<'_, T>, stream: &CudaStream) -> u64 {
+    view.device_ptr(stream).0
+}
+
+impl FlashAttn {
+    /// `cuda_fwd`: the dtype dispatch (f16, bf16).
+    pub(crate) fn cuda(
+        &self,
+        q: &CudaStorage,
+        ql: &Layout,
+        k: &CudaStorage,
+        kl: &Layout,
+        v: &CudaStorage,
+        vl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        match (q.dtype(), k.dtype(), v.dtype()) {
+            (DType::F16, DType::F16, DType::F16) => self.cuda_typed::<f16>(q, ql, k, kl, v, vl),
+            (DType::BF16, DType::BF16, DType::BF16) => {
+                self.cuda_typed::<bf16>(q, ql, k, kl, v, vl)
+            }
+            (qt, kt, vt) if qt != kt || qt != vt => Err(err(format!(
+                "q, k and v must have the same dtype, got {qt:?}, {kt:?}, {vt:?}"
+            ))),
+            (dt, _, _) => Err(err(format!(
+                "unsupported dtype {dt:?} on CUDA: the kernels take f16 or bf16 (convert with to_dtype; the CPU device also takes f32 and f64)"
+            ))),
+        }
+    }
+
+    fn cuda_typed<T>(
+        &self,
+        q: &CudaStorage,
+        ql: &Layout,
+        k: &CudaStorage,
+        kl: &Layout,
+        v: &CudaStorage,
+        vl: &Layout,
+    ) -> Result<(CudaStorage, Shape)>
+    where
+        T: StorageType + CudaDType + DeviceRepr + ValidAsZeroBits,
+    {
+        let Dims {
+            b,
+            sq,
+            sk,
+            hq,
+            hkv,
+            d,
+        } = check_dims(ql, kl, vl)?;
+        let dev = q.device().clone();
+        let out_shape = Shape::from((b, sq, hq, d));
+        let lse_len = b * hq * sq;
+        if b == 0 || sq == 0 || hq == 0 || d == 0 || sk == 0 {
+            // Nothing to compute, or rows that see no key: O = 0, LSE = −∞ (as on the CPU).
+            if !self.softmax_scale.is_finite() || self.softmax_scale <= 0.0 {
+                return Err(err(format!(
+                    "softmax scale must be finite and > 0, got {}",
+                    self.softmax_scale
+                )));
+            }
+            if self.wants_lse() {
+                let lse = dev.clone_htod(&vec![f32::NEG_INFINITY; lse_len])?;
+                self.store_lse_value(LseValue::Device(DeviceLse {
+                    slice: lse,
+                    dev: dev.clone(),
+                }))?;
+            }
+            let o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
+            return Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape));
+        }
+        let shape = AttnShape::new(b, hq, hkv, sq, sk, d).map_err(err)?;
+        let problem = self.problem(shape, sk)?;
+        let stream = dev.cuda_stream();
+        let gpu = FlashAttention::on_stream(kernel_cache(&stream)?, stream.clone());
+
+        let (qs, ks, vs) = (
+            q.as_cuda_slice::<T>()?,
+            k.as_cuda_slice::<T>()?,
+            v.as_cuda_slice::<T>()?,
+        );
+        let (qt, kt, vt) = (
+            input("q", qs, ql)?,
+            input("k", ks, kl)?,
+            input("v", vs, vl)?,
+        );
+        let mut o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
+        let mut lse = if self.wants_lse() {
+            Some(dev.alloc_zeros::<f32>(lse_len)?)
+        } else {
+            None
+        };
+        let mut record = CudaLaunchRecord {
+            q: address(qt.view(), &stream),
+            k: address(kt.view(), &stream),
+            v: address(vt.view(), &stream),
+            o: o.device_ptr(&stream).0,
+            lse: lse.as_ref().map(|l| l.device_ptr(&stream).0),
+            stream: stream.cu_stream() as usize,
+            kernel: String::new(),
+        };
+        let qd = [b, hq, sq, d];
+        let info = gpu
+            .forward(Forward {
+                problem: &problem,
+                q: qt,
+                k: kt,
+                v: vt,
+                // (b, s, h, d) contiguous, like candle-flash-attn's output.
+                o: TensorMut::contiguous(o.as_view_mut(), qd, KLayout::Bshd),
+                lse: lse.as_mut().map(|l| l.as_view_mut()),
+                options: ForwardOptions::default(),
+            })
+            .map_err(kernel_error)?;
+        record.kernel = info.kernel;
+        LAST_LAUNCH.with(|l| *l.borrow_mut() = Some(record));
+        if let Some(lse) = lse {
+            self.store_lse_value(LseValue::Device(DeviceLse {
+                slice: lse,
+                dev: dev.clone(),
+            }))?;
+        }
+        Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
+    }
+}

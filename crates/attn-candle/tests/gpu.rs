@@ -1,0 +1,389 @@
+//! The CUDA path (`--features cuda`) on a GPU: every public function against the CPU path
+//! (attn-ref's f64 reference) on the same values, for the layouts candle gives (contiguous
+//! `(b, s, h, d)`, `(b, h, s, d)` viewed through `transpose(1, 2)`, and a `narrow` of a larger
+//! tensor), f16 and bf16, causal both ways, GQA; no copies (the kernel is handed the inputs'
+//! own device addresses and writes a fresh output); candle's per-thread default stream and a
+//! non-default stream (`Device::new_cuda_with_stream`); and the clear errors for what the
+//! kernels do not implement.
+//!
+//! Ignored by default (they need a CUDA GPU):
+//! `cargo test -p attn-candle --features cuda --release --test gpu -- --ignored`.
+//! Head dim 128 only, so a build filtered with `ATTN_HEAD_DIMS=128` runs them all.
+#![cfg(feature = "cuda")]
+
+use attn_candle::*;
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+use candle_core::{DType, Device, Storage, Tensor};
+use half::{bf16, f16};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+const D: usize = 128;
+const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
+
+fn gpu() -> Device {
+    Device::new_cuda(0).expect("a CUDA device (these tests are #[ignore]d without one)")
+}
+
+fn randn(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| StandardNormal.sample(&mut rng)).collect()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    /// A contiguous `(b, s, h, d)` tensor.
+    Contiguous,
+    /// `(b, h, s, d)` storage viewed as `(b, s, h, d)` through `transpose(1, 2)`.
+    Transposed,
+    /// A narrow of a larger `(b, s + 3, h + 2, d)` tensor on the seq and head dims (a start
+    /// offset and strides that are not the tensor's own).
+    Narrowed,
+}
+const LAYOUTS: [Layout; 3] = [Layout::Contiguous, Layout::Transposed, Layout::Narrowed];
+
+/// A `(b, s, h, d)` tensor of dtype `dt` in `layout` on `dev`.
+fn tensor(
+    dims: (usize, usize, usize, usize),
+    dt: DType,
+    layout: Layout,
+    seed: u64,
+    dev: &Device,
+) -> R<Tensor> {
+    let (b, s, h, d) = dims;
+    let t = match layout {
+        Layout::Contiguous => {
+            Tensor::from_vec(randn(b * s * h * d, seed), (b, s, h, d), dev)?.to_dtype(dt)?
+        }
+        Layout::Transposed => Tensor::from_vec(randn(b * h * s * d, seed), (b, h, s, d), dev)?
+            .to_dtype(dt)?
+            .transpose(1, 2)?,
+        Layout::Narrowed => Tensor::from_vec(
+            randn(b * (s + 3) * (h + 2) * d, seed),
+            (b, s + 3, h + 2, d),
+            dev,
+        )?
+        .to_dtype(dt)?
+        .narrow(1, 2, s)?
+        .narrow(2, 1, h)?,
+    };
+    assert_eq!(t.dims(), &[b, s, h, d]);
+    if layout != Layout::Contiguous && s > 1 && h > 1 {
+        assert!(!t.is_contiguous(), "{layout:?} must be a strided view");
+    }
+    Ok(t)
+}
+
+fn values(t: &Tensor) -> R<Vec<f32>> {
+    Ok(t.to_device(&Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?)
+}
+
+/// Max |gpu − cpu| over the elements, and the check against `atol + rtol·|cpu|`.
+fn assert_close(gpu: &Tensor, cpu: &Tensor, dt: DType, what: &str) -> R<()> {
+    assert_eq!(gpu.dims(), cpu.dims(), "{what}: shape");
+    assert_eq!(gpu.dtype(), cpu.dtype(), "{what}: dtype");
+    assert!(
+        gpu.device().is_cuda(),
+        "{what}: the CUDA result is on the GPU"
+    );
+    let (g, c) = (values(gpu)?, values(cpu)?);
+    // The CPU path is the f64 reference rounded once; the kernel rounds P to the storage
+    // type before P·V and accumulates in f32.
+    let (atol, rtol) = match dt {
+        DType::BF16 => (2e-2, 2e-2),
+        DType::F16 => (4e-3, 4e-3),
+        _ => (1e-4, 1e-4),
+    };
+    let mut worst = (0.0f32, 0usize);
+    for (i, (&x, &y)) in g.iter().zip(&c).enumerate() {
+        assert!(x.is_finite(), "{what}: element {i} is {x}");
+        let e = (x - y).abs();
+        if e > atol + rtol * y.abs() && e > worst.0 {
+            worst = (e, i);
+        }
+    }
+    assert!(
+        worst.0 == 0.0,
+        "{what}: element {} differs by {} (gpu {}, cpu {})",
+        worst.1,
+        worst.0,
+        g[worst.1],
+        c[worst.1]
+    );
+    Ok(())
+}
+
+fn to_cpu(t: &Tensor) -> R<Tensor> {
+    Ok(t.to_device(&Device::Cpu)?)
+}
+
+/// (b, sq, sk, hq, hkv): self-attention, GQA with Sq < Sk, and Sq > Sk (rows that see no key
+/// under bottom-right causal).
+const SHAPES: [(usize, usize, usize, usize, usize); 3] =
+    [(2, 96, 96, 4, 4), (2, 70, 200, 8, 2), (1, 150, 40, 6, 1)];
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn flash_attn_matches_the_cpu_path_for_every_layout_dtype_and_mask() -> R<()> {
+    let dev = gpu();
+    let scale = 1.0 / (D as f32).sqrt();
+    for (si, &(b, sq, sk, hq, hkv)) in SHAPES.iter().enumerate() {
+        for dt in DTYPES {
+            for layout in LAYOUTS {
+                let seed = 100 * si as u64;
+                let q = tensor((b, sq, hq, D), dt, layout, seed, &dev)?;
+                let k = tensor((b, sk, hkv, D), dt, layout, seed + 1, &dev)?;
+                let v = tensor((b, sk, hkv, D), dt, layout, seed + 2, &dev)?;
+                let (qc, kc, vc) = (to_cpu(&q)?, to_cpu(&k)?, to_cpu(&v)?);
+                let what =
+                    |f: &str| format!("{f} {dt:?} {layout:?} b{b} sq{sq} sk{sk} hq{hq} hkv{hkv}");
+                for causal in [false, true] {
+                    assert_close(
+                        &flash_attn(&q, &k, &v, scale, causal)?,
+                        &flash_attn(&qc, &kc, &vc, scale, causal)?,
+                        dt,
+                        &what(&format!("flash_attn causal={causal}")),
+                    )?;
+                }
+                assert_close(
+                    &flash_attn_causal_top_left(&q, &k, &v, scale)?,
+                    &flash_attn_causal_top_left(&qc, &kc, &vc, scale)?,
+                    dt,
+                    &what("flash_attn_causal_top_left"),
+                )?;
+                // (None, Some(0)) is the causal mask; windows wider than Sk are unbounded.
+                for (l, r) in [(None, Some(0)), (Some(sk + 5), None), (None, Some(sk + 1))] {
+                    assert_close(
+                        &flash_attn_windowed(&q, &k, &v, scale, l, r)?,
+                        &flash_attn_windowed(&qc, &kc, &vc, scale, l, r)?,
+                        dt,
+                        &what(&format!("flash_attn_windowed {l:?} {r:?}")),
+                    )?;
+                }
+                assert_close(
+                    &flash_attn_alibi_windowed_softcap(&q, &k, &v, None, scale, None, None, 0.0)?,
+                    &flash_attn(&qc, &kc, &vc, scale, false)?,
+                    dt,
+                    &what("flash_attn_alibi_windowed_softcap without alibi/window/softcap"),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn with_lse_matches_the_cpu_path_and_stays_on_the_gpu() -> R<()> {
+    let dev = gpu();
+    let scale = 0.09;
+    for &(b, sq, sk, hq, hkv) in &SHAPES {
+        for dt in DTYPES {
+            for causal in [false, true] {
+                let q = tensor((b, sq, hq, D), dt, Layout::Transposed, 7, &dev)?;
+                let k = tensor((b, sk, hkv, D), dt, Layout::Contiguous, 8, &dev)?;
+                let v = tensor((b, sk, hkv, D), dt, Layout::Narrowed, 9, &dev)?;
+                let (out, lse) = flash_attn_with_lse(&q, &k, &v, scale, causal)?;
+                let (out_c, lse_c) =
+                    flash_attn_with_lse(&to_cpu(&q)?, &to_cpu(&k)?, &to_cpu(&v)?, scale, causal)?;
+                let what = format!("with_lse {dt:?} causal={causal} sq{sq} sk{sk}");
+                assert_close(&out, &out_c, dt, &what)?;
+                assert!(lse.device().is_cuda(), "{what}: the LSE stays on the GPU");
+                assert_eq!(lse.dims(), &[b, hq, sq]);
+                assert_eq!(lse.dtype(), DType::F32);
+                let (g, c) = (values(&lse)?, values(&lse_c)?);
+                for (i, (&x, &y)) in g.iter().zip(&c).enumerate() {
+                    if y == f32::NEG_INFINITY {
+                        assert_eq!(x, y, "{what}: LSE {i} of a row with no key");
+                    } else {
+                        assert!(
+                            (x - y).abs() <= 2e-3 * (1.0 + y.abs()),
+                            "{what}: LSE {i}: {x} vs {y}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sdpa_bhsd_and_the_builder_match_the_cpu_path() -> R<()> {
+    let dev = gpu();
+    let (b, hq, hkv, sq, sk) = (2, 8, 4, 64, 100);
+    for dt in DTYPES {
+        let q = Tensor::from_vec(randn(b * hq * sq * D, 1), (b, hq, sq, D), &dev)?.to_dtype(dt)?;
+        let k =
+            Tensor::from_vec(randn(b * hkv * sk * D, 2), (b, hkv, sk, D), &dev)?.to_dtype(dt)?;
+        let v =
+            Tensor::from_vec(randn(b * hkv * sk * D, 3), (b, hkv, sk, D), &dev)?.to_dtype(dt)?;
+        let (qc, kc, vc) = (to_cpu(&q)?, to_cpu(&k)?, to_cpu(&v)?);
+        for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+            let out = sdpa_bhsd(&q, &k, &v, 0.1, causal)?;
+            assert_eq!(out.dims(), &[b, hq, sq, D]);
+            assert!(out.is_contiguous());
+            assert_close(
+                &out,
+                &sdpa_bhsd(&qc, &kc, &vc, 0.1, causal)?,
+                dt,
+                &format!("sdpa_bhsd {dt:?} {causal:?}"),
+            )?;
+            // The op itself through candle's CustomOp3 entry.
+            let op = FlashAttn::new(0.1).causal(causal);
+            let (qs, ks, vs) = (q.transpose(1, 2)?, k.transpose(1, 2)?, v.transpose(1, 2)?);
+            assert_close(
+                &qs.apply_op3(&ks, &vs, op.clone())?,
+                &op.forward(&to_cpu(&qs)?, &to_cpu(&ks)?, &to_cpu(&vs)?)?,
+                dt,
+                &format!("apply_op3 {dt:?} {causal:?}"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The device address of a tensor's first element (its storage plus the start offset).
+fn address(t: &Tensor) -> u64 {
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cuda(s) = &*storage else {
+        panic!("not a CUDA tensor")
+    };
+    let stream = s.device().cuda_stream();
+    let (base, elem) = match t.dtype() {
+        DType::BF16 => (s.as_cuda_slice::<bf16>().unwrap().device_ptr(&stream).0, 2),
+        DType::F16 => (s.as_cuda_slice::<f16>().unwrap().device_ptr(&stream).0, 2),
+        DType::F32 => (s.as_cuda_slice::<f32>().unwrap().device_ptr(&stream).0, 4),
+        dt => panic!("unexpected dtype {dt:?}"),
+    };
+    base + (layout.start_offset() * elem) as u64
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn no_copies_inputs_are_passed_through_and_the_output_is_fresh() -> R<()> {
+    let dev = gpu();
+    let stream = dev.as_cuda_device()?.cuda_stream();
+    for layout in LAYOUTS {
+        let q = tensor((2, 33, 8, D), DType::BF16, layout, 1, &dev)?;
+        let k = tensor((2, 47, 2, D), DType::BF16, layout, 2, &dev)?;
+        let v = tensor((2, 47, 2, D), DType::BF16, layout, 3, &dev)?;
+        let (out, lse) = flash_attn_with_lse(&q, &k, &v, 0.1, true)?;
+        let rec = last_cuda_launch().expect("a launch was recorded");
+        assert_eq!(rec.q, address(&q), "{layout:?}: Q's own memory");
+        assert_eq!(rec.k, address(&k), "{layout:?}: K's own memory");
+        assert_eq!(rec.v, address(&v), "{layout:?}: V's own memory");
+        assert_eq!(
+            rec.o,
+            address(&out),
+            "{layout:?}: the output is what the kernel wrote"
+        );
+        assert_eq!(rec.lse, Some(address(&lse)), "{layout:?}: the LSE likewise");
+        assert!(out.is_contiguous() && out.layout().start_offset() == 0);
+        for input in [rec.q, rec.k, rec.v] {
+            assert_ne!(rec.o, input, "{layout:?}: the output is a fresh buffer");
+        }
+        assert_eq!(
+            rec.stream,
+            stream.cu_stream() as usize,
+            "{layout:?}: candle's stream"
+        );
+        assert!(!rec.kernel.is_empty());
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correct_on_a_non_default_stream() -> R<()> {
+    // Device::new_cuda uses the per-thread default stream; new_cuda_with_stream makes a new
+    // stream. Work queued by candle before and after the op runs on that stream too.
+    let dev = Device::new_cuda_with_stream(0)?;
+    let stream = dev.as_cuda_device()?.cuda_stream();
+    let (b, sq, sk, hq, hkv) = (2, 200, 300, 8, 2);
+    for dt in DTYPES {
+        let q = (tensor((b, sq, hq, D), dt, Layout::Transposed, 11, &dev)? * 2.0)?;
+        let k = tensor((b, sk, hkv, D), dt, Layout::Contiguous, 12, &dev)?;
+        let v = tensor((b, sk, hkv, D), dt, Layout::Narrowed, 13, &dev)?;
+        let out = (flash_attn(&q, &k, &v, 0.05, true)? + 1.0)?;
+        let rec = last_cuda_launch().expect("a launch was recorded");
+        assert_eq!(
+            rec.stream,
+            stream.cu_stream() as usize,
+            "launched on the device's own stream"
+        );
+        let want = (flash_attn(&to_cpu(&q)?, &to_cpu(&k)?, &to_cpu(&v)?, 0.05, true)? + 1.0)?;
+        assert_close(&out, &want, dt, &format!("non-default stream {dt:?}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn empty_and_keyless_problems_give_zeros_and_minus_infinity() -> R<()> {
+    let dev = gpu();
+    let q = Tensor::zeros((1, 5, 2, D), DType::BF16, &dev)?;
+    // No keys: a zero-length narrow of a real buffer (no zero-byte allocation involved).
+    let kv = Tensor::zeros((1, 4, 2, D), DType::BF16, &dev)?.narrow(1, 0, 0)?;
+    let (out, lse) = flash_attn_with_lse(&q, &kv, &kv, 0.1, false)?;
+    assert!(values(&out)?.iter().all(|&x| x == 0.0));
+    assert!(values(&lse)?.iter().all(|&x| x == f32::NEG_INFINITY));
+    Ok(())
+}
+
+fn err_msg<T: std::fmt::Debug>(r: candle_core::Result<T>) -> String {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn what_the_kernels_lack_is_a_clear_error_never_a_wrong_result() -> R<()> {
+    let dev = gpu();
+    let q = tensor((1, 16, 4, D), DType::BF16, Layout::Contiguous, 1, &dev)?;
+    let k = tensor((1, 16, 2, D), DType::BF16, Layout::Contiguous, 2, &dev)?;
+    let m = err_msg(flash_attn_windowed(&q, &k, &k, 0.1, Some(4), Some(0)));
+    assert!(
+        m.contains("sliding windows") && m.contains("do not implement"),
+        "{m}"
+    );
+    let m = err_msg(flash_attn_alibi_windowed_softcap(
+        &q, &k, &k, None, 0.1, None, None, 30.0,
+    ));
+    assert!(m.contains("softcap"), "{m}");
+    let slopes = Tensor::new(&[0.5f32, 0.25, 0.125, 0.0625], &dev)?;
+    let m = err_msg(flash_attn_alibi(&q, &k, &k, &slopes, 0.1, true));
+    assert!(m.contains("ALiBi"), "{m}");
+    // Varlen: (total, heads, d) with prefix sums.
+    let qv = q.squeeze(0)?;
+    let kv = k.squeeze(0)?;
+    let cu = Tensor::new(&[0u32, 6, 16], &dev)?;
+    let m = err_msg(flash_attn_varlen(
+        &qv, &kv, &kv, &cu, &cu, 10, 10, 0.1, true,
+    ));
+    assert!(m.contains(CUDA_VARLEN_UNSUPPORTED), "{m}");
+    // f32 on CUDA: the kernels store f16/bf16 only.
+    let m = err_msg(flash_attn(
+        &q.to_dtype(DType::F32)?,
+        &k.to_dtype(DType::F32)?,
+        &k.to_dtype(DType::F32)?,
+        0.1,
+        false,
+    ));
+    assert!(m.contains("unsupported dtype F32 on CUDA"), "{m}");
+    // A head dim that is not contiguous.
+    let qt = Tensor::zeros((1, 16, D, 4), DType::BF16, &dev)?.transpose(2, 3)?;
+    let m = err_msg(flash_attn(&qt, &k, &k, 0.1, false));
+    assert!(m.contains("head dim"), "{m}");
+    Ok(())
+}
