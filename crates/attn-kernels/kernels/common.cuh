@@ -19,6 +19,24 @@ struct FwdFeatures {
     float softcap_in;       // scale / c: raw scores become tanh(s · scale / c); 0: off
 };
 
+// The sequences of a batch whose entries differ in length (read only by the FEATURES entry
+// points, seqs.cuh; all null/zero elsewhere): FlashAttention's varlen (`cu_seqlens`), its KV
+// cache lengths (`seqused_k`) and a paged KV cache (`block_table`, vLLM's PagedAttention
+// layout). Every device-resident index is clamped to the launch's host-checked sizes before
+// it addresses memory, so a corrupt index gives wrong rows, never an out-of-bounds access.
+struct FwdSeqs {
+    const int* cu_q;        // [B + 1] row offsets of packed Q/O (and of LSE [Hq, total_q]); null: dense
+    const int* cu_k;        // [B + 1] row offsets of packed K/V; null: dense or paged
+    const int* seqused_k;   // [B] keys each sequence uses; null: all (kv_len, or cu_k's lengths)
+    const int* block_table; // [B, max_blocks] pages of each sequence (PAGED entries only)
+    int total_q;            // rows of packed Q/O: the bound of cu_q's entries
+    int total_k;            // rows of packed K/V: the bound of cu_k's entries
+    int max_blocks;         // block-table entries per sequence
+    int page_size;          // keys per page, a multiple of 16
+    int num_blocks;         // pages in the cache: the bound of block-table entries
+    int bottom_right;       // causal alignment per sequence: diag_offset = Sk_b − Sq_b (1) or 0
+};
+
 // Scalars of one forward launch. Pointers are passed as separate kernel arguments so that
 // the Rust side keeps cudarc's per-buffer stream tracking.
 struct FwdParams {
@@ -42,6 +60,7 @@ struct FwdParams {
     int64_t v_stride[3];
     int64_t o_stride[3];
     FwdFeatures feat;
+    FwdSeqs seqs;
 };
 
 // Start of head h of batch b in a tensor with strides `st` (batch, head, row).

@@ -10,6 +10,7 @@
 #include "load.cuh"
 #include "mask.cuh"
 #include "score_mod.cuh"
+#include "seqs.cuh"
 #include "softmax.cuh"
 #include "split_combine.cuh"
 
@@ -45,18 +46,21 @@ struct FwdConfig {
 // SPLIT: the key range of a query block is split over p.n_splits CTAs (flash-decoding's
 // split-KV, Dao et al. 2023), for grids too small to fill the chip; see split_combine.cuh.
 // FEATURES: sliding window, softcap, ALiBi and sinks as runtime values of p.feat
-// (score_mod.cuh); the key tiles outside the block's window are skipped. Never with SPLIT
-// (the launcher does not split problems with features).
+// (score_mod.cuh); the key tiles outside the block's window are skipped. FEATURES entries
+// also run varlen batches and KV caches with per-sequence lengths (p.seqs, seqs.cuh), and
+// PAGED ones read K/V through a block table (load_tile_paged). Never with SPLIT (the
+// launcher does not split problems with features).
 template <typename T, int DK, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool BREAK_RESCALE,
-          bool SPLIT, bool FEATURES = false>
+          bool SPLIT, bool FEATURES = false, bool PAGED = false>
 __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                            const T* __restrict__ v, T* __restrict__ o,
                                            float* __restrict__ lse, float* __restrict__ dump,
                                            const int* __restrict__ dump_tiles, float* __restrict__ ws_o,
                                            float* __restrict__ ws_ml, unsigned int* __restrict__ counters,
-                                           const FwdParams& p) {
+                                           const FwdParams& launch_p) {
     using Cfg = FwdConfig<T, DK, BM, BN, STAGES, WARPS>;
     static_assert(!(FEATURES && (SPLIT || BREAK_RESCALE)), "features run unsplit, in release entries");
+    static_assert(FEATURES || !PAGED, "paged K/V runs in the FEATURES entries");
     constexpr int MT = Cfg::kMT;
     constexpr int DP = Cfg::kPitch;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -64,10 +68,20 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     T* sK = sQ + BM * DP;
     T* sV = sK + STAGES * BN * DP;
 
-    const int q_tile = SPLIT ? blockIdx.x / p.n_splits : blockIdx.x;
-    const int split = SPLIT ? blockIdx.x % p.n_splits : 0;
+    const int q_tile = SPLIT ? blockIdx.x / launch_p.n_splits : blockIdx.x;
+    const int split = SPLIT ? blockIdx.x % launch_p.n_splits : 0;
     const int h = blockIdx.y;
     const int b = blockIdx.z;
+    // FEATURES: this batch entry's own lengths (varlen, seqused_k, paged); the rest of the
+    // kernel reads them through `p` as if the launch were this one sequence.
+    FwdParams seq_p;
+    SeqRows rows{0, 0};
+    if constexpr (FEATURES) {
+        seq_p = launch_p;
+        rows = resolve_sequence(seq_p, b);
+        if (q_tile * BM >= seq_p.q_len) return; // the grid covers the longest sequence
+    }
+    const FwdParams& p = FEATURES ? seq_p : launch_p;
     const int tid = threadIdx.x;
     const int warp = tid >> 5;
     const int lane = tid & 31;
@@ -79,9 +93,23 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 
     const T* q_head = head_ptr(q, p.q_stride, b, h);
     T* o_head = head_ptr(o, p.o_stride, b, h);
-    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
+    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * launch_p.q_len;
     const T* k_head = head_ptr(k, p.k_stride, b, kvh);
     const T* v_head = head_ptr(v, p.v_stride, b, kvh);
+    if constexpr (FEATURES) {
+        if (p.seqs.cu_q != nullptr) { // packed Q/O [total_q, Hq, D]; LSE [Hq, total_q]
+            q_head = q + static_cast<int64_t>(rows.q_row0) * p.q_stride[2] + static_cast<int64_t>(h) * p.q_stride[1];
+            o_head = o + static_cast<int64_t>(rows.q_row0) * p.o_stride[2] + static_cast<int64_t>(h) * p.o_stride[1];
+            if (lse != nullptr) lse_head = lse + static_cast<int64_t>(h) * p.seqs.total_q + rows.q_row0;
+        }
+        if (PAGED) { // pages: the batch stride is the page stride, rows come from the table
+            k_head = k + static_cast<int64_t>(kvh) * p.k_stride[1];
+            v_head = v + static_cast<int64_t>(kvh) * p.v_stride[1];
+        } else if (p.seqs.cu_k != nullptr) { // packed K/V [total_k, Hkv, D]
+            k_head = k + static_cast<int64_t>(rows.k_row0) * p.k_stride[2] + static_cast<int64_t>(kvh) * p.k_stride[1];
+            v_head = v + static_cast<int64_t>(rows.k_row0) * p.v_stride[2] + static_cast<int64_t>(kvh) * p.v_stride[1];
+        }
+    }
     const int d_chunks = p.head_dim >> 3;
 
 #ifdef ATTN_DEBUG
@@ -119,6 +147,16 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     // committed (possibly empty) so that wait_group counts stay uniform.
     load_tile_async<T, DK, BM, Cfg::kThreads>(sQ, q_head, m0, p.q_len, p.q_stride[2], d_chunks, tid);
     auto load_kv = [&](int buf, int key0) {
+        if constexpr (PAGED) {
+            const int* table = p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks;
+            load_tile_paged<T, DK, BN, Cfg::kThreads>(sK + buf * BN * DP, k_head, table, key0, p.kv_len,
+                                                      p.seqs.page_size, p.seqs.num_blocks, p.k_stride[0],
+                                                      p.k_stride[2], d_chunks, tid);
+            load_tile_paged<T, DK, BN, Cfg::kThreads>(sV + buf * BN * DP, v_head, table, key0, p.kv_len,
+                                                      p.seqs.page_size, p.seqs.num_blocks, p.v_stride[0],
+                                                      p.v_stride[2], d_chunks, tid);
+            return;
+        }
         load_tile_async<T, DK, BN, Cfg::kThreads>(sK + buf * BN * DP, k_head, key0, p.kv_len, p.k_stride[2],
                                                   d_chunks, tid);
         load_tile_async<T, DK, BN, Cfg::kThreads>(sV + buf * BN * DP, v_head, key0, p.kv_len, p.v_stride[2],
@@ -288,13 +326,13 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 #define ATTN_FWD_DEBUG_PARAMS
 #define ATTN_FWD_DEBUG_ARGS nullptr, nullptr
 #endif
-#define ATTN_FWD_ENTRY(NAME, T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES)                 \
+#define ATTN_FWD_ENTRY(NAME, T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES, PAGED)          \
     extern "C" __global__ void __launch_bounds__(W * 32)                                           \
         NAME(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,            \
              T* __restrict__ o, float* __restrict__ lse, float* __restrict__ ws_o,                 \
              float* __restrict__ ws_ml, unsigned int* __restrict__ counters,                       \
              const attn::FwdParams p ATTN_FWD_DEBUG_PARAMS) {                                      \
-        attn::fwd_kernel<T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES>(q, k, v, o, lse,    \
-                                                                    ATTN_FWD_DEBUG_ARGS, ws_o,     \
-                                                                    ws_ml, counters, p);           \
+        attn::fwd_kernel<T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES, PAGED>(q, k, v, o,  \
+                                                                    lse, ATTN_FWD_DEBUG_ARGS,      \
+                                                                    ws_o, ws_ml, counters, p);     \
     }

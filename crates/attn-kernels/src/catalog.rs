@@ -316,7 +316,10 @@ pub fn fwd_tiles(bucket: usize) -> &'static [FwdTileEntry] {
 /// ([`FwdMode::FullFeatures`], [`FwdMode::CausalFeatures`]: sliding window, softcap, ALiBi and
 /// sinks as runtime values), the same on every arch: 64×64 with 4 warps up to D = 128, 64×32
 /// above (the first of those that fits sm_89's 99 KiB). One config rather than every one
-/// keeps the build's cost of the features to two entries per unit.
+/// keeps the build's cost of the features to four entries per unit: full and causal, each
+/// with dense/packed K/V and with a paged cache ([`FwdMode::FullFeaturesPaged`],
+/// [`FwdMode::CausalFeaturesPaged`]). Varlen batches and per-sequence key counts run in the
+/// same entries (runtime pointers, kernels/seqs.cuh).
 pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
     const PREFERENCE: [Tile; 2] = [tile(64, 64, 4, 2), tile(64, 32, 4, 2)];
     PREFERENCE.into_iter().find(|t| {
@@ -599,6 +602,10 @@ pub enum FwdMode {
     FullFeatures,
     /// Causal (either alignment) with the features.
     CausalFeatures,
+    /// [`FwdMode::FullFeatures`] reading K/V from a paged cache through a block table.
+    FullFeaturesPaged,
+    /// [`FwdMode::CausalFeatures`] reading K/V from a paged cache.
+    CausalFeaturesPaged,
 }
 
 impl FwdMode {
@@ -609,17 +616,37 @@ impl FwdMode {
             FwdMode::BrokenRescale => "broken_rescale",
             FwdMode::FullFeatures => "full_feat",
             FwdMode::CausalFeatures => "causal_feat",
+            FwdMode::FullFeaturesPaged => "full_feat_paged",
+            FwdMode::CausalFeaturesPaged => "causal_feat_paged",
         }
     }
 
     /// Whether the entry has a causal mask.
     pub fn causal(self) -> bool {
-        matches!(self, FwdMode::Causal | FwdMode::CausalFeatures)
+        matches!(
+            self,
+            FwdMode::Causal | FwdMode::CausalFeatures | FwdMode::CausalFeaturesPaged
+        )
     }
 
-    /// Whether the entry runs the score-modifying features.
+    /// Whether the entry runs the score-modifying features (and with them varlen batches and
+    /// per-sequence key counts).
     pub fn features(self) -> bool {
-        matches!(self, FwdMode::FullFeatures | FwdMode::CausalFeatures)
+        matches!(
+            self,
+            FwdMode::FullFeatures
+                | FwdMode::CausalFeatures
+                | FwdMode::FullFeaturesPaged
+                | FwdMode::CausalFeaturesPaged
+        )
+    }
+
+    /// Whether the entry reads K/V through a block table.
+    pub fn paged(self) -> bool {
+        matches!(
+            self,
+            FwdMode::FullFeaturesPaged | FwdMode::CausalFeaturesPaged
+        )
     }
 }
 
@@ -828,11 +855,13 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                 if !debug && fwd_feature_tile(d) == Some(*c) {
                     modes.push((FwdMode::FullFeatures, false));
                     modes.push((FwdMode::CausalFeatures, false));
+                    modes.push((FwdMode::FullFeaturesPaged, false));
+                    modes.push((FwdMode::CausalFeaturesPaged, false));
                 }
                 for (mode, split) in modes {
                     let _ = writeln!(
                         s,
-                        "ATTN_FWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {}, {}, {}, {})",
+                        "ATTN_FWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
                         fwd_entry_name(unit, c, mode, split),
                         c.block_m,
                         c.block_n,
@@ -841,7 +870,8 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                         mode.causal(),
                         mode == FwdMode::BrokenRescale,
                         split,
-                        mode.features()
+                        mode.features(),
+                        mode.paged()
                     );
                 }
             }

@@ -116,6 +116,7 @@ impl FlashAttention {
                 tiles: &dtiles,
                 count: blocks.len() as i32,
             }),
+            seqs: None,
         };
         let launch = self.launch(
             Forward::bhsd(problem, &dq, &dk, &dv, &mut o, Some(&mut lse)).with_options(

@@ -27,6 +27,7 @@ use crate::{
     catalog::{self, Arch, Family, HopperTile, UnitKey},
     config::{Dtype, KernelConfig},
     launch::{bind_tensors, check_buffer, dims_kv, dims_q, driver, fwd_params, FwdParams},
+    seqs::Expected,
     tensor::{Layout, Tensor, TensorMut},
     FlashAttention, HostOutput, KernelError, LaunchInfo, StorageType,
 };
@@ -594,7 +595,7 @@ impl FlashAttention {
         }
         let stream = self.stream();
         let o_strides = o.strides;
-        let ptrs = bind_tensors(stream, problem, &q, &k, &v, &mut o, lse.as_mut())?;
+        let ptrs = bind_tensors(stream, &Expected::dense(problem.shape()), &q, &k, &v, &mut o, lse.as_mut())?;
         let params = plan
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
@@ -735,7 +736,7 @@ impl FlashAttention {
         let (func, arch) = self.function(&unit, &name, false, smem)?;
         let stream = self.stream();
         let o_strides = o.strides;
-        let ptrs = bind_tensors(stream, problem, q, k, v, o, lse)?;
+        let ptrs = bind_tensors(stream, &Expected::dense(problem.shape()), q, k, v, o, lse)?;
         let params = plan
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);

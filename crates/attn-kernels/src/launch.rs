@@ -22,6 +22,7 @@ use crate::{
     },
     cubin,
     hopper::{auto_prefers_hopper, encode_tma, plan_hopper, tma_geometry, Engine, TMA_BOX_COLS},
+    seqs::{bind_indices, plan_sequences, Expected, IndexLens, Sequences},
     tensor::{check_tensor, ranges_overlap, Strides, Tensor, TensorMut},
     Dtype, KernelError,
 };
@@ -64,8 +65,36 @@ impl Default for FwdFeatures {
     }
 }
 
+/// The sequence layout of a varlen / KV-cache / paged launch, mirrored from `attn::FwdSeqs`
+/// in kernels/common.cuh (four device pointers, then six 4-byte fields); all zero except in
+/// [`FlashAttention::forward_sequences`]'s launches ([`crate::seqs`]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct FwdSeqs {
+    /// `cu_seqlens_q` (0: dense queries).
+    pub cu_q: u64,
+    /// `cu_seqlens_k` (0: dense or paged keys).
+    pub cu_k: u64,
+    /// `seqused_k` (0: every key).
+    pub seqused_k: u64,
+    /// `block_table` (paged entries only).
+    pub block_table: u64,
+    /// Rows of packed Q/O.
+    pub total_q: i32,
+    /// Rows of packed K/V.
+    pub total_k: i32,
+    /// Block-table entries per sequence.
+    pub max_blocks: i32,
+    /// Keys per page.
+    pub page_size: i32,
+    /// Pages in the cache.
+    pub num_blocks: i32,
+    /// 1 when the causal mask is aligned bottom-right (per-sequence diagonal).
+    pub bottom_right: i32,
+}
+
 /// Scalars of one launch, mirrored from `attn::FwdParams` in kernels/common.cuh (same field
-/// order: twelve 4-byte fields, twelve 8-byte strides, then the features).
+/// order: twelve 4-byte fields, twelve 8-byte strides, the features, the sequence layout).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct FwdParams {
@@ -86,11 +115,13 @@ pub(crate) struct FwdParams {
     pub v_stride: [i64; 3],
     pub o_stride: [i64; 3],
     pub feat: FwdFeatures,
+    pub seqs: FwdSeqs,
 }
 
 // SAFETY: plain-old-data with the C layout of `attn::FwdParams` (twelve 4-byte fields, so the
 // 8-byte strides start 8-byte aligned at offset 48 in both languages; `FwdFeatures` starts at
-// 144 with its two 8-byte pointers, 32 bytes in both).
+// 144 with its two 8-byte pointers, 32 bytes in both; `FwdSeqs` at 176 with four 8-byte
+// pointers and six 4-byte fields, 56 bytes in both: 232 in all).
 unsafe impl DeviceRepr for FwdParams {}
 
 impl FwdParams {
@@ -465,7 +496,7 @@ pub(crate) struct BoundTensors<'a> {
 /// ([`check_tensors`]); the one place the f16/bf16 and FP8 launchers bind their tensors.
 pub(crate) fn bind_tensors<'a, T, U>(
     stream: &'a CudaStream,
-    problem: &Problem,
+    expected: &Expected,
     q: &'a Tensor<'_, T>,
     k: &'a Tensor<'_, T>,
     v: &'a Tensor<'_, T>,
@@ -488,7 +519,7 @@ pub(crate) fn bind_tensors<'a, T, U>(
         None => None,
     };
     check_tensors(
-        problem,
+        expected,
         [std::mem::size_of::<T>(), std::mem::size_of::<U>()],
         (q.dims, q.strides, q.view.len(), q_ptr),
         (k.dims, k.strides, k.view.len(), k_ptr),
@@ -506,11 +537,12 @@ pub(crate) fn bind_tensors<'a, T, U>(
     })
 }
 
-/// Validates Q, K, V, O (and LSE) against the problem and each other. Pure over addresses
-/// and lengths, so it is testable without a device.
+/// Validates Q, K, V, O (and LSE) against the expected dims (the problem's, [`Expected::dense`],
+/// or a sequence layout's) and each other. Pure over addresses and lengths, so it is testable
+/// without a device.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn check_tensors(
-    problem: &Problem,
+    expected: &Expected,
     elem_bytes: [usize; 2],
     q: ([usize; 4], Strides, usize, u64),
     k: ([usize; 4], Strides, usize, u64),
@@ -518,9 +550,8 @@ pub(crate) fn check_tensors(
     o: ([usize; 4], Strides, usize, u64),
     lse: Option<(usize, u64)>,
 ) -> Result<(), KernelError> {
-    let s = problem.shape();
     let [in_bytes, out_bytes] = elem_bytes;
-    let (qd, kd) = (dims_q(s), dims_kv(s));
+    let (qd, kd) = (expected.q, expected.kv);
     let cq = check_tensor("Q", qd, q.0, q.1, q.2, in_bytes, q.3, false)?;
     let ck = check_tensor("K", kd, k.0, k.1, k.2, in_bytes, k.3, false)?;
     let cv = check_tensor("V", kd, v.0, v.1, v.2, in_bytes, v.3, false)?;
@@ -540,8 +571,8 @@ pub(crate) fn check_tensors(
         }
     }
     if let Some((len, addr)) = lse {
-        check_buffer("LSE", s.lse_elems(), len)?;
-        let bytes = (s.lse_elems() * 4) as u64;
+        check_buffer("LSE", expected.lse, len)?;
+        let bytes = (expected.lse * 4) as u64;
         for (name, a, l) in inputs.into_iter().chain([("O", o_range.0, o_range.1)]) {
             if ranges_overlap(addr, bytes, a, l) {
                 return Err(KernelError::Overlap {
@@ -703,16 +734,57 @@ impl FlashAttention {
                 feature_names(problem)
             )));
         }
-        if let Some(tile) = self.hopper_choice(problem, T::DTYPE, &opts, planted)? {
-            return self.launch_hopper(problem, &q, &k, &v, &mut o, lse.as_mut(), tile);
+        // A varlen / KV-cache / paged launch: checked against the tensors before anything else.
+        let seq_plan = match &extras.seqs {
+            Some(seqs) => {
+                if planted {
+                    return Err(KernelError::UnsupportedFeature(
+                        "varlen or paged KV in a debug launch (tile dumps, planted bugs)".into(),
+                    ));
+                }
+                if matches!(opts.engine, Engine::Hopper(_)) {
+                    return Err(KernelError::EngineUnavailable(
+                        "the Hopper engine does not run varlen batches or paged KV caches yet; use Engine::Auto or Engine::MmaSync".into(),
+                    ));
+                }
+                Some(plan_sequences(problem, &IndexLens::of(seqs), q.dims, k.dims)?)
+            }
+            None => None,
+        };
+        // The general entry points: features, and any sequence layout.
+        let general = features || seq_plan.is_some();
+        if seq_plan.is_none() {
+            if let Some(tile) = self.hopper_choice(problem, T::DTYPE, &opts, planted)? {
+                return self.launch_hopper(problem, &q, &k, &v, &mut o, lse.as_mut(), tile);
+            }
         }
         let config = match opts.config {
             Some(c) => c,
-            None if features => feature_config(d)?,
+            None if general => feature_config(d)?,
             None => self.default_config(problem),
         };
-        // Debug launches (tile dumps, planted bugs) never split: dumps are per query block.
-        let splits = if planted { Some(1) } else { opts.splits };
+        if seq_plan.is_some() {
+            let want = feature_config(d)?;
+            if config != want {
+                return Err(KernelError::UnsupportedFeature(format!(
+                    "varlen or paged KV with config {} (these launches run in config {} only)",
+                    config.name(),
+                    want.name()
+                )));
+            }
+            if opts.splits.is_some_and(|n| n != 1) {
+                return Err(KernelError::UnsupportedFeature(
+                    "varlen or paged KV with split-KV (use 1 or the default)".into(),
+                ));
+            }
+        }
+        // Debug launches (tile dumps, planted bugs) and sequence layouts never split: dumps
+        // are per query block, and the general entry points have no split variant.
+        let splits = if planted || seq_plan.is_some() {
+            Some(1)
+        } else {
+            opts.splits
+        };
         let plan = plan_launch(problem, config, splits, self.sm_count())?;
         let cfg = plan.config;
         if plan.smem_bytes as usize > self.max_smem_per_block() {
@@ -722,23 +794,33 @@ impl FlashAttention {
                 limit: self.max_smem_per_block(),
             });
         }
-        let mode = match (extras.mode, problem.causal(), features) {
-            (Some(m), _, _) => m,
-            (None, Causal::None, false) => KernelMode::Full,
-            (None, _, false) => KernelMode::Causal,
-            (None, Causal::None, true) => KernelMode::FullFeatures,
-            (None, _, true) => KernelMode::CausalFeatures,
+        let paged = seq_plan.is_some_and(|s| s.paged);
+        let mode = match (extras.mode, problem.causal(), general, paged) {
+            (Some(m), ..) => m,
+            (None, Causal::None, false, _) => KernelMode::Full,
+            (None, _, false, _) => KernelMode::Causal,
+            (None, Causal::None, true, false) => KernelMode::FullFeatures,
+            (None, _, true, false) => KernelMode::CausalFeatures,
+            (None, Causal::None, true, true) => KernelMode::FullFeaturesPaged,
+            (None, _, true, true) => KernelMode::CausalFeaturesPaged,
         };
         let split = plan.params.n_splits > 1;
         let name = fwd_entry_name(&unit, &cfg, mode, split);
         let (func, arch) = self.function(&unit, &name, debug, plan.smem_bytes as usize)?;
         let stream = &self.stream;
         let o_strides = o.strides;
-        let ptrs = bind_tensors(stream, problem, &q, &k, &v, &mut o, lse.as_mut())?;
+        let expected = seq_plan.map_or_else(|| Expected::dense(shape), |s| s.expected);
+        let ptrs = bind_tensors(stream, &expected, &q, &k, &v, &mut o, lse.as_mut())?;
         let mut params = plan
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
         params.dump_count = extras.dump.as_ref().map_or(0, |d| d.count);
+        let mut index_guards = Vec::new();
+        if let (Some(sp), Some(seqs)) = (seq_plan, extras.seqs.as_ref()) {
+            params.seqs = sp.seqs;
+            params.kv_len = sp.kv_len as i32; // i32-checked by plan_sequences
+            index_guards = bind_indices(stream, seqs, &mut params.seqs);
+        }
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
         let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
         let launch_cfg = LaunchConfig {
@@ -806,11 +888,15 @@ impl FlashAttention {
         // pointers are passed only where the kernel does not read them (lse is tested for
         // null; the workspace only in split entry points; the feature arrays only in feature
         // entry points, which test them for null and index them by (b, h) < the lengths
-        // `Features::validate` checked); the dynamic shared-memory size was raised on the
-        // function and fits the device.
+        // `Features::validate` checked); in sequence launches (general entries only) Q/O/K/V
+        // were checked against the layout's dims (packed rows, pages) and the index arrays'
+        // lengths against the batch, and the kernel clamps every device-resident index into
+        // those checked sizes before addressing memory (kernels/seqs.cuh, load_tile_paged);
+        // the dynamic shared-memory size was raised on the function and fits the device.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the kernel"))?;
         drop(ptrs);
         drop(feature_guard);
+        drop(index_guards);
         Ok(LaunchInfo {
             kernel: name,
             arch,
@@ -898,7 +984,7 @@ impl FlashAttention {
         let (func, arch) = self.function(&unit, &name, false, plan.smem_bytes as usize)?;
         let stream = &self.stream;
         let o_strides = o.strides;
-        let ptrs = bind_tensors(stream, problem, q, k, v, o, lse)?;
+        let ptrs = bind_tensors(stream, &Expected::dense(problem.shape()), q, k, v, o, lse)?;
         let mut params = plan
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
@@ -991,6 +1077,8 @@ pub(crate) fn check_buffer(
 pub(crate) struct LaunchExtras<'a> {
     pub mode: Option<KernelMode>,
     pub dump: Option<DumpArgs<'a>>,
+    /// A varlen / KV-cache / paged launch ([`FlashAttention::forward_sequences`]).
+    pub seqs: Option<Sequences<'a>>,
 }
 
 pub(crate) struct DumpArgs<'a> {
@@ -1314,6 +1402,7 @@ pub(crate) fn fwd_params(problem: &Problem, n_splits: i32) -> FwdParams {
     let scale = problem.scale();
     FwdParams {
         feat: fwd_features(problem),
+        seqs: FwdSeqs::default(),
         batch: s.batch() as i32,
         q_heads: s.q_heads() as i32,
         kv_heads: s.kv_heads() as i32,
@@ -1666,7 +1755,7 @@ mod tests {
         // Separate buffers, both layouts: fine.
         for layout in [Layout::Bhsd, Layout::Bshd] {
             let ok = check_tensors(
-                &p,
+                &Expected::dense(s),
                 [2, 2],
                 t(qd, layout, qn, 0x10000),
                 t(kd, layout, kn, 0x100000),
@@ -1678,7 +1767,7 @@ mod tests {
         }
         // O over Q: an overlap error naming both.
         let e = check_tensors(
-            &p,
+            &Expected::dense(s),
             [2, 2],
             t(qd, Layout::Bhsd, qn, 0x10000),
             t(kd, Layout::Bhsd, kn, 0x100000),
@@ -1699,7 +1788,7 @@ mod tests {
         );
         // LSE inside V.
         let e = check_tensors(
-            &p,
+            &Expected::dense(s),
             [2, 2],
             t(qd, Layout::Bhsd, qn, 0x10000),
             t(kd, Layout::Bhsd, kn, 0x100000),
@@ -1721,7 +1810,7 @@ mod tests {
         // K given Q's dims; a short LSE.
         assert!(matches!(
             check_tensors(
-                &p,
+                &Expected::dense(s),
                 [2, 2],
                 t(qd, Layout::Bhsd, qn, 0x10000),
                 t(qd, Layout::Bhsd, qn, 0x100000),
@@ -1733,7 +1822,7 @@ mod tests {
         ));
         assert!(matches!(
             check_tensors(
-                &p,
+                &Expected::dense(s),
                 [2, 2],
                 t(qd, Layout::Bhsd, qn, 0x10000),
                 t(kd, Layout::Bhsd, kn, 0x100000),
@@ -1756,7 +1845,8 @@ mod tests {
         let st = Layout::Bshd.strides(dims_kv(s));
         let params = plan.params.with_strides(st, st, st, st);
         assert_eq!(params.k_stride, [300 * 2 * 64, 64, 2 * 64]);
-        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8 + 32);
+        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8 + 32 + 56);
+        assert_eq!(std::mem::size_of::<FwdSeqs>(), 56);
         assert_eq!(std::mem::size_of::<FwdFeatures>(), 32);
     }
 

@@ -85,6 +85,7 @@ pub mod fp8;
 pub mod hopper;
 mod launch;
 pub mod merge;
+pub mod seqs;
 pub mod tensor;
 
 use std::sync::Arc;
@@ -102,6 +103,7 @@ pub use launch::{
     KernelCache, LaunchInfo, StorageType,
 };
 pub use merge::{LseAccumulator, Merge};
+pub use seqs::{Indices, KeyRows, QueryRows, Sequences};
 pub use tensor::{Layout, Strides, Tensor, TensorMut};
 
 /// Everything that can go wrong before or during a launch.

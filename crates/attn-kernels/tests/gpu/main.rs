@@ -10,6 +10,7 @@
 //! - `family`: head dims, layouts and threads;
 //! - `fp8`: the FP8 (E4M3) forward against the reference and its rounding model;
 //! - `features`: sliding window, softcap, ALiBi and sinks on both f16/bf16 engines;
+//! - `seqs`: varlen batches, KV-cache lengths and paged KV caches, sequence by sequence;
 //! - `hopper`: the Hopper engine's every tile and head dim, its default use on sm_90, and its
 //!   refusals;
 //! - `stability`: bitwise determinism, 100k launches, concurrent streams;
@@ -47,6 +48,7 @@ mod fp8;
 mod hopper;
 mod resources;
 mod sanitize;
+mod seqs;
 mod splits;
 mod stability;
 mod validation;

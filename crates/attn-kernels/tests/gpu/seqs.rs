@@ -1,0 +1,604 @@
+//! Varlen batches, KV caches with per-sequence lengths and paged KV caches
+//! ([`FlashAttention::forward_sequences`]) against the f64 reference, one sequence at a time:
+//! each sequence is the dense problem of its own lengths (`Problem::sequence`, the definition
+//! attn-ref's varlen and paged references use), checked with attn-oracle's rule on its rows of
+//! the packed output. Cases: empty sequences, sequences with rows but no keys, lengths that are
+//! no multiple of any tile, Sq ≠ Sk both ways, GQA, both causal alignments, pages that
+//! straddle tiles and lie anywhere in the cache, the serving features, f16 and bf16.
+//!
+//! Rows a launch must not read (cache rows past `seqused_k`, pages no sequence uses) hold NaN,
+//! so reading one would show in the output; outputs start NaN, so a row left unwritten shows
+//! too.
+
+use attn_kernels::{
+    FlashAttention, Forward, ForwardOptions, Indices, KernelError, KeyRows, Layout, QueryRows,
+    Sequences, StorageType, Tensor, TensorMut,
+};
+use attn_ref::{
+    reference::{self, emulate},
+    Alibi, AttnShape, Causal, Dtype, Element, Features, Problem,
+};
+use half::{bf16, f16};
+use rand::{rngs::StdRng, seq::SliceRandom, SeedableRng};
+
+use crate::{check_output, features::alibi_slopes, fresh_seed, gpu, randn, to_f32s};
+
+/// How a case stores its keys.
+#[derive(Debug, Clone, Copy)]
+enum Keys {
+    /// `[B, Hkv, cap, D]` with `seqused_k` (a KV cache with spare capacity).
+    Dense { cap: usize },
+    /// `[total_k, Hkv, D]` with `cu_seqlens_k`.
+    Packed,
+    /// A cache of `num_blocks` pages of `page_size` keys, pages shuffled.
+    Paged { page_size: usize, num_blocks: usize },
+}
+
+#[derive(Debug, Clone)]
+struct SeqCase {
+    heads: (usize, usize),
+    d: usize,
+    causal: Causal,
+    features: Features,
+    /// Query rows per sequence; all equal unless `q_packed`.
+    q_lens: Vec<usize>,
+    /// Keys per sequence.
+    k_lens: Vec<usize>,
+    q_packed: bool,
+    keys: Keys,
+}
+
+/// Everything one sequence needs for its reference: `[1, H, S, D]` Q, K, V.
+struct SeqData<T> {
+    q: Vec<T>,
+    k: Vec<T>,
+    v: Vec<T>,
+}
+
+fn prefix(lens: &[usize]) -> Vec<i32> {
+    let mut cu = vec![0i32];
+    for &l in lens {
+        cu.push(cu.last().copied().unwrap_or(0) + l as i32);
+    }
+    cu
+}
+
+/// Runs one case and checks every sequence; `Err` lists what failed.
+fn run_case<T: StorageType + Element>(
+    gpu: &FlashAttention,
+    c: &SeqCase,
+    dtype: Dtype,
+    rng: &mut StdRng,
+) -> Result<String, String> {
+    let (hq, hkv) = c.heads;
+    let d = c.d;
+    let b = c.q_lens.len();
+    let nan = T::from_f32(f32::NAN);
+    let seqs: Vec<SeqData<T>> = (0..b)
+        .map(|i| SeqData {
+            q: randn(rng, hq * c.q_lens[i] * d),
+            k: randn(rng, hkv * c.k_lens[i] * d),
+            v: randn(rng, hkv * c.k_lens[i] * d),
+        })
+        .collect();
+    let max_q = c.q_lens.iter().copied().max().unwrap_or(0).max(1);
+    let max_k = c.k_lens.iter().copied().max().unwrap_or(0).max(1);
+    // Queries: packed [total_q, Hq, D] or dense [B, Hq, Sq, D].
+    let cu_q = prefix(&c.q_lens);
+    let total_q = *cu_q.last().unwrap() as usize;
+    let (q_host, q_dims, q_layout) = if c.q_packed {
+        let mut q = vec![nan; total_q * hq * d];
+        for (i, s) in seqs.iter().enumerate() {
+            for h in 0..hq {
+                for r in 0..c.q_lens[i] {
+                    let dst = ((cu_q[i] as usize + r) * hq + h) * d;
+                    q[dst..dst + d].copy_from_slice(&s.q[(h * c.q_lens[i] + r) * d..][..d]);
+                }
+            }
+        }
+        (q, [1, hq, total_q, d], Layout::Bshd)
+    } else {
+        let sq = c.q_lens[0];
+        let q: Vec<T> = seqs.iter().flat_map(|s| s.q.iter().copied()).collect();
+        (q, [b, hq, sq, d], Layout::Bhsd)
+    };
+    let kv_len_template = match c.keys {
+        Keys::Dense { cap } => cap,
+        _ => max_k,
+    };
+    let template = Problem::new(
+        AttnShape::new(
+            b,
+            hq,
+            hkv,
+            if c.q_packed { max_q } else { c.q_lens[0] },
+            kv_len_template,
+            d,
+        )
+        .map_err(|e| e.to_string())?,
+        c.causal,
+    )
+    .with_features(c.features.clone())
+    .map_err(|e| e.to_string())?;
+    // Keys and values in the case's storage; unused rows and pages NaN.
+    let mut table = Vec::new();
+    let cu_k = prefix(&c.k_lens);
+    let (k_host, v_host, k_dims, k_layout) = match c.keys {
+        Keys::Dense { cap } => {
+            let mut k = vec![nan; b * hkv * cap * d];
+            let mut v = k.clone();
+            for (i, s) in seqs.iter().enumerate() {
+                for h in 0..hkv {
+                    for r in 0..c.k_lens[i] {
+                        let dst = ((i * hkv + h) * cap + r) * d;
+                        let src = (h * c.k_lens[i] + r) * d;
+                        k[dst..dst + d].copy_from_slice(&s.k[src..src + d]);
+                        v[dst..dst + d].copy_from_slice(&s.v[src..src + d]);
+                    }
+                }
+            }
+            (k, v, [b, hkv, cap, d], Layout::Bhsd)
+        }
+        Keys::Packed => {
+            let total_k = *cu_k.last().unwrap() as usize;
+            let mut k = vec![nan; total_k.max(1) * hkv * d];
+            let mut v = k.clone();
+            for (i, s) in seqs.iter().enumerate() {
+                for h in 0..hkv {
+                    for r in 0..c.k_lens[i] {
+                        let dst = ((cu_k[i] as usize + r) * hkv + h) * d;
+                        let src = (h * c.k_lens[i] + r) * d;
+                        k[dst..dst + d].copy_from_slice(&s.k[src..src + d]);
+                        v[dst..dst + d].copy_from_slice(&s.v[src..src + d]);
+                    }
+                }
+            }
+            (k, v, [1, hkv, total_k, d], Layout::Bshd)
+        }
+        Keys::Paged {
+            page_size,
+            num_blocks,
+        } => {
+            let max_blocks = max_k.div_ceil(page_size);
+            let mut pages: Vec<i32> = (0..num_blocks as i32).collect();
+            pages.shuffle(rng);
+            assert!(b * max_blocks <= num_blocks, "the case's cache is too small");
+            // Unused table slots point at page 0 or past the cache: never read.
+            table = vec![0i32; b * max_blocks];
+            let mut next = 0;
+            let mut k = vec![nan; num_blocks * page_size * hkv * d];
+            let mut v = k.clone();
+            for (i, s) in seqs.iter().enumerate() {
+                for slot in 0..max_blocks {
+                    table[i * max_blocks + slot] = if slot * page_size < c.k_lens[i] {
+                        next += 1;
+                        pages[next - 1]
+                    } else if slot % 2 == 0 {
+                        -7
+                    } else {
+                        num_blocks as i32 + 1000
+                    };
+                }
+                for h in 0..hkv {
+                    for r in 0..c.k_lens[i] {
+                        let page = table[i * max_blocks + r / page_size] as usize;
+                        let dst = ((page * page_size + r % page_size) * hkv + h) * d;
+                        let src = (h * c.k_lens[i] + r) * d;
+                        k[dst..dst + d].copy_from_slice(&s.k[src..src + d]);
+                        v[dst..dst + d].copy_from_slice(&s.v[src..src + d]);
+                    }
+                }
+            }
+            (k, v, [num_blocks, hkv, page_size, d], Layout::Bshd)
+        }
+    };
+    let used: Vec<i32> = c.k_lens.iter().map(|&l| l as i32).collect();
+    let st = gpu.stream();
+    let up = |x: &[i32]| st.clone_htod(x).map_err(|e| e.to_string());
+    let dq = st.clone_htod(&q_host).map_err(|e| e.to_string())?;
+    let dk = st.clone_htod(&k_host).map_err(|e| e.to_string())?;
+    let dv = st.clone_htod(&v_host).map_err(|e| e.to_string())?;
+    let mut o = st
+        .clone_htod(&vec![nan; q_host.len()])
+        .map_err(|e| e.to_string())?;
+    let lse_len = if c.q_packed { hq * total_q } else { b * hq * c.q_lens[0] };
+    let mut lse = st
+        .clone_htod(&vec![f32::NAN; lse_len])
+        .map_err(|e| e.to_string())?;
+    let (dcu_q, dcu_k, dtable, dused) = (up(&cu_q)?, up(&cu_k)?, up(if table.is_empty() { &[0] } else { &table })?, up(&used)?);
+    let seq_layout = Sequences {
+        queries: if c.q_packed {
+            QueryRows::Packed {
+                cu_seqlens: Indices::new(dcu_q.as_view()).with_host(&cu_q),
+            }
+        } else {
+            QueryRows::Dense
+        },
+        keys: match c.keys {
+            Keys::Dense { .. } => KeyRows::Dense,
+            Keys::Packed => KeyRows::Packed {
+                cu_seqlens: Indices::new(dcu_k.as_view()).with_host(&cu_k),
+            },
+            Keys::Paged { .. } => KeyRows::Paged {
+                block_table: Indices::new(dtable.as_view()).with_host(&table),
+            },
+        },
+        seqused_k: match c.keys {
+            Keys::Packed => None,
+            _ => Some(Indices::new(dused.as_view()).with_host(&used)),
+        },
+    };
+    let launch = gpu
+        .forward_sequences(
+            Forward {
+                problem: &template,
+                q: Tensor::contiguous(dq.as_view(), q_dims, q_layout),
+                k: Tensor::contiguous(dk.as_view(), k_dims, k_layout),
+                v: Tensor::contiguous(dv.as_view(), k_dims, k_layout),
+                o: TensorMut::contiguous(o.as_view_mut(), q_dims, q_layout),
+                lse: Some(lse.as_view_mut()),
+                options: ForwardOptions::default(),
+            },
+            seq_layout,
+        )
+        .map_err(|e| format!("launch: {e}"))?;
+    let o: Vec<T> = st.clone_dtoh(&o).map_err(|e| e.to_string())?;
+    let lse: Vec<f32> = st.clone_dtoh(&lse).map_err(|e| e.to_string())?;
+    let mut failures = Vec::new();
+    for (i, s) in seqs.iter().enumerate() {
+        let (sq, sk) = (c.q_lens[i], c.k_lens[i]);
+        if sq == 0 {
+            continue;
+        }
+        // This sequence's O as [1, Hq, sq, D] and LSE [1, Hq, sq].
+        let mut oi = Vec::with_capacity(hq * sq * d);
+        let mut li = Vec::with_capacity(hq * sq);
+        for h in 0..hq {
+            for r in 0..sq {
+                let (row, lrow) = if c.q_packed {
+                    let g = cu_q[i] as usize + r;
+                    ((g * hq + h) * d, h * total_q + g)
+                } else {
+                    (((i * hq + h) * sq + r) * d, (i * hq + h) * sq + r)
+                };
+                oi.extend(o[row..row + d].iter().map(|x| x.to_f32()));
+                li.push(lse[lrow]);
+            }
+        }
+        if sk == 0 {
+            // No keys: O = 0 and LSE = −∞ (with or without a sink).
+            if oi.iter().any(|&x| x != 0.0) || li.iter().any(|&x| x != f32::NEG_INFINITY) {
+                failures.push(format!("sequence {i} ({sq}×0): O must be 0 and LSE −∞"));
+            }
+            continue;
+        }
+        let p = template.sequence(i, sq, sk).map_err(|e| e.to_string())?;
+        let r = reference::forward(&p, &s.q, &s.k, &s.v).map_err(|e| e.to_string())?;
+        let emu =
+            emulate::forward_emulated(&p, &to_f32s(&s.q), &to_f32s(&s.k), &to_f32s(&s.v), dtype)
+                .map_err(|e| e.to_string())?;
+        if let Err(e) = check_output(&p, &oi, &li, &r, &emu, dtype.into()) {
+            failures.push(format!("sequence {i} ({sq}×{sk}): {e}"));
+        }
+    }
+    if failures.is_empty() {
+        Ok(launch.kernel)
+    } else {
+        Err(format!("{} ({}): {}", launch.kernel, dtype.as_str(), failures.join("; ")))
+    }
+}
+
+fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mut Vec<String>) {
+    for dtype in [Dtype::F16, Dtype::Bf16] {
+        let r = match dtype {
+            Dtype::F16 => run_case::<f16>(gpu, c, dtype, rng),
+            _ => run_case::<bf16>(gpu, c, dtype, rng),
+        };
+        match r {
+            Ok(kernel) => {
+                let want = if matches!(c.keys, Keys::Paged { .. }) {
+                    "_paged"
+                } else {
+                    "_feat"
+                };
+                if !kernel.ends_with(want) {
+                    failures.push(format!("{c:?}: ran {kernel}, not a `{want}` entry"));
+                }
+            }
+            Err(e) => failures.push(format!(
+                "{:?} D {} {:?} q_packed {} {:?}: {e}",
+                c.causal, c.d, c.keys, c.q_packed, c.features
+            )),
+        }
+    }
+}
+
+/// The serving features every matrix also runs with: all four at once.
+fn all_features(b: usize, hq: usize) -> Features {
+    Features {
+        window: Some((40, 7)),
+        softcap: Some(6.0),
+        alibi: Some(Alibi::PerBatchHead(
+            (0..b).flat_map(|_| alibi_slopes(hq)).collect(),
+        )),
+        sinks: Some((0..hq).map(|h| h as f32 * 0.5 - 1.0).collect()),
+    }
+}
+
+const CAUSALS: [Causal; 3] = [Causal::None, Causal::TopLeft, Causal::BottomRight];
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_seqs_varlen() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    // Empty, one-row, tails, Sq > Sk and Sq < Sk, a sequence with rows and no keys.
+    let q_lens = vec![0, 1, 77, 200, 130, 64, 3];
+    let k_lens = vec![5, 1, 300, 200, 0, 81, 250];
+    for d in [64, 128, 40, 256] {
+        for causal in CAUSALS {
+            for features in [Features::default(), all_features(q_lens.len(), 4)] {
+                let c = SeqCase {
+                    heads: (4, 2),
+                    d,
+                    causal,
+                    features,
+                    q_lens: q_lens.clone(),
+                    k_lens: k_lens.clone(),
+                    q_packed: true,
+                    keys: Keys::Packed,
+                };
+                run_dtypes(&gpu, &c, &mut rng, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_seqs_paged() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    let k_lens = vec![100, 0, 333, 16, 47];
+    for d in [64, 128, 96] {
+        for page_size in [16, 48, 256] {
+            for causal in CAUSALS {
+                // Decode (one query), a chunk of new queries, and packed queries.
+                for (q_lens, q_packed) in [
+                    (vec![1; 5], false),
+                    (vec![37; 5], false),
+                    (vec![3, 0, 50, 16, 1], true),
+                ] {
+                    let features = if q_lens[0] == 37 {
+                        all_features(5, 8)
+                    } else {
+                        Features::default()
+                    };
+                    let c = SeqCase {
+                        heads: (8, 2),
+                        d,
+                        causal,
+                        features,
+                        q_lens,
+                        k_lens: k_lens.clone(),
+                        q_packed,
+                        keys: Keys::Paged {
+                            page_size,
+                            num_blocks: 5 * 333usize.div_ceil(page_size) + 3,
+                        },
+                    };
+                    run_dtypes(&gpu, &c, &mut rng, &mut failures);
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_seqs_kv_cache_lengths() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for d in [64, 128] {
+        for causal in CAUSALS {
+            for sq in [1, 19] {
+                let c = SeqCase {
+                    heads: (6, 3),
+                    d,
+                    causal,
+                    features: Features::default(),
+                    q_lens: vec![sq; 4],
+                    k_lens: vec![256, 10, 0, 129],
+                    q_packed: false,
+                    keys: Keys::Dense { cap: 256 },
+                };
+                run_dtypes(&gpu, &c, &mut rng, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// Device-resident indices the host never saw: cu_seqlens past the tensors, seqused_k past
+/// the capacity, block-table entries outside the cache. The kernel clamps them (wrong rows,
+/// no out-of-bounds access: compute-sanitizer's memcheck runs this test), the launch and the
+/// stream stay healthy, and the next launch is right.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_seqs_corrupt_device_indices() {
+    let gpu = gpu();
+    let st = gpu.stream();
+    let (b, hq, hkv, d, ps, blocks) = (3, 4, 2, 64, 16, 6);
+    let p = Problem::new(
+        AttnShape::new(b, hq, hkv, 40, 1, d).unwrap(),
+        Causal::BottomRight,
+    );
+    let q = st.clone_htod(&vec![f16::from_f32(0.5); 64 * hq * d]).unwrap();
+    let kc = st
+        .clone_htod(&vec![f16::from_f32(0.25); blocks * ps * hkv * d])
+        .unwrap();
+    let mut o = st.clone_htod(&vec![f16::from_f32(f32::NAN); 64 * hq * d]).unwrap();
+    let mut lse = st.clone_htod(&vec![f32::NAN; hq * 64]).unwrap();
+    // Packed Q whose prefix sums run past its 64 rows and backwards; a table with entries
+    // outside the cache; seqused_k past the capacity and negative.
+    let cu_q = st.clone_htod(&[0, 40, 1 << 30, -5]).unwrap();
+    let table = st
+        .clone_htod(&[0, 1, -100, 5, 1 << 30, 2, 3, 4, -1])
+        .unwrap();
+    let used = st.clone_htod(&[48, 1 << 30, -3]).unwrap();
+    let qdims = [1, hq, 64, d];
+    let kdims = [blocks, hkv, ps, d];
+    gpu.forward_sequences(
+        Forward {
+            problem: &p,
+            q: Tensor::contiguous(q.as_view(), qdims, Layout::Bshd),
+            k: Tensor::contiguous(kc.as_view(), kdims, Layout::Bshd),
+            v: Tensor::contiguous(kc.as_view(), kdims, Layout::Bshd),
+            o: TensorMut::contiguous(o.as_view_mut(), qdims, Layout::Bshd),
+            lse: Some(lse.as_view_mut()),
+            options: ForwardOptions::default(),
+        },
+        Sequences {
+            queries: QueryRows::Packed {
+                cu_seqlens: Indices::new(cu_q.as_view()),
+            },
+            keys: KeyRows::Paged {
+                block_table: Indices::new(table.as_view()),
+            },
+            seqused_k: Some(Indices::new(used.as_view())),
+        },
+    )
+    .unwrap();
+    st.synchronize().expect("the stream stays healthy");
+    // Sequence 0 (rows 0..40, 48 keys through pages 0, 1, and the clamped −100 → 0) is
+    // well defined: every key and value is 0.25, so O = 0.25.
+    let out: Vec<f16> = st.clone_dtoh(&o).unwrap();
+    for r in 0..40 {
+        for h in 0..hq {
+            let x = out[(r * hq + h) * d].to_f32();
+            assert!((x - 0.25).abs() < 1e-3, "row {r} head {h}: {x}");
+        }
+    }
+    // And the device still computes right afterwards.
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let mut failures = Vec::new();
+    let c = SeqCase {
+        heads: (hq, hkv),
+        d,
+        causal: Causal::BottomRight,
+        features: Features::default(),
+        q_lens: vec![1, 5],
+        k_lens: vec![33, 7],
+        q_packed: true,
+        keys: Keys::Paged {
+            page_size: 16,
+            num_blocks: 5,
+        },
+    };
+    run_dtypes(&gpu, &c, &mut rng, &mut failures);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Refused launches are typed errors and write nothing: malformed host copies of the indices,
+/// index arrays of the wrong length, tensors that do not match the layout, and options these
+/// launches lack.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn validation_seqs_refusals_write_nothing() {
+    let gpu = gpu();
+    let st = gpu.stream();
+    let (b, hq, hkv, d) = (2, 4, 2, 64);
+    let p = Problem::new(AttnShape::new(b, hq, hkv, 8, 8, d).unwrap(), Causal::None);
+    let q = st.clone_htod(&vec![f16::from_f32(1.0); 12 * hq * d]).unwrap();
+    let k = st.clone_htod(&vec![f16::from_f32(1.0); 12 * hkv * d]).unwrap();
+    let poison = vec![f16::from_f32(f32::NAN); 12 * hq * d];
+    let mut o = st.clone_htod(&poison).unwrap();
+    let good_cu = [0, 4, 12];
+    let cu_dev = st.clone_htod(&good_cu).unwrap();
+    let short_dev = st.clone_htod(&[0, 12]).unwrap();
+    let qd = [1, hq, 12, d];
+    let kd = [1, hkv, 12, d];
+    let run = |o: &mut cudarc::driver::CudaSlice<f16>,
+               cu_q_host: &[i32],
+               short: bool,
+               q_dims: [usize; 4],
+               opts: ForwardOptions|
+     -> Result<(), KernelError> {
+        gpu.forward_sequences(
+            Forward {
+                problem: &p,
+                q: Tensor::contiguous(q.as_view(), q_dims, Layout::Bshd),
+                k: Tensor::contiguous(k.as_view(), kd, Layout::Bshd),
+                v: Tensor::contiguous(k.as_view(), kd, Layout::Bshd),
+                o: TensorMut::contiguous(o.as_view_mut(), q_dims, Layout::Bshd),
+                lse: None,
+                options: opts,
+            },
+            Sequences {
+                queries: QueryRows::Packed {
+                    cu_seqlens: Indices::new(if short {
+                        short_dev.as_view()
+                    } else {
+                        cu_dev.as_view()
+                    })
+                    .with_host(cu_q_host),
+                },
+                keys: KeyRows::Packed {
+                    cu_seqlens: Indices::new(cu_dev.as_view()).with_host(&good_cu),
+                },
+                seqused_k: None,
+            },
+        )
+        .map(|_| ())
+    };
+    let refusals: Vec<(&str, Result<(), KernelError>)> = vec![
+        ("not monotone", run(&mut o, &[0, 9, 4], false, qd, Default::default())),
+        ("wrong total", run(&mut o, &[0, 4, 11], false, qd, Default::default())),
+        ("short device array", run(&mut o, &[0, 12], true, qd, Default::default())),
+        ("batched Q", run(&mut o, &good_cu, false, [2, hq, 6, d], Default::default())),
+        (
+            "split-KV",
+            run(
+                &mut o,
+                &good_cu,
+                false,
+                qd,
+                ForwardOptions {
+                    splits: Some(2),
+                    ..Default::default()
+                },
+            ),
+        ),
+        (
+            "Hopper engine",
+            run(
+                &mut o,
+                &good_cu,
+                false,
+                qd,
+                ForwardOptions {
+                    engine: attn_kernels::Engine::Hopper(None),
+                    ..Default::default()
+                },
+            ),
+        ),
+    ];
+    for (what, r) in refusals {
+        assert!(r.is_err(), "{what}: accepted");
+    }
+    let after: Vec<f16> = st.clone_dtoh(&o).unwrap();
+    assert!(
+        after.iter().all(|x| x.to_f32().is_nan()),
+        "a refused launch wrote O"
+    );
+    // The same launch with good indices runs.
+    run(&mut o, &good_cu, false, qd, Default::default()).unwrap();
+}
