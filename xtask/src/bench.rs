@@ -533,7 +533,7 @@ fn time_typed<T: StorageType>(
 }
 
 /// Times `launch(i)` (one forward on input set i) per the protocol in the module docs.
-fn time_launches(
+pub(crate) fn time_launches(
     gpu: &Arc<FlashAttention>,
     warmup: usize,
     samples: usize,

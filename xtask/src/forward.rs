@@ -47,9 +47,17 @@ pub struct Args {
     /// reads and writes it in place, strided).
     #[arg(long, value_enum, default_value = "bhsd")]
     layout: crate::flags::LayoutArg,
+    /// Serving features, varlen and paged KV: the flags of `cargo xtask reference`, with the
+    /// same input layouts, so the two commands run on the same files.
+    #[command(flatten)]
+    features: crate::reference::FeatureArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let f = &args.features;
+    if f.cu_seqlens_q.is_some() || f.block_table.is_some() {
+        return run_sequences(&args);
+    }
     let q = npy::read(&args.q)?;
     let k = npy::read(&args.k)?;
     let v = npy::read(&args.v)?;
@@ -84,6 +92,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(s) = args.scale {
         problem = problem.with_scale(s)?;
     }
+    let problem = crate::reference::apply_features(problem, &args.features)?;
     let to32 = |x: &[f64]| x.iter().map(|&e| e as f32).collect::<Vec<f32>>();
     let run = run_gpu_layout(
         &problem,
@@ -113,6 +122,147 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         npy::write(l, &[b, hq, sq], &run.output.lse)?;
     }
     eprintln!("ran {} ({}x{} tiles)", run.kernel, run.block_m, run.block_n);
+    Ok(())
+}
+
+/// `--cu-seqlens-q/-k` (Q, K, V, O `[total, H, D]`, LSE `[Hq, total_q]`) or
+/// `--block-table/--seqused-k` (Q and O `[B, Hq, Sq, D]` or bshd, K and V the paged caches
+/// `[num_blocks, page_size, Hkv, D]`, LSE `[B, Hq, Sq]`) through
+/// `FlashAttention::forward_sequences`: the GPU twin of `reference`'s varlen and paged modes.
+fn run_sequences(args: &Args) -> anyhow::Result<()> {
+    use crate::reference::{read_float, read_i32_flag};
+    use attn_kernels::{HostSequences, HostTensor};
+    let f = &args.features;
+    let (q, k, v) = (
+        read_float(&args.q, "Q")?,
+        read_float(&args.k, "K")?,
+        read_float(&args.v, "V")?,
+    );
+    if k.shape != v.shape {
+        bail!(
+            "K has shape {:?} but V has shape {:?}; they must be equal",
+            k.shape,
+            v.shape
+        );
+    }
+    let to32 = |x: &[f64]| x.iter().map(|&e| e as f32).collect::<Vec<f32>>();
+    let (cu_q, cu_k, table, used);
+    let (problem, q_t, k_t, o_dims, lse_dims);
+    match (&f.cu_seqlens_q, &f.cu_seqlens_k, &f.block_table, &f.seqused_k) {
+        (Some(cq), Some(ck), None, None) => {
+            if args.layout != crate::flags::LayoutArg::Bhsd {
+                bail!("--layout bshd does not apply to varlen inputs, which are [total, H, D]");
+            }
+            cu_q = read_i32_flag(cq, "--cu-seqlens-q", 1)?.1;
+            cu_k = read_i32_flag(ck, "--cu-seqlens-k", 1)?.1;
+            (table, used) = (Vec::new(), Vec::new());
+            let rank3 = |shape: &[usize], name: &str| match shape[..] {
+                [t, h, d] => Ok([t, h, d]),
+                _ => bail!("{name}: expected a 3-D [total, H, D] array with --cu-seqlens-*, got shape {shape:?}"),
+            };
+            let ([tq, hq, d], [tk, hkv, dk]) = (rank3(&q.shape, "Q")?, rank3(&k.shape, "K")?);
+            if d != dk {
+                bail!("head-dim mismatch: Q has D = {d}, K/V have D = {dk}");
+            }
+            if cu_q.len() < 2 || cu_k.len() != cu_q.len() {
+                bail!(
+                    "--cu-seqlens-q has {} entries and --cu-seqlens-k {}: both are [B + 1], B ≥ 1",
+                    cu_q.len(),
+                    cu_k.len()
+                );
+            }
+            let longest = |cu: &[i32]| cu.windows(2).map(|w| (w[1] - w[0]).max(0) as usize).max().unwrap_or(0).max(1);
+            let shape = AttnShape::new(cu_q.len() - 1, hq, hkv, longest(&cu_q), longest(&cu_k), d)?;
+            problem = Problem::new(shape, args.causal.into());
+            q_t = ([1, hq, tq, d], Layout::Bshd);
+            k_t = ([1, hkv, tk, d], Layout::Bshd);
+            o_dims = vec![tq, hq, d];
+            lse_dims = vec![hq, tq];
+        }
+        (None, None, Some(t), Some(u)) => {
+            let layout = Layout::from(args.layout);
+            let (table_shape, t) = read_i32_flag(t, "--block-table", 2)?;
+            table = t;
+            used = read_i32_flag(u, "--seqused-k", 1)?.1;
+            (cu_q, cu_k) = (Vec::new(), Vec::new());
+            let qs = q.shape4("Q")?;
+            let [b, hq, sq, d] = match layout {
+                Layout::Bhsd => qs,
+                Layout::Bshd => [qs[0], qs[2], qs[1], qs[3]],
+            };
+            let [nb, ps, hkv, dk] = k.shape4("K")?;
+            if d != dk {
+                bail!("head-dim mismatch: Q has D = {d}, the K/V cache has D = {dk}");
+            }
+            if table_shape[0] != b || used.len() != b {
+                bail!(
+                    "--block-table has {} rows and --seqused-k {} entries, but Q has B = {b}",
+                    table_shape[0],
+                    used.len()
+                );
+            }
+            let shape = AttnShape::new(b, hq, hkv, sq, 1, d)?;
+            problem = Problem::new(shape, args.causal.into());
+            q_t = ([b, hq, sq, d], layout);
+            k_t = ([nb, hkv, ps, d], Layout::Bshd);
+            o_dims = qs.to_vec();
+            lse_dims = vec![b, hq, sq];
+        }
+        _ => bail!(
+            "varlen needs --cu-seqlens-q and --cu-seqlens-k; paged KV needs --block-table and --seqused-k; they do not combine"
+        ),
+    }
+    let mut problem = problem;
+    if let Some(s) = args.scale {
+        problem = problem.with_scale(s)?;
+    }
+    let problem = crate::reference::apply_features(problem, f)?;
+    let seqs = HostSequences {
+        cu_seqlens_q: (!cu_q.is_empty()).then_some(&cu_q[..]),
+        cu_seqlens_k: (!cu_k.is_empty()).then_some(&cu_k[..]),
+        block_table: (!table.is_empty()).then_some(&table[..]),
+        seqused_k: (!used.is_empty()).then_some(&used[..]),
+    };
+    let opts = match &args.config {
+        Some(name) => ForwardOptions::from_config_name(name)?,
+        None => ForwardOptions::default(),
+    };
+    let gpu = gpu()?;
+    let (q32, k32, v32) = (to32(&q.data), to32(&k.data), to32(&v.data));
+    macro_rules! go {
+        ($t:ty) => {{
+            let cvt = |x: &[f32]| x.iter().map(|&e| <$t>::from_f32(e)).collect::<Vec<$t>>();
+            let (qh, kh, vh) = (cvt(&q32), cvt(&k32), cvt(&v32));
+            let t = |data, (dims, layout)| HostTensor { data, dims, layout };
+            let out = gpu.forward_sequences_host(
+                &problem,
+                t(&qh[..], q_t),
+                t(&kh[..], k_t),
+                t(&vh[..], k_t),
+                &seqs,
+                &opts,
+            )?;
+            (
+                out.o.iter().map(|e| e.to_f32()).collect::<Vec<f32>>(),
+                out.lse,
+                out.launch,
+            )
+        }};
+    }
+    let (o, lse, launch) = match Dtype::parse(args.dtype.as_str())? {
+        Dtype::F16 => go!(half::f16),
+        Dtype::Bf16 => go!(half::bf16),
+    };
+    if args.dtype == DtypeArg::F16 {
+        let h: Vec<half::f16> = o.iter().map(|&x| half::f16::from_f32(x)).collect();
+        npy::write(&args.out, &o_dims, &h)?;
+    } else {
+        npy::write(&args.out, &o_dims, &o)?;
+    }
+    if let Some(l) = &args.lse {
+        npy::write(l, &lse_dims, &lse)?;
+    }
+    eprintln!("ran {} ({})", launch.kernel, launch.config.name());
     Ok(())
 }
 

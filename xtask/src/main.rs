@@ -24,6 +24,7 @@ mod quant;
 mod reference;
 mod ring;
 mod sanitize;
+mod serve_bench;
 mod sweep;
 mod train_bench;
 
@@ -72,6 +73,8 @@ enum Cmd {
     Ring(ring::Args),
     /// Forward, backward and serving-feature timings against SDPA's forward and backward.
     TrainBench(train_bench::Args),
+    /// Varlen and paged-KV launches against the dense work they replace.
+    ServeBench(serve_bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Cmd::Reference(a) => reference::run(a),
         Cmd::Ring(a) => ring::run(a),
         Cmd::TrainBench(a) => train_bench::run(a),
+        Cmd::ServeBench(a) => serve_bench::run(a),
         Cmd::Quantize(a) => quant::run_quantize(a),
         Cmd::Dequantize(a) => quant::run_dequantize(a),
         Cmd::Compare(a) => compare::run(a),

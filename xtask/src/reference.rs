@@ -183,7 +183,11 @@ fn read_f32_flag(path: &Path, flag: &str) -> anyhow::Result<(Vec<usize>, Vec<f32
 }
 
 /// Reads an int32 `.npy` of rank `rank` for a flag.
-fn read_i32_flag(path: &Path, flag: &str, rank: usize) -> anyhow::Result<(Vec<usize>, Vec<i32>)> {
+pub(crate) fn read_i32_flag(
+    path: &Path,
+    flag: &str,
+    rank: usize,
+) -> anyhow::Result<(Vec<usize>, Vec<i32>)> {
     let (shape, data) =
         npy::read_i32(path).with_context(|| format!("{flag} {}", path.display()))?;
     if shape.len() != rank {
@@ -196,7 +200,7 @@ fn read_i32_flag(path: &Path, flag: &str, rank: usize) -> anyhow::Result<(Vec<us
 }
 
 /// Adds the window, softcap, ALiBi and sinks flags to a problem; errors name the flag.
-fn apply_features(mut problem: Problem, f: &FeatureArgs) -> anyhow::Result<Problem> {
+pub(crate) fn apply_features(mut problem: Problem, f: &FeatureArgs) -> anyhow::Result<Problem> {
     if let Some(w) = f.window {
         problem = problem.with_window(w.left, w.right).context("--window")?;
     }
@@ -234,7 +238,7 @@ fn apply_features(mut problem: Problem, f: &FeatureArgs) -> anyhow::Result<Probl
 }
 
 /// Reads one float input of any rank.
-fn read_float(path: &Path, name: &str) -> anyhow::Result<npy::NpyArray> {
+pub(crate) fn read_float(path: &Path, name: &str) -> anyhow::Result<npy::NpyArray> {
     let arr = npy::read(path).with_context(|| format!("reading {name}"))?;
     if !matches!(arr.dtype.as_str(), "<f2" | "<f4" | "<f8") {
         bail!(

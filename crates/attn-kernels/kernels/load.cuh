@@ -69,8 +69,9 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* __restrict__ s
 
 // load_tile_async for a paged K/V cache (vLLM's PagedAttention layout, FlashAttention's
 // `block_table`): key g of the sequence lives in page table[g / page_size], row
-// g % page_size, so a tile may straddle pages and pages may lie anywhere in the cache. Each
-// thread keeps one chunk column and looks each of its rows' page up once. A table entry
+// g % page_size, so a tile may straddle pages and pages may lie anywhere in the cache. Where
+// the chunk count divides the block, each thread keeps one chunk column and looks each of its
+// rows' page up once. A table entry
 // outside [0, num_blocks) is clamped into the cache: a corrupt device-resident table reads
 // the wrong keys but never outside the allocation (the launcher checked num_blocks pages).
 template <typename T, int DK, int ROWS, int NTHREADS>
@@ -78,20 +79,32 @@ __device__ __forceinline__ void load_tile_paged(T* tile, const T* __restrict__ b
                                                 int row0, int len, int page_size, int num_blocks,
                                                 int64_t page_stride, int64_t row_stride, int d_chunks, int tid) {
     constexpr int kChunksPerRow = DK / 8;
-    static_assert(NTHREADS % kChunksPerRow == 0, "a thread keeps one chunk column");
-    constexpr int kRowStep = NTHREADS / kChunksPerRow;
-    const int c = tid % kChunksPerRow;
-    const bool col_in = c < d_chunks;
+    auto chunk_src = [&](int g, int c) {
+        const int page = min(max(__ldg(table + g / page_size), 0), num_blocks - 1);
+        return base + static_cast<int64_t>(page) * page_stride + static_cast<int64_t>(g % page_size) * row_stride +
+               c * 8;
+    };
+    if constexpr (NTHREADS % kChunksPerRow == 0) {
+        constexpr int kRowStep = NTHREADS / kChunksPerRow;
+        const int c = tid % kChunksPerRow;
+        const bool col_in = c < d_chunks;
 #pragma unroll
-    for (int r = tid / kChunksPerRow; r < ROWS; r += kRowStep) {
-        const int g = row0 + r;
-        const bool in_bounds = col_in && g < len;
-        const T* s = base;
-        if (in_bounds) {
-            const int page = min(max(__ldg(table + g / page_size), 0), num_blocks - 1);
-            s = base + static_cast<int64_t>(page) * page_stride + static_cast<int64_t>(g % page_size) * row_stride + c * 8;
+        for (int r = tid / kChunksPerRow; r < ROWS; r += kRowStep) {
+            const int g = row0 + r;
+            const bool in_bounds = col_in && g < len;
+            cp_async_16(smem_addr(tile + swz<smem_pitch<DK>()>(r, c)), in_bounds ? chunk_src(g, c) : base, in_bounds);
         }
-        cp_async_16(smem_addr(tile + swz<smem_pitch<DK>()>(r, c)), s, in_bounds);
+    } else {
+        // Buckets whose chunk count does not divide the block (D = 160, 192, 224): chunk by
+        // chunk; the page lookups of one row's chunks hit the same table entry in L1.
+#pragma unroll
+        for (int i = tid; i < ROWS * kChunksPerRow; i += NTHREADS) {
+            const int r = i / kChunksPerRow;
+            const int c = i % kChunksPerRow;
+            const int g = row0 + r;
+            const bool in_bounds = g < len && c < d_chunks;
+            cp_async_16(smem_addr(tile + swz<smem_pitch<DK>()>(r, c)), in_bounds ? chunk_src(g, c) : base, in_bounds);
+        }
     }
 }
 

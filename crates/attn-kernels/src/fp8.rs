@@ -595,7 +595,15 @@ impl FlashAttention {
         }
         let stream = self.stream();
         let o_strides = o.strides;
-        let ptrs = bind_tensors(stream, &Expected::dense(problem.shape()), &q, &k, &v, &mut o, lse.as_mut())?;
+        let ptrs = bind_tensors(
+            stream,
+            &Expected::dense(problem.shape()),
+            &q,
+            &k,
+            &v,
+            &mut o,
+            lse.as_mut(),
+        )?;
         let params = plan
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);

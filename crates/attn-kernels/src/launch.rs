@@ -747,7 +747,12 @@ impl FlashAttention {
                         "the Hopper engine does not run varlen batches or paged KV caches yet; use Engine::Auto or Engine::MmaSync".into(),
                     ));
                 }
-                Some(plan_sequences(problem, &IndexLens::of(seqs), q.dims, k.dims)?)
+                Some(plan_sequences(
+                    problem,
+                    &IndexLens::of(seqs),
+                    q.dims,
+                    k.dims,
+                )?)
             }
             None => None,
         };

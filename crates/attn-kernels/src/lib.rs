@@ -103,7 +103,7 @@ pub use launch::{
     KernelCache, LaunchInfo, StorageType,
 };
 pub use merge::{LseAccumulator, Merge};
-pub use seqs::{Indices, KeyRows, QueryRows, Sequences};
+pub use seqs::{HostSequences, HostTensor, Indices, KeyRows, QueryRows, Sequences};
 pub use tensor::{Layout, Strides, Tensor, TensorMut};
 
 /// Everything that can go wrong before or during a launch.

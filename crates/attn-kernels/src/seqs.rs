@@ -31,14 +31,12 @@
 //! These launches run the mma.sync kernel's general entry points (the ones with the
 //! score-modifying features) on every arch, unsplit; the Hopper engine does not take them yet.
 
-use attn_ref::{
-    reference::varlen::check_cu_seqlens, AttnError, AttnShape, Causal, Problem,
-};
+use attn_ref::{reference::varlen::check_cu_seqlens, AttnError, AttnShape, Causal, Problem};
 use cudarc::driver::{CudaView, DevicePtr, SyncOnDrop};
 
 use crate::{
     launch::{Forward, FwdSeqs, LaunchExtras},
-    FlashAttention, KernelError, LaunchInfo, StorageType,
+    FlashAttention, KernelError, LaunchInfo, StorageType, Tensor, TensorMut,
 };
 
 /// An int32 index array on the device, with an optional host copy of the same values that
@@ -294,9 +292,9 @@ pub(crate) fn plan_sequences(
                 let used = idx.seqused_k.and_then(|(_, h)| h);
                 for seq in 0..b {
                     // The pages a sequence uses; all of its row without host lengths.
-                    let keys = used.and_then(|u| u.get(seq)).map_or(capacity, |&u| {
-                        usize::try_from(u).unwrap_or(0).min(capacity)
-                    });
+                    let keys = used
+                        .and_then(|u| u.get(seq))
+                        .map_or(capacity, |&u| usize::try_from(u).unwrap_or(0).min(capacity));
                     let row = &table[seq * max_blocks..][..max_blocks];
                     for (slot, &index) in row.iter().enumerate().take(keys.div_ceil(page_size)) {
                         if index < 0 || index as usize >= num_blocks {
@@ -429,6 +427,117 @@ impl FlashAttention {
     }
 }
 
+/// Host copies of a sequence layout's index arrays, for
+/// [`FlashAttention::forward_sequences_host`]: `None` for what the layout does not use.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostSequences<'a> {
+    /// `[B + 1]` prefix sums of the query lengths (packed Q).
+    pub cu_seqlens_q: Option<&'a [i32]>,
+    /// `[B + 1]` prefix sums of the key lengths (packed K/V).
+    pub cu_seqlens_k: Option<&'a [i32]>,
+    /// `[B, max_blocks_per_seq]` pages (paged K/V).
+    pub block_table: Option<&'a [i32]>,
+    /// `[B]` keys used per sequence.
+    pub seqused_k: Option<&'a [i32]>,
+}
+
+/// A host buffer with the dims and layout of the tensor it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct HostTensor<'a, T> {
+    /// The elements.
+    pub data: &'a [T],
+    /// `[B, H, S, D]` dims (`[1, H, total, D]` packed; `[num_blocks, Hkv, page_size, D]`
+    /// paged).
+    pub dims: [usize; 4],
+    /// How `data` is laid out (packed and paged buffers are [`Layout::Bshd`]).
+    pub layout: crate::Layout,
+}
+
+impl FlashAttention {
+    /// Host convenience for [`FlashAttention::forward_sequences`]: uploads Q, K, V and the
+    /// index arrays (whose host copies are then also validated), runs into a NaN-poisoned O
+    /// (Q's dims and layout) and LSE, and downloads both. For tests, the CLI and benchmarks.
+    pub fn forward_sequences_host<T: StorageType>(
+        &self,
+        problem: &Problem,
+        q: HostTensor<'_, T>,
+        k: HostTensor<'_, T>,
+        v: HostTensor<'_, T>,
+        seqs: &HostSequences<'_>,
+        opts: &crate::ForwardOptions,
+    ) -> Result<crate::HostOutput<T>, KernelError> {
+        let s = self.stream();
+        let err = |context| move |source| KernelError::Driver { context, source };
+        let up = |x: &[T], what| s.clone_htod(x).map_err(err(what));
+        // Device buffers cannot be empty; an empty index array is caught by the checks.
+        let up_i = |x: Option<&[i32]>| {
+            let x = x.unwrap_or(&[]);
+            s.clone_htod(if x.is_empty() { &[0][..] } else { x })
+                .map_err(err("uploading an index array"))
+        };
+        let (dq, dk, dv) = (
+            up(q.data, "uploading Q")?,
+            up(k.data, "uploading K")?,
+            up(v.data, "uploading V")?,
+        );
+        let hq = problem.shape().q_heads();
+        let lse_len = match seqs.cu_seqlens_q {
+            Some(_) => hq * q.dims[2],
+            None => q.dims[0] * hq * q.dims[2],
+        };
+        let mut o = s
+            .clone_htod(&vec![T::from_f32(f32::NAN); q.data.len()])
+            .map_err(err("allocating O"))?;
+        let mut lse = s
+            .clone_htod(&vec![f32::NAN; lse_len.max(1)])
+            .map_err(err("allocating LSE"))?;
+        let (cu_q, cu_k, table, used) = (
+            up_i(seqs.cu_seqlens_q)?,
+            up_i(seqs.cu_seqlens_k)?,
+            up_i(seqs.block_table)?,
+            up_i(seqs.seqused_k)?,
+        );
+        fn idx<'b>(dev: &'b cudarc::driver::CudaSlice<i32>, host: &'b [i32]) -> Indices<'b> {
+            // The device copy has the host copy's length (an empty one was padded above).
+            Indices::new(dev.slice(..host.len().max(1))).with_host(host)
+        }
+        let layout = Sequences {
+            queries: match seqs.cu_seqlens_q {
+                Some(h) => QueryRows::Packed {
+                    cu_seqlens: idx(&cu_q, h),
+                },
+                None => QueryRows::Dense,
+            },
+            keys: match (seqs.cu_seqlens_k, seqs.block_table) {
+                (Some(h), _) => KeyRows::Packed {
+                    cu_seqlens: idx(&cu_k, h),
+                },
+                (None, Some(h)) => KeyRows::Paged {
+                    block_table: idx(&table, h),
+                },
+                (None, None) => KeyRows::Dense,
+            },
+            seqused_k: seqs.seqused_k.map(|h| idx(&used, h)),
+        };
+        let launch = self.forward_sequences(
+            Forward {
+                problem,
+                q: Tensor::contiguous(dq.as_view(), q.dims, q.layout),
+                k: Tensor::contiguous(dk.as_view(), k.dims, k.layout),
+                v: Tensor::contiguous(dv.as_view(), v.dims, v.layout),
+                o: TensorMut::contiguous(o.as_view_mut(), q.dims, q.layout),
+                lse: Some(lse.slice_mut(..lse_len.max(1))),
+                options: opts.clone(),
+            },
+            layout,
+        )?;
+        let o = s.clone_dtoh(&o).map_err(err("downloading O"))?;
+        let mut lse = s.clone_dtoh(&lse).map_err(err("downloading LSE"))?;
+        lse.truncate(lse_len);
+        Ok(crate::HostOutput { o, lse, launch })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,7 +586,10 @@ mod tests {
             [1, 2, 20, 64],
         )
         .unwrap();
-        assert_eq!((plan.expected.q, plan.expected.lse), ([3, 4, 7, 64], 3 * 4 * 7));
+        assert_eq!(
+            (plan.expected.q, plan.expected.lse),
+            ([3, 4, 7, 64], 3 * 4 * 7)
+        );
     }
 
     #[test]
@@ -499,11 +611,17 @@ mod tests {
         ));
         assert!(matches!(
             plan(&[0, 5, 4], 4),
-            Err(KernelError::Problem(AttnError::CuSeqlensNotMonotone { index: 2, .. }))
+            Err(KernelError::Problem(AttnError::CuSeqlensNotMonotone {
+                index: 2,
+                ..
+            }))
         ));
         assert!(matches!(
             plan(&[1, 4, 8], 8),
-            Err(KernelError::Problem(AttnError::CuSeqlensNotMonotone { index: 0, .. }))
+            Err(KernelError::Problem(AttnError::CuSeqlensNotMonotone {
+                index: 0,
+                ..
+            }))
         ));
         let e = plan(&[0, 4, 8], 9).unwrap_err();
         assert!(e.to_string().contains("total_q"), "{e}");
@@ -537,7 +655,11 @@ mod tests {
         assert_eq!(plan.expected.kv, [4, 2, 16, 64]);
         assert_eq!(plan.kv_len, 32);
         assert_eq!(
-            (plan.seqs.max_blocks, plan.seqs.page_size, plan.seqs.num_blocks),
+            (
+                plan.seqs.max_blocks,
+                plan.seqs.page_size,
+                plan.seqs.num_blocks
+            ),
             (2, 16, 4)
         );
         // An entry past the cache, in a used page: refused; in an unused page: fine.
@@ -551,7 +673,11 @@ mod tests {
         .unwrap_err();
         assert!(matches!(
             e,
-            KernelError::Problem(AttnError::BlockIndexOutOfRange { batch: 0, slot: 1, .. })
+            KernelError::Problem(AttnError::BlockIndexOutOfRange {
+                batch: 0,
+                slot: 1,
+                ..
+            })
         ));
         assert!(plan_sequences(
             &p,

@@ -1,0 +1,337 @@
+//! `cargo xtask serve-bench`: the serving layouts against the dense work they replace, timed
+//! in one process with `bench`'s protocol (CUDA events around each launch, CUDA-graph replays
+//! under 20 µs; ratios of means with bootstrap CIs, attn-stats):
+//! - **varlen**: 16 sequences of random lengths 128–4096 (DESIGN.md §7's `varlen` set)
+//!   through `forward_sequences` (packed Q/K/V), against the padded dense batch of the same
+//!   sequences (B = 16, S = the longest) on the default engine and on the mma.sync engine
+//!   (the one the varlen launch runs);
+//! - **paged decode**: batch 64, Hq 32 / Hkv 8, 4096 keys each, pages of 16 (§7's paged
+//!   shape), one query per sequence, through a shuffled block table, against the same keys in
+//!   a dense `[B, Hkv, S, D]` cache (dense `forward`, which may split) and through the dense
+//!   cache with `seqused_k`. Reported as K/V bytes read per µs.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use attn_kernels::{
+    dims_kv, dims_q, Engine, FlashAttention, Forward, ForwardOptions, Indices, KeyRows, Layout,
+    QueryRows, Sequences, Tensor, TensorMut,
+};
+use attn_ref::{AttnShape, Causal, Problem};
+use cudarc::driver::CudaSlice;
+use half::f16;
+use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
+use rand_distr::StandardNormal;
+
+use crate::bench::time_launches;
+
+/// Flags of `xtask serve-bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Warm-up launches.
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+    /// Timed samples per variant.
+    #[arg(long, default_value_t = 100)]
+    samples: usize,
+    /// Seed of the sequence lengths and page order.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Write the samples' summary as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+fn randn(
+    stream: &Arc<cudarc::driver::CudaStream>,
+    rng: &mut StdRng,
+    n: usize,
+) -> anyhow::Result<CudaSlice<f16>> {
+    let host: Vec<f16> = (0..n)
+        .map(|_| f16::from_f32(rng.sample::<f32, _>(StandardNormal)))
+        .collect();
+    Ok(stream.clone_htod(&host)?)
+}
+
+struct Timed {
+    name: String,
+    kernel: String,
+    samples: Vec<f64>,
+}
+
+fn mean(x: &[f64]) -> f64 {
+    x.iter().sum::<f64>() / x.len() as f64
+}
+
+/// Prints each variant against `base` (its first entry): mean µs, the ratio with its CI, and
+/// `per_us` (work per µs: TFLOP or GB) when given.
+fn report(
+    title: &str,
+    rows: &[Timed],
+    work: f64,
+    unit: &str,
+    json: &mut Vec<serde_json::Value>,
+) -> anyhow::Result<()> {
+    println!("\n{title}");
+    println!(
+        "| variant | kernel | mean µs | {unit} | time / {} [95 % CI] |",
+        rows[0].name
+    );
+    println!("|---|---|---|---|---|");
+    let opts = attn_stats::CompareOptions::default();
+    for r in rows {
+        let c = attn_stats::compare(&rows[0].samples, &r.samples, &opts)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", r.name))?;
+        let m = mean(&r.samples);
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.3} [{:.3}, {:.3}] |",
+            r.name,
+            r.kernel,
+            m,
+            work / m,
+            c.ratio,
+            c.ratio_ci_low,
+            c.ratio_ci_high
+        );
+        json.push(serde_json::json!({
+            "set": title, "variant": r.name, "kernel": r.kernel, "mean_us": m,
+            "per_us": work / m, "unit": unit, "ratio": c.ratio,
+            "ratio_ci": [c.ratio_ci_low, c.ratio_ci_high],
+        }));
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let gpu = crate::forward::gpu()?;
+    let mut json = Vec::new();
+    varlen(&gpu, &args, &mut json)?;
+    paged(&gpu, &args, &mut json)?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn varlen(
+    gpu: &Arc<FlashAttention>,
+    args: &Args,
+    json: &mut Vec<serde_json::Value>,
+) -> anyhow::Result<()> {
+    let (h, d, n) = (16, 128, 16);
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let lens: Vec<usize> = (0..n).map(|_| rng.random_range(128..=4096)).collect();
+    let total: usize = lens.iter().sum();
+    let longest = *lens.iter().max().context("no sequences")?;
+    let mut cu = vec![0i32];
+    for &l in &lens {
+        cu.push(cu[cu.len() - 1] + l as i32);
+    }
+    let st = gpu.stream().clone();
+    for causal in [Causal::None, Causal::BottomRight] {
+        // FLOPs of the real work: Σ 4·H·L²·D (halved causal).
+        let flops: f64 = lens
+            .iter()
+            .map(|&l| 4.0 * (h * l * l * d) as f64 / if causal == Causal::None { 1.0 } else { 2.0 })
+            .sum();
+        let mut rows = Vec::new();
+        // Packed.
+        {
+            let template = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
+            let q = randn(&st, &mut rng, total * h * d)?;
+            let k = randn(&st, &mut rng, total * h * d)?;
+            let v = randn(&st, &mut rng, total * h * d)?;
+            let mut o = st.alloc_zeros::<f16>(total * h * d)?;
+            let dcu = st.clone_htod(&cu)?;
+            let dims = [1, h, total, d];
+            let mut kernel = String::new();
+            let mut launch = |_: usize| -> anyhow::Result<()> {
+                let info = gpu.forward_sequences(
+                    Forward {
+                        problem: &template,
+                        q: Tensor::contiguous(q.as_view(), dims, Layout::Bshd),
+                        k: Tensor::contiguous(k.as_view(), dims, Layout::Bshd),
+                        v: Tensor::contiguous(v.as_view(), dims, Layout::Bshd),
+                        o: TensorMut::contiguous(o.as_view_mut(), dims, Layout::Bshd),
+                        lse: None,
+                        options: ForwardOptions::default(),
+                    },
+                    Sequences {
+                        queries: QueryRows::Packed {
+                            cu_seqlens: Indices::new(dcu.as_view()),
+                        },
+                        keys: KeyRows::Packed {
+                            cu_seqlens: Indices::new(dcu.as_view()),
+                        },
+                        seqused_k: None,
+                    },
+                )?;
+                kernel = info.kernel;
+                Ok(())
+            };
+            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+            rows.push(Timed {
+                name: "varlen (packed)".into(),
+                kernel,
+                samples,
+            });
+        }
+        // Padded dense, default engine and mma.sync.
+        for (name, engine) in [
+            ("padded dense, default engine", Engine::Auto),
+            ("padded dense, mma.sync", Engine::MmaSync),
+        ] {
+            let p = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
+            let s = *p.shape();
+            let q = randn(&st, &mut rng, s.q_elems())?;
+            let k = randn(&st, &mut rng, s.kv_elems())?;
+            let v = randn(&st, &mut rng, s.kv_elems())?;
+            let mut o = st.alloc_zeros::<f16>(s.o_elems())?;
+            let mut kernel = String::new();
+            let opts = ForwardOptions {
+                engine,
+                ..Default::default()
+            };
+            let mut launch = |_: usize| -> anyhow::Result<()> {
+                let info = gpu.forward(Forward {
+                    problem: &p,
+                    q: Tensor::bhsd(&q, dims_q(&s)),
+                    k: Tensor::bhsd(&k, dims_kv(&s)),
+                    v: Tensor::bhsd(&v, dims_kv(&s)),
+                    o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                    lse: None,
+                    options: opts.clone(),
+                })?;
+                kernel = info.kernel;
+                Ok(())
+            };
+            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+            rows.push(Timed {
+                name: name.into(),
+                kernel,
+                samples,
+            });
+        }
+        report(
+            &format!(
+                "varlen: {n} sequences of {}–{} tokens (total {total}), H {h}, D {d}, f16, causal {causal}; TFLOP/s of the real work",
+                lens.iter().min().unwrap_or(&0),
+                longest
+            ),
+            &rows,
+            flops / 1e6, // TFLOP/s = FLOP / (µs · 1e-6) / 1e12
+            "TFLOP/s",
+            json,
+        )?;
+    }
+    Ok(())
+}
+
+fn paged(
+    gpu: &Arc<FlashAttention>,
+    args: &Args,
+    json: &mut Vec<serde_json::Value>,
+) -> anyhow::Result<()> {
+    let (b, hq, hkv, ctx, d, ps) = (64usize, 32usize, 8usize, 4096usize, 128usize, 16usize);
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let st = gpu.stream().clone();
+    let max_blocks = ctx / ps;
+    let num_blocks = b * max_blocks;
+    let mut pages: Vec<i32> = (0..num_blocks as i32).collect();
+    pages.shuffle(&mut rng);
+    let table = st.clone_htod(&pages)?; // row b = pages[b·max_blocks ..]
+    let used = st.clone_htod(&vec![ctx as i32; b])?;
+    let q = randn(&st, &mut rng, b * hq * d)?;
+    let mut o = st.alloc_zeros::<f16>(b * hq * d)?;
+    let kv_bytes = (2 * b * hkv * ctx * d * 2) as f64;
+    let mut rows = Vec::new();
+    let p = Problem::new(AttnShape::new(b, hq, hkv, 1, ctx, d)?, Causal::BottomRight);
+    let s = *p.shape();
+    // Paged cache [num_blocks, page_size, Hkv, D].
+    {
+        let kc = randn(&st, &mut rng, num_blocks * ps * hkv * d)?;
+        let vc = randn(&st, &mut rng, num_blocks * ps * hkv * d)?;
+        let kd = [num_blocks, hkv, ps, d];
+        let mut kernel = String::new();
+        let mut launch = |_: usize| -> anyhow::Result<()> {
+            let info = gpu.forward_sequences(
+                Forward {
+                    problem: &p,
+                    q: Tensor::bhsd(&q, dims_q(&s)),
+                    k: Tensor::contiguous(kc.as_view(), kd, Layout::Bshd),
+                    v: Tensor::contiguous(vc.as_view(), kd, Layout::Bshd),
+                    o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                    lse: None,
+                    options: ForwardOptions::default(),
+                },
+                Sequences {
+                    queries: QueryRows::Dense,
+                    keys: KeyRows::Paged {
+                        block_table: Indices::new(table.as_view()),
+                    },
+                    seqused_k: Some(Indices::new(used.as_view())),
+                },
+            )?;
+            kernel = info.kernel;
+            Ok(())
+        };
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        rows.push(Timed {
+            name: "paged (page 16)".into(),
+            kernel,
+            samples,
+        });
+    }
+    // Dense cache [B, Hkv, S, D]: the plain forward (may split), and with seqused_k.
+    let k = randn(&st, &mut rng, s.kv_elems())?;
+    let v = randn(&st, &mut rng, s.kv_elems())?;
+    for with_used in [false, true] {
+        let mut kernel = String::new();
+        let mut launch = |_: usize| -> anyhow::Result<()> {
+            let fwd = Forward {
+                problem: &p,
+                q: Tensor::bhsd(&q, dims_q(&s)),
+                k: Tensor::bhsd(&k, dims_kv(&s)),
+                v: Tensor::bhsd(&v, dims_kv(&s)),
+                o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                lse: None,
+                options: ForwardOptions::default(),
+            };
+            let info = if with_used {
+                gpu.forward_sequences(
+                    fwd,
+                    Sequences {
+                        seqused_k: Some(Indices::new(used.as_view())),
+                        ..Default::default()
+                    },
+                )?
+            } else {
+                gpu.forward(fwd)?
+            };
+            kernel = info.kernel;
+            Ok(())
+        };
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        rows.push(Timed {
+            name: if with_used {
+                "dense cache + seqused_k".into()
+            } else {
+                "dense cache, plain forward".into()
+            },
+            kernel,
+            samples,
+        });
+    }
+    rows.swap(0, 1); // the plain dense forward is the baseline
+    report(
+        &format!(
+            "paged decode: B {b}, Hq {hq} / Hkv {hkv}, {ctx} keys, D {d}, f16; GB/s of K/V read"
+        ),
+        &rows,
+        kv_bytes / 1e3, // GB/s = bytes / (µs · 1e-6) / 1e9
+        "GB/s",
+        json,
+    )?;
+    Ok(())
+}
