@@ -233,14 +233,9 @@ fn paged(
     args: &Args,
     json: &mut Vec<serde_json::Value>,
 ) -> anyhow::Result<()> {
-    let (b, hq, hkv, ctx, d, ps) = (64usize, 32usize, 8usize, 4096usize, 128usize, 16usize);
+    let (b, hq, hkv, ctx, d) = (64usize, 32usize, 8usize, 4096usize, 128usize);
     let mut rng = StdRng::seed_from_u64(args.seed);
     let st = gpu.stream().clone();
-    let max_blocks = ctx / ps;
-    let num_blocks = b * max_blocks;
-    let mut pages: Vec<i32> = (0..num_blocks as i32).collect();
-    pages.shuffle(&mut rng);
-    let table = st.clone_htod(&pages)?; // row b = pages[b·max_blocks ..]
     let used = st.clone_htod(&vec![ctx as i32; b])?;
     let q = randn(&st, &mut rng, b * hq * d)?;
     let mut o = st.alloc_zeros::<f16>(b * hq * d)?;
@@ -248,8 +243,60 @@ fn paged(
     let mut rows = Vec::new();
     let p = Problem::new(AttnShape::new(b, hq, hkv, 1, ctx, d)?, Causal::BottomRight);
     let s = *p.shape();
-    // Paged cache [num_blocks, page_size, Hkv, D].
-    {
+    // Dense caches [B, Hkv, S, D] (bhsd) and [B, S, Hkv, D] (bshd): the plain forward (which
+    // may split), and forward_sequences with seqused_k (the paged launch's kernel without the
+    // table).
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        let k = randn(&st, &mut rng, s.kv_elems())?;
+        let v = randn(&st, &mut rng, s.kv_elems())?;
+        for with_used in [false, true] {
+            let mut kernel = String::new();
+            let mut launch = |_: usize| -> anyhow::Result<()> {
+                let fwd = Forward {
+                    problem: &p,
+                    q: Tensor::bhsd(&q, dims_q(&s)),
+                    k: Tensor::contiguous(k.as_view(), dims_kv(&s), layout),
+                    v: Tensor::contiguous(v.as_view(), dims_kv(&s), layout),
+                    o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                    lse: None,
+                    options: ForwardOptions::default(),
+                };
+                let info = if with_used {
+                    gpu.forward_sequences(
+                        fwd,
+                        Sequences {
+                            seqused_k: Some(Indices::new(used.as_view())),
+                            ..Default::default()
+                        },
+                    )?
+                } else {
+                    gpu.forward(fwd)?
+                };
+                kernel = info.kernel;
+                Ok(())
+            };
+            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+            rows.push(Timed {
+                name: format!(
+                    "dense {layout} cache, {}",
+                    if with_used {
+                        "forward_sequences + seqused_k"
+                    } else {
+                        "plain forward"
+                    }
+                ),
+                kernel,
+                samples,
+            });
+        }
+    }
+    // Paged caches [num_blocks, page_size, Hkv, D], pages shuffled.
+    for ps in [16usize, 64, 256] {
+        let max_blocks = ctx / ps;
+        let num_blocks = b * max_blocks;
+        let mut pages: Vec<i32> = (0..num_blocks as i32).collect();
+        pages.shuffle(&mut rng);
+        let table = st.clone_htod(&pages)?; // row b = pages[b·max_blocks ..]
         let kc = randn(&st, &mut rng, num_blocks * ps * hkv * d)?;
         let vc = randn(&st, &mut rng, num_blocks * ps * hkv * d)?;
         let kd = [num_blocks, hkv, ps, d];
@@ -278,52 +325,11 @@ fn paged(
         };
         let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
         rows.push(Timed {
-            name: "paged (page 16)".into(),
+            name: format!("paged, page {ps}"),
             kernel,
             samples,
         });
     }
-    // Dense cache [B, Hkv, S, D]: the plain forward (may split), and with seqused_k.
-    let k = randn(&st, &mut rng, s.kv_elems())?;
-    let v = randn(&st, &mut rng, s.kv_elems())?;
-    for with_used in [false, true] {
-        let mut kernel = String::new();
-        let mut launch = |_: usize| -> anyhow::Result<()> {
-            let fwd = Forward {
-                problem: &p,
-                q: Tensor::bhsd(&q, dims_q(&s)),
-                k: Tensor::bhsd(&k, dims_kv(&s)),
-                v: Tensor::bhsd(&v, dims_kv(&s)),
-                o: TensorMut::bhsd(&mut o, dims_q(&s)),
-                lse: None,
-                options: ForwardOptions::default(),
-            };
-            let info = if with_used {
-                gpu.forward_sequences(
-                    fwd,
-                    Sequences {
-                        seqused_k: Some(Indices::new(used.as_view())),
-                        ..Default::default()
-                    },
-                )?
-            } else {
-                gpu.forward(fwd)?
-            };
-            kernel = info.kernel;
-            Ok(())
-        };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
-        rows.push(Timed {
-            name: if with_used {
-                "dense cache + seqused_k".into()
-            } else {
-                "dense cache, plain forward".into()
-            },
-            kernel,
-            samples,
-        });
-    }
-    rows.swap(0, 1); // the plain dense forward is the baseline
     report(
         &format!(
             "paged decode: B {b}, Hq {hq} / Hkv {hkv}, {ctx} keys, D {d}, f16; GB/s of K/V read"

@@ -35,6 +35,8 @@ struct FwdSeqs {
     int page_size;          // keys per page, a multiple of 16
     int num_blocks;         // pages in the cache: the bound of block-table entries
     int bottom_right;       // causal alignment per sequence: diag_offset = Sk_b − Sq_b (1) or 0
+    unsigned page_mul;      // g / page_size = umulhi(g, page_mul) >> page_shift for 0 <= g < 2^31
+    int page_shift;         //   (magic-number division, FlashAttention's use of cutlass::FastDivmod)
 };
 
 // Scalars of one forward launch. Pointers are passed as separate kernel arguments so that

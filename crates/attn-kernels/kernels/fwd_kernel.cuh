@@ -146,15 +146,20 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     // Prologue: Q and the first STAGES-1 K/V tiles. One commit group per tile, always
     // committed (possibly empty) so that wait_group counts stay uniform.
     load_tile_async<T, DK, BM, Cfg::kThreads>(sQ, q_head, m0, p.q_len, p.q_stride[2], d_chunks, tid);
+    // PAGED: the pages of the next tile to load, fetched one tile ahead (PageRows).
+    PageRows<DK, BN, Cfg::kThreads> pages;
+    const int* table = PAGED ? p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks : nullptr;
+    const PageDiv div{p.seqs.page_size, p.seqs.page_mul, p.seqs.page_shift};
+    if constexpr (PAGED) pages.fetch(table, t_begin * BN, p.kv_len, div, p.seqs.num_blocks, tid);
     auto load_kv = [&](int buf, int key0) {
         if constexpr (PAGED) {
-            const int* table = p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks;
-            load_tile_paged<T, DK, BN, Cfg::kThreads>(sK + buf * BN * DP, k_head, table, key0, p.kv_len,
-                                                      p.seqs.page_size, p.seqs.num_blocks, p.k_stride[0],
-                                                      p.k_stride[2], d_chunks, tid);
-            load_tile_paged<T, DK, BN, Cfg::kThreads>(sV + buf * BN * DP, v_head, table, key0, p.kv_len,
-                                                      p.seqs.page_size, p.seqs.num_blocks, p.v_stride[0],
-                                                      p.v_stride[2], d_chunks, tid);
+            load_tile_paged<T, DK, BN, Cfg::kThreads>(sK + buf * BN * DP, k_head, pages, table, key0, p.kv_len, div,
+                                                      p.seqs.num_blocks, p.k_stride[0], p.k_stride[2], d_chunks,
+                                                      tid);
+            load_tile_paged<T, DK, BN, Cfg::kThreads>(sV + buf * BN * DP, v_head, pages, table, key0, p.kv_len, div,
+                                                      p.seqs.num_blocks, p.v_stride[0], p.v_stride[2], d_chunks,
+                                                      tid);
+            pages.fetch(table, key0 + BN, p.kv_len, div, p.seqs.num_blocks, tid);
             return;
         }
         load_tile_async<T, DK, BN, Cfg::kThreads>(sK + buf * BN * DP, k_head, key0, p.kv_len, p.k_stride[2],

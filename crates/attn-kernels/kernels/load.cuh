@@ -67,43 +67,92 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* __restrict__ s
     }
 }
 
-// load_tile_async for a paged K/V cache (vLLM's PagedAttention layout, FlashAttention's
-// `block_table`): key g of the sequence lives in page table[g / page_size], row
-// g % page_size, so a tile may straddle pages and pages may lie anywhere in the cache. Where
-// the chunk count divides the block, each thread keeps one chunk column and looks each of its
-// rows' page up once. A table entry
-// outside [0, num_blocks) is clamped into the cache: a corrupt device-resident table reads
-// the wrong keys but never outside the allocation (the launcher checked num_blocks pages).
+// A paged K/V cache (vLLM's PagedAttention layout, FlashAttention's `block_table`): key g of
+// the sequence lives in page table[g / page_size], row g % page_size, so a tile may straddle
+// pages and pages may lie anywhere in the cache. A table entry outside [0, num_blocks) is
+// clamped into the cache: a corrupt device-resident table reads the wrong keys but never
+// outside the allocation (the launcher checked num_blocks pages).
+// Key g's page slot and its row in the page, without a runtime division (a 32-bit division
+// by a runtime value is ~20 instructions; per row of every tile it tripled the paged
+// decode's instruction count, ncu in docs/PERF.md): q = umulhi(g, mul) >> shift, exact for
+// 0 <= g < 2^31 with the host's `page_divisor` constants.
+struct PageDiv {
+    int size;
+    unsigned mul;
+    int shift;
+    __device__ __forceinline__ int slot(int g) const { return static_cast<int>(__umulhi(static_cast<unsigned>(g), mul) >> shift); }
+};
+
+__device__ __forceinline__ int page_of(const int* __restrict__ table, int slot, int num_blocks) {
+    return min(max(__ldg(table + slot), 0), num_blocks - 1);
+}
+
+// The pages of one thread's rows of a ROWS-key tile, where the chunk count divides the block
+// (each thread keeps one chunk column, rows kRowStep apart). The kernel fetches them one
+// tile ahead (`fetch` right after issuing a tile's copies), so the table lookup's latency is
+// not on the path that issues the next tile's cp.async: measured 2.6× the dense cache's time
+// when looked up in line (docs/PERF.md, "varlen and paged KV").
+template <int DK, int ROWS, int NTHREADS>
+struct PageRows {
+    static constexpr int kChunksPerRow = DK / 8;
+    static constexpr bool kColumn = NTHREADS % kChunksPerRow == 0;
+    static constexpr int kRowStep = kColumn ? NTHREADS / kChunksPerRow : NTHREADS;
+    static constexpr int kCount = kColumn ? (ROWS + kRowStep - 1) / kRowStep : 1;
+    int page[kCount];
+    int row[kCount]; // the key's row inside its page
+
+    __device__ __forceinline__ void fetch(const int* __restrict__ table, int row0, int len, const PageDiv& div,
+                                          int num_blocks, int tid) {
+        if constexpr (kColumn) {
+#pragma unroll
+            for (int i = 0; i < kCount; ++i) {
+                const int r = tid / kChunksPerRow + i * kRowStep;
+                const int g = row0 + r;
+                const int slot = div.slot(g);
+                page[i] = r < ROWS && g < len ? page_of(table, slot, num_blocks) : 0;
+                row[i] = g - slot * div.size;
+            }
+        }
+    }
+};
+
+// load_tile_async for a paged cache: rows [row0, row0 + ROWS) of the sequence, `pages` the
+// thread's rows' pages of this tile (PageRows::fetch). Buckets whose chunk count does not
+// divide the block (D = 160, 192, 224) look pages up chunk by chunk instead (the chunks of a
+// row hit the same table entry in L1).
 template <typename T, int DK, int ROWS, int NTHREADS>
-__device__ __forceinline__ void load_tile_paged(T* tile, const T* __restrict__ base, const int* __restrict__ table,
-                                                int row0, int len, int page_size, int num_blocks,
-                                                int64_t page_stride, int64_t row_stride, int d_chunks, int tid) {
+__device__ __forceinline__ void load_tile_paged(T* tile, const T* __restrict__ base,
+                                                const PageRows<DK, ROWS, NTHREADS>& pages,
+                                                const int* __restrict__ table, int row0, int len, const PageDiv& div,
+                                                int num_blocks, int64_t page_stride, int64_t row_stride, int d_chunks,
+                                                int tid) {
+    using Rows = PageRows<DK, ROWS, NTHREADS>;
     constexpr int kChunksPerRow = DK / 8;
-    auto chunk_src = [&](int g, int c) {
-        const int page = min(max(__ldg(table + g / page_size), 0), num_blocks - 1);
-        return base + static_cast<int64_t>(page) * page_stride + static_cast<int64_t>(g % page_size) * row_stride +
-               c * 8;
+    auto src = [&](int page, int row, int c) {
+        return base + static_cast<int64_t>(page) * page_stride + static_cast<int64_t>(row) * row_stride + c * 8;
     };
-    if constexpr (NTHREADS % kChunksPerRow == 0) {
-        constexpr int kRowStep = NTHREADS / kChunksPerRow;
+    if constexpr (Rows::kColumn) {
         const int c = tid % kChunksPerRow;
         const bool col_in = c < d_chunks;
 #pragma unroll
-        for (int r = tid / kChunksPerRow; r < ROWS; r += kRowStep) {
-            const int g = row0 + r;
-            const bool in_bounds = col_in && g < len;
-            cp_async_16(smem_addr(tile + swz<smem_pitch<DK>()>(r, c)), in_bounds ? chunk_src(g, c) : base, in_bounds);
+        for (int i = 0; i < Rows::kCount; ++i) {
+            const int r = tid / kChunksPerRow + i * Rows::kRowStep;
+            if (ROWS % Rows::kRowStep != 0 && r >= ROWS) break;
+            const bool in_bounds = col_in && row0 + r < len;
+            cp_async_16(smem_addr(tile + swz<smem_pitch<DK>()>(r, c)),
+                        in_bounds ? src(pages.page[i], pages.row[i], c) : base, in_bounds);
         }
     } else {
-        // Buckets whose chunk count does not divide the block (D = 160, 192, 224): chunk by
-        // chunk; the page lookups of one row's chunks hit the same table entry in L1.
 #pragma unroll
         for (int i = tid; i < ROWS * kChunksPerRow; i += NTHREADS) {
             const int r = i / kChunksPerRow;
             const int c = i % kChunksPerRow;
             const int g = row0 + r;
             const bool in_bounds = g < len && c < d_chunks;
-            cp_async_16(smem_addr(tile + swz<smem_pitch<DK>()>(r, c)), in_bounds ? chunk_src(g, c) : base, in_bounds);
+            const int slot = div.slot(g);
+            cp_async_16(smem_addr(tile + swz<smem_pitch<DK>()>(r, c)),
+                        in_bounds ? src(page_of(table, slot, num_blocks), g - slot * div.size, c) : base,
+                        in_bounds);
         }
     }
 }

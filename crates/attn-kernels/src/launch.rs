@@ -66,7 +66,7 @@ impl Default for FwdFeatures {
 }
 
 /// The sequence layout of a varlen / KV-cache / paged launch, mirrored from `attn::FwdSeqs`
-/// in kernels/common.cuh (four device pointers, then six 4-byte fields); all zero except in
+/// in kernels/common.cuh (four device pointers, then eight 4-byte fields); all zero except in
 /// [`FlashAttention::forward_sequences`]'s launches ([`crate::seqs`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -91,6 +91,10 @@ pub(crate) struct FwdSeqs {
     pub num_blocks: i32,
     /// 1 when the causal mask is aligned bottom-right (per-sequence diagonal).
     pub bottom_right: i32,
+    /// Magic multiplier of the division by `page_size` ([`crate::seqs::page_divisor`]).
+    pub page_mul: u32,
+    /// Its shift.
+    pub page_shift: i32,
 }
 
 /// Scalars of one launch, mirrored from `attn::FwdParams` in kernels/common.cuh (same field
@@ -121,7 +125,7 @@ pub(crate) struct FwdParams {
 // SAFETY: plain-old-data with the C layout of `attn::FwdParams` (twelve 4-byte fields, so the
 // 8-byte strides start 8-byte aligned at offset 48 in both languages; `FwdFeatures` starts at
 // 144 with its two 8-byte pointers, 32 bytes in both; `FwdSeqs` at 176 with four 8-byte
-// pointers and six 4-byte fields, 56 bytes in both: 232 in all).
+// pointers and eight 4-byte fields, 64 bytes in both: 240 in all).
 unsafe impl DeviceRepr for FwdParams {}
 
 impl FwdParams {
@@ -1850,8 +1854,8 @@ mod tests {
         let st = Layout::Bshd.strides(dims_kv(s));
         let params = plan.params.with_strides(st, st, st, st);
         assert_eq!(params.k_stride, [300 * 2 * 64, 64, 2 * 64]);
-        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8 + 32 + 56);
-        assert_eq!(std::mem::size_of::<FwdSeqs>(), 56);
+        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8 + 32 + 64);
+        assert_eq!(std::mem::size_of::<FwdSeqs>(), 64);
         assert_eq!(std::mem::size_of::<FwdFeatures>(), 32);
     }
 

@@ -280,6 +280,7 @@ pub(crate) fn plan_sequences(
             seqs.max_blocks = i32_size("max_blocks_per_seq", max_blocks)?;
             seqs.page_size = i32_size("page_size", page_size)?;
             seqs.num_blocks = i32_size("num_blocks", num_blocks)?;
+            (seqs.page_mul, seqs.page_shift) = page_divisor(page_size);
             i32_size("max_blocks_per_seq · page_size", capacity)?;
             if idx.seqused_k.is_none() {
                 return Err(AttnError::InvalidArgument(
@@ -346,6 +347,18 @@ pub(crate) fn plan_sequences(
         kv_len,
         paged,
     })
+}
+
+/// Constants for dividing by `d` (≥ 2) with a multiply-high and a shift, exact for every
+/// `0 ≤ n < 2³¹`: `n / d = umulhi(n, mul) >> shift` (kernels/load.cuh `PageDiv`). With
+/// `l = ⌈log₂ d⌉`, `mul = ⌈2^(31+l) / d⌉` and `shift = l − 1`: the error of `mul` is below
+/// `d`, so `n·mul / 2^(31+l)` exceeds `n/d` by less than `2^−l ≤ 1/d`, never reaching the
+/// next integer (Granlund and Montgomery 1994, as `cutlass::FastDivmod`).
+pub(crate) fn page_divisor(d: usize) -> (u32, i32) {
+    let d = d.max(2) as u64;
+    let l = 64 - (d - 1).leading_zeros() as u64; // ⌈log₂ d⌉ ≥ 1
+    let mul = (1u64 << (31 + l)).div_ceil(d);
+    (mul as u32, (l - 1) as i32)
 }
 
 fn check_total(
@@ -724,6 +737,34 @@ mod tests {
             ),
             Err(KernelError::Problem(AttnError::BlockTableShape { .. }))
         ));
+    }
+
+    #[test]
+    fn page_division_is_exact() {
+        let umulhi = |n: u32, m: u32| ((u64::from(n) * u64::from(m)) >> 32) as u32;
+        for d in [
+            16usize, 32, 48, 64, 80, 112, 128, 144, 256, 272, 1024, 4096, 65_536, 65_552,
+        ] {
+            let (mul, shift) = page_divisor(d);
+            let check = |n: u32| {
+                assert_eq!(
+                    (umulhi(n, mul) >> shift) as usize,
+                    n as usize / d,
+                    "{n} / {d}"
+                )
+            };
+            for n in 0..20_000 {
+                check(n);
+            }
+            for k in 1..2000u32 {
+                // Around multiples of d, and near 2^31.
+                let m = (k as usize * d).min(i32::MAX as usize) as u32;
+                for n in [m.saturating_sub(1), m, m.saturating_add(1)] {
+                    check(n.min(i32::MAX as u32));
+                }
+                check(i32::MAX as u32 - k);
+            }
+        }
     }
 
     #[test]

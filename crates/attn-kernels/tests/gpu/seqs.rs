@@ -521,7 +521,7 @@ fn sanitize_seqs_corrupt_device_indices() {
         q_packed: true,
         keys: Keys::Paged {
             page_size: 16,
-            num_blocks: 5,
+            num_blocks: 8,
         },
     };
     run_dtypes(&gpu, &c, &mut rng, &mut failures);
@@ -650,7 +650,9 @@ fn validation_seqs_refusals_write_nothing() {
 #[ignore = "needs a CUDA GPU"]
 fn correctness_seqs_paged_decode_in_a_cuda_graph() {
     use cudarc::driver::sys;
-    let gpu = gpu();
+    // Its own stream: capturing the shared launcher's stream would break the tests running
+    // beside this one in other threads.
+    let gpu = gpu().fork().unwrap();
     let st = gpu.stream();
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -666,6 +668,17 @@ fn correctness_seqs_paged_decode_in_a_cuda_graph() {
         AttnShape::new(b, hq, hkv, 1, 1, d).unwrap(),
         Causal::BottomRight,
     );
+    // cudarc tracks each buffer's last write with an event once a context has several
+    // streams, and makes every launch wait on it: inside a capture that wait is a dependency
+    // on uncaptured work (CUDA_ERROR_STREAM_CAPTURE_ISOLATION). Buffers a captured launch
+    // uses are therefore allocated untracked, as a serving loop on cudarc would; they are
+    // used on this test's stream only.
+    let ctx = gpu.context().clone();
+    let tracking = ctx.is_event_tracking();
+    // SAFETY: the buffers allocated while tracking is off are used on `st` alone (no
+    // cross-stream use needs ordering), and outlive every launch that uses them (the test
+    // synchronizes before they drop).
+    unsafe { ctx.disable_event_tracking() };
     let (dq, dk, dv) = (
         st.clone_htod(&q).unwrap(),
         st.clone_htod(&kc).unwrap(),
@@ -676,34 +689,48 @@ fn correctness_seqs_paged_decode_in_a_cuda_graph() {
     let mut o = st
         .clone_htod(&vec![f16::from_f32(f32::NAN); b * hq * d])
         .unwrap();
+    if tracking {
+        // SAFETY: restores the context's setting; slices created from here on are tracked.
+        unsafe { ctx.enable_event_tracking() };
+    }
+    st.synchronize().unwrap();
     let qd = [b, hq, 1, d];
     let kd = [num_blocks, hkv, ps, d];
-    st.synchronize().unwrap();
-    st.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .unwrap();
-    gpu.forward_sequences(
-        Forward {
-            problem: &p,
-            q: Tensor::bhsd(&dq, qd),
-            k: Tensor::contiguous(dk.as_view(), kd, Layout::Bshd),
-            v: Tensor::contiguous(dv.as_view(), kd, Layout::Bshd),
-            o: TensorMut::bhsd(&mut o, qd),
-            lse: None,
-            options: ForwardOptions::default(),
-        },
-        Sequences {
-            queries: QueryRows::Dense,
-            keys: KeyRows::Paged {
-                block_table: Indices::new(dtable.as_view()),
+    let step = |capture: bool, o: &mut cudarc::driver::CudaSlice<f16>| {
+        if capture {
+            st.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .unwrap();
+        }
+        gpu.forward_sequences(
+            Forward {
+                problem: &p,
+                q: Tensor::bhsd(&dq, qd),
+                k: Tensor::contiguous(dk.as_view(), kd, Layout::Bshd),
+                v: Tensor::contiguous(dv.as_view(), kd, Layout::Bshd),
+                o: TensorMut::bhsd(o, qd),
+                lse: None,
+                options: ForwardOptions::default(),
             },
-            seqused_k: Some(Indices::new(dused.as_view())),
-        },
-    )
-    .expect("a decode launch is capturable");
-    let graph = st
-        .end_capture(sys::CUgraphInstantiate_flags(0))
-        .unwrap()
-        .expect("the capture holds the launch");
+            Sequences {
+                queries: QueryRows::Dense,
+                keys: KeyRows::Paged {
+                    block_table: Indices::new(dtable.as_view()),
+                },
+                seqused_k: Some(Indices::new(dused.as_view())),
+            },
+        )
+        .expect("a decode launch is capturable");
+        if capture {
+            st.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap()
+        } else {
+            st.synchronize().unwrap();
+            None
+        }
+    };
+    // One launch outside the capture first (loads the module), then the capture.
+    step(false, &mut o);
+    let graph = step(true, &mut o);
+    let graph = graph.expect("the capture holds the launch");
     let mut failures = Vec::new();
     for step in 0..1000 {
         let used: Vec<i32> = (0..b)
