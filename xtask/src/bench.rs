@@ -105,11 +105,15 @@ fn fp8_config_arg(name: &str) -> anyhow::Result<Fp8ConfigArg> {
 
 /// Looks an FP8 config up by [`KernelConfig::name`] (the `_s2` suffix may be omitted).
 fn fp8_config_by_name(name: &str) -> anyhow::Result<KernelConfig> {
-    attn_kernels::FP8_CONFIGS
-        .into_iter()
+    let all = || {
+        attn_kernels::FP8_CONFIGS
+            .into_iter()
+            .chain(attn_kernels::catalog::FP8_D256_TILES)
+    };
+    all()
         .find(|c| c.name() == name || c.name() == format!("{name}_s2"))
         .with_context(|| {
-            let known: Vec<String> = attn_kernels::FP8_CONFIGS.iter().map(|c| c.name()).collect();
+            let known: Vec<String> = all().map(|c| c.name()).collect();
             format!(
                 "unknown FP8 config `{name}`: expected one of {}",
                 known.join(", ")

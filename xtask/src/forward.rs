@@ -425,6 +425,7 @@ fn run_fp8(
             .map(|name| {
                 attn_kernels::FP8_CONFIGS
                     .into_iter()
+                    .chain(attn_kernels::catalog::FP8_D256_TILES)
                     .find(|c| c.name() == name || c.name() == format!("{name}_s2"))
                     .with_context(|| format!("unknown FP8 config `{name}`"))
             })

@@ -55,9 +55,33 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
     const int lim_block = visible_keys<CAUSAL>(m0, p);
     blk.start(n_tiles, p, tid);
 
-    // Q fragments, kept in registers: raw codes (k32 A layout) or widened to f16 (two k16
-    // A operands per 32-byte slice).
-    uint32_t qf[Cfg::kKQ][QK_FP8 ? 4 : 8];
+    // Q fragments: raw codes (k32 A layout) or widened to f16 (two k16 A operands per 32-byte
+    // slice). Kept in registers up to D = 128; at D = 256 O's accumulator alone takes 128
+    // registers per thread and Q's 32–64 more spilled (ptxas), so Q is re-read from shared
+    // memory per k-slice there, as the f16/bf16 kernel does above D = 128.
+    constexpr bool kQInRegs = D <= 128;
+    constexpr int kQRegs = QK_FP8 ? 4 : 8;
+    auto load_q = [&](uint32_t (&dst)[kQRegs], int kk) {
+        uint32_t r[4];
+        ldmatrix_x4(r, smem_addr(blk.sQ + swz_bytes<D>(warp_row0 + (lane & 15), 2 * kk + (lane >> 4))));
+        if constexpr (QK_FP8) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) dst[i] = r[i];
+        } else {
+            // k16 A operand: regs (row g, k 2t), (g+8, 2t), (g, 2t+8), (g+8, 2t+8) ↔
+            // bytes 4t..4t+1 and 4t+2..4t+3 of the slice's halves: the same k order
+            // as the K fragments below, so the dot products are unchanged.
+            dst[0] = cvt_lo(r[0]);
+            dst[1] = cvt_lo(r[1]);
+            dst[2] = cvt_hi(r[0]);
+            dst[3] = cvt_hi(r[1]);
+            dst[4] = cvt_lo(r[2]);
+            dst[5] = cvt_lo(r[3]);
+            dst[6] = cvt_hi(r[2]);
+            dst[7] = cvt_hi(r[3]);
+        }
+    };
+    uint32_t qf[kQInRegs ? Cfg::kKQ : 1][kQRegs];
     float acc_o[Cfg::kNO][4];
 #pragma unroll
     for (int n = 0; n < Cfg::kNO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
@@ -71,28 +95,9 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
         cp_async_wait<STAGES - 1>();
         __syncthreads();
 
-        if (j == 0) {
+        if (kQInRegs && j == 0) {
 #pragma unroll
-            for (int kk = 0; kk < Cfg::kKQ; ++kk) {
-                uint32_t r[4];
-                ldmatrix_x4(r, smem_addr(blk.sQ + swz_bytes<D>(warp_row0 + (lane & 15), 2 * kk + (lane >> 4))));
-                if constexpr (QK_FP8) {
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) qf[kk][i] = r[i];
-                } else {
-                    // k16 A operand: regs (row g, k 2t), (g+8, 2t), (g, 2t+8), (g+8, 2t+8) ↔
-                    // bytes 4t..4t+1 and 4t+2..4t+3 of the slice's halves: the same k order
-                    // as the K fragments below, so the dot products are unchanged.
-                    qf[kk][0] = cvt_lo(r[0]);
-                    qf[kk][1] = cvt_lo(r[1]);
-                    qf[kk][2] = cvt_hi(r[0]);
-                    qf[kk][3] = cvt_hi(r[1]);
-                    qf[kk][4] = cvt_lo(r[2]);
-                    qf[kk][5] = cvt_lo(r[3]);
-                    qf[kk][6] = cvt_hi(r[2]);
-                    qf[kk][7] = cvt_hi(r[3]);
-                }
-            }
+            for (int kk = 0; kk < Cfg::kKQ; ++kk) load_q(qf[kQInRegs ? kk : 0], kk);
         }
 
         const uint8_t* tK = blk.k_tile(j % STAGES);
@@ -104,6 +109,13 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
         for (int n = 0; n < Cfg::kNT; ++n) acc_s[n][0] = acc_s[n][1] = acc_s[n][2] = acc_s[n][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < Cfg::kKQ; ++kk) {
+            uint32_t qa[kQRegs];
+            if constexpr (kQInRegs) {
+#pragma unroll
+                for (int i = 0; i < kQRegs; ++i) qa[i] = qf[kk][i];
+            } else {
+                load_q(qa, kk);
+            }
 #pragma unroll
             for (int n = 0; n < Cfg::kNT; n += 2) {
                 // Matrices: (n, chunk 2kk), (n, 2kk+1), (n+1, 2kk), (n+1, 2kk+1).
@@ -111,11 +123,11 @@ __device__ __forceinline__ void fwd_fp8_kernel(const uint8_t* __restrict__ q, co
                 uint32_t bk[4];
                 ldmatrix_x4(bk, smem_addr(tK + swz_bytes<D>(key, 2 * kk + (mi & 1))));
                 if constexpr (QK_FP8) {
-                    mma_e4m3(acc_s[n], qf[kk], bk[0], bk[1]);
-                    mma_e4m3(acc_s[n + 1], qf[kk], bk[2], bk[3]);
+                    mma_e4m3(acc_s[n], qa, bk[0], bk[1]);
+                    mma_e4m3(acc_s[n + 1], qa, bk[2], bk[3]);
                 } else {
-                    const uint32_t(&a0)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&qf[kk][0]);
-                    const uint32_t(&a1)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&qf[kk][4]);
+                    const uint32_t(&a0)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&qa[0]);
+                    const uint32_t(&a1)[4] = *reinterpret_cast<const uint32_t(*)[4]>(&qa[4]);
                     mma_f16(acc_s[n], a0, cvt_lo(bk[0]), cvt_hi(bk[0]));
                     mma_f16(acc_s[n], a1, cvt_lo(bk[1]), cvt_hi(bk[1]));
                     mma_f16(acc_s[n + 1], a0, cvt_lo(bk[2]), cvt_hi(bk[2]));

@@ -209,11 +209,12 @@ impl Tile {
 /// zero-filled on load and skipped on store (FlashAttention-2's set of head dims).
 pub const FWD_HEAD_DIM_BUCKETS: [usize; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
 
-/// Head dims of the FP8 forward (exact, no padding: the FP8 swizzle needs 64-byte rows).
-pub const FP8_HEAD_DIMS: [usize; 2] = [64, 128];
+/// Head dims of the FP8 forward (exact, no padding: the FP8 swizzle needs 64-byte rows), on
+/// every arch; the one-warpgroup `wgmma` variant stops at 128 ([`Fp8Mma::supports_head_dim`]).
+pub const FP8_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
-/// Head dims of the Hopper engine's FP8 forward: [`FP8_HEAD_DIMS`] and 256 (Q and K rows of
-/// two 128-byte swizzle spans, P·V on `wgmma.m64n256k32`).
+/// Head dims of the Hopper engine's FP8 forward: 64, 128 and 256 (Q and K rows of two
+/// 128-byte swizzle spans, P·V on `wgmma.m64n256k32`).
 pub const HOPPER_FP8_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
 /// The bucket a head dim runs in, or `None` if the f16/bf16 forward cannot take it.
@@ -579,13 +580,28 @@ fn wgmma16_source(elem: Elem, n: usize) -> String {
     s
 }
 
-/// Configs of the FP8 forward (16 query rows per warp).
+/// Configs of the FP8 forward (16 query rows per warp) at D = 64 and 128.
 pub const FP8_TILES: [Tile; 4] = [
     tile(128, 128, 8, 2),
     tile(128, 128, 8, 3),
     tile(64, 128, 4, 2),
     tile(128, 64, 8, 2),
 ];
+
+/// Configs of the FP8 mma.sync forward at D = 256: 64 keys per stage, because O's 16 × 256
+/// f32 accumulator already holds 128 registers per thread (and the sm_80 path's f16-widened
+/// Q fragments 64 more); 64 and 128 query rows, both within sm_89's 99 KiB of shared memory.
+pub const FP8_D256_TILES: [Tile; 2] = [tile(64, 64, 4, 2), tile(128, 64, 8, 2)];
+
+/// The FP8 mma.sync/wgmma configs of a head dim ([`FP8_TILES`] up to 128, [`FP8_D256_TILES`]
+/// at 256; empty for head dims the FP8 forward lacks).
+pub fn fp8_tiles(head_dim: usize) -> &'static [Tile] {
+    match head_dim {
+        64 | 128 => &FP8_TILES,
+        256 => &FP8_D256_TILES,
+        _ => &[],
+    }
+}
 
 /// Which entry point of an f16/bf16 forward config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -672,6 +688,12 @@ impl Fp8Mma {
             Fp8Mma::Cvt => "cvt",
             Fp8Mma::Wgmma => "wgmma",
         }
+    }
+
+    /// Whether the variant exists at `head_dim` (the one-warpgroup `wgmma` kernel keeps the
+    /// whole 64 × D accumulator of O in 128 threads and stops at 128).
+    pub fn supports_head_dim(self, head_dim: usize) -> bool {
+        self != Fp8Mma::Wgmma || head_dim <= 128
     }
 
     /// Whether `arch`'s cubin holds this variant.
@@ -884,9 +906,9 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             s.push_str("#include \"fwd_fp8_kernel.cuh\"\n\n");
             let ty = unit.elem.cuda_type();
             let d = unit.head_dim;
-            for c in &FP8_TILES {
+            for c in fp8_tiles(d) {
                 for mma in [Fp8Mma::Fp8, Fp8Mma::P16, Fp8Mma::Cvt, Fp8Mma::Wgmma] {
-                    if !mma.compiled_for(unit.arch) {
+                    if !mma.compiled_for(unit.arch) || !mma.supports_head_dim(d) {
                         continue;
                     }
                     for causal in [false, true] {

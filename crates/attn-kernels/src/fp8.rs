@@ -179,8 +179,7 @@ pub fn fp8_unit(out: Dtype, head_dim: usize) -> Result<UnitKey, KernelError> {
 }
 
 /// The FP8 head dims, in words for errors.
-pub const FP8_HEAD_DIMS_TEXT: &str =
-    "64 and 128 (FP8 E4M3), and 256 with the hopper variant (sm_90)";
+pub const FP8_HEAD_DIMS_TEXT: &str = "64, 128 and 256 (FP8 E4M3; the wgmma variant: 64 and 128)";
 
 /// The extern "C" name of one FP8 kernel.
 pub fn fp8_kernel_name(
@@ -290,6 +289,10 @@ pub fn choose_fp8_config(problem: &Problem, sm_count: usize, variant: Fp8Variant
         return hopper_fp8_tile(&catalog::tile(0, 0, 0, 0), s.head_dim()).as_config();
     }
     let ctas = s.q_len().div_ceil(128) * s.batch() * s.q_heads();
+    if s.head_dim() == 256 {
+        let [small, large] = catalog::FP8_D256_TILES;
+        return if ctas < sm_count { small } else { large };
+    }
     if variant == Fp8Variant::Wgmma || ctas < sm_count {
         FP8_CONFIGS[2]
     } else {
@@ -366,11 +369,17 @@ pub(crate) fn plan_fp8(
         hopper_fp8_head_dim(d)?;
     } else {
         fp8_unit(Dtype::F16, d)?;
+        if !variant.mma().supports_head_dim(d) {
+            return Err(KernelError::UnsupportedHeadDim {
+                head_dim: d,
+                supported: FP8_HEAD_DIMS_TEXT,
+            });
+        }
     }
-    if variant != Fp8Variant::Hopper && !FP8_CONFIGS.contains(&config) {
+    if variant != Fp8Variant::Hopper && !catalog::fp8_tiles(d).contains(&config) {
         return Err(KernelError::UnknownConfig {
-            name: format!("{} (FP8)", config.name()),
-            known: FP8_CONFIGS
+            name: format!("{} (FP8, D = {d})", config.name()),
+            known: catalog::fp8_tiles(d)
                 .iter()
                 .map(|c| c.name())
                 .collect::<Vec<_>>()
@@ -944,6 +953,30 @@ mod tests {
         );
         for p in [&big, &small] {
             assert_eq!(choose_fp8_config(p, 132, Fp8Variant::Wgmma), FP8_CONFIGS[2]);
+        }
+    }
+
+    #[test]
+    fn d256_runs_its_own_configs_on_the_mma_sync_variants() {
+        let p = problem(300, 500, 256, Causal::BottomRight);
+        let [small, large] = catalog::FP8_D256_TILES;
+        for v in [Fp8Variant::Fp8, Fp8Variant::P16, Fp8Variant::Cvt] {
+            assert!(plan_fp8(&p, small, v).is_ok(), "{v}");
+            assert!(plan_fp8(&p, large, v).is_ok(), "{v}");
+            assert!(matches!(
+                plan_fp8(&p, FP8_CONFIGS[0], v),
+                Err(KernelError::UnknownConfig { .. })
+            ));
+            // 3 query tiles · 4 heads = 12 CTAs on 132 SMs: the 64-row config.
+            assert_eq!(choose_fp8_config(&p, 132, v), small);
+        }
+        assert!(matches!(
+            plan_fp8(&p, small, Fp8Variant::Wgmma),
+            Err(KernelError::UnsupportedHeadDim { head_dim: 256, .. })
+        ));
+        // Both D = 256 configs fit sm_89's 99 KiB.
+        for c in catalog::FP8_D256_TILES {
+            assert!(fp8_smem_bytes(&c, 256, Fp8Variant::Fp8) <= 99 * 1024, "{}", c.name());
         }
     }
 
