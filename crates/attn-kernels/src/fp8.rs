@@ -976,7 +976,11 @@ mod tests {
         ));
         // Both D = 256 configs fit sm_89's 99 KiB.
         for c in catalog::FP8_D256_TILES {
-            assert!(fp8_smem_bytes(&c, 256, Fp8Variant::Fp8) <= 99 * 1024, "{}", c.name());
+            assert!(
+                fp8_smem_bytes(&c, 256, Fp8Variant::Fp8) <= 99 * 1024,
+                "{}",
+                c.name()
+            );
         }
     }
 

@@ -8,7 +8,7 @@
 
 use attn_kernels::{
     fp8::fp8_smem_bytes, Dtype, FlashAttention, ForwardOptions, Fp8Options, Fp8Variant,
-    KernelConfig, FP8_CONFIGS,
+    KernelConfig,
 };
 use attn_oracle::{compare, compare_lse, Caps, CompareOptions, Storage, ToleranceRule};
 use attn_quant::{quantize, Fp8Format, Fp8Tensor, Granularity};
