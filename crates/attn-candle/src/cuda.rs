@@ -21,8 +21,8 @@ use std::{
 };
 
 use attn_kernels::{
-    FlashAttention, Forward, ForwardOptions, KernelCache, KernelError, Layout as KLayout,
-    StorageType, Strides, Tensor as KTensor, TensorMut,
+    FlashAttention, Forward, ForwardOptions, Indices, KernelCache, KernelError, KeyRows,
+    Layout as KLayout, QueryRows, Sequences, StorageType, Strides, Tensor as KTensor, TensorMut,
 };
 use attn_ref::AttnShape;
 use candle_core::backend::BackendStorage;
@@ -258,6 +258,149 @@ impl FlashAttn {
                 dev: dev.clone(),
             }))?;
         }
+        Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
+    }
+}
+
+/// A packed `(total, h, d)` input over candle's buffer: dims `[1, h, total, d]` (the packed
+/// layout of `attn_kernels::seqs`), candle's strides, from the layout's start offset. No copy.
+fn packed_input<'a, T>(name: &str, slice: &'a CudaSlice<T>, l: &Layout) -> Result<KTensor<'a, T>> {
+    let (dims, st) = (l.dims(), l.stride());
+    if dims[2] > 1 && st[2] != 1 {
+        bail!(
+            "attn-candle: {name}'s head dim (the last) must be contiguous on CUDA (stride 1), got strides {st:?} for shape {dims:?}; call .contiguous() on it first"
+        );
+    }
+    let start = l.start_offset();
+    if start > slice.len() {
+        bail!(
+            "attn-candle: {name}'s layout starts at element {start} of a {}-element buffer",
+            slice.len()
+        );
+    }
+    Ok(KTensor::new(
+        slice.slice(start..),
+        [1, dims[1], dims[0], dims[2]],
+        Strides {
+            batch: st[0] * dims[0].max(1),
+            head: st[1],
+            row: st[0],
+        },
+    ))
+}
+
+impl crate::FlashAttnVarLen {
+    /// `cuda_fwd`: packed sequences through `FlashAttention::forward_sequences` on candle's
+    /// stream, over candle's buffers (no copies of q, k, v; the prefix sums, already read to
+    /// the host, are uploaded as int32 and validated there too).
+    pub(crate) fn cuda(
+        &self,
+        q: &CudaStorage,
+        ql: &Layout,
+        k: &CudaStorage,
+        kl: &Layout,
+        v: &CudaStorage,
+        vl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        match (q.dtype(), k.dtype(), v.dtype()) {
+            (DType::F16, DType::F16, DType::F16) => self.cuda_typed::<f16>(q, ql, k, kl, v, vl),
+            (DType::BF16, DType::BF16, DType::BF16) => {
+                self.cuda_typed::<bf16>(q, ql, k, kl, v, vl)
+            }
+            (qt, kt, vt) if qt != kt || qt != vt => Err(err(format!(
+                "q, k and v must have the same dtype, got {qt:?}, {kt:?}, {vt:?}"
+            ))),
+            (dt, _, _) => Err(err(format!(
+                "unsupported dtype {dt:?} on CUDA: the kernels take f16 or bf16 (convert with to_dtype; the CPU device also takes f32 and f64)"
+            ))),
+        }
+    }
+
+    fn cuda_typed<T>(
+        &self,
+        q: &CudaStorage,
+        ql: &Layout,
+        k: &CudaStorage,
+        kl: &Layout,
+        v: &CudaStorage,
+        vl: &Layout,
+    ) -> Result<(CudaStorage, Shape)>
+    where
+        T: StorageType + CudaDType + DeviceRepr + ValidAsZeroBits,
+    {
+        let (total_q, hq, d, _, hkv) = self.dims(ql, kl, vl)?;
+        let dev = q.device().clone();
+        let out_shape = Shape::from((total_q, hq, d));
+        let batch = self.cu_q.len() - 1;
+        let longest = |cu: &[i32]| {
+            cu.windows(2)
+                .map(|w| (w[1] - w[0]).max(0) as usize)
+                .max()
+                .unwrap_or(0)
+        };
+        let (max_q, max_k) = (longest(&self.cu_q), longest(&self.cu_k));
+        if batch == 0 || total_q == 0 || hq == 0 || d == 0 || max_k == 0 {
+            // Nothing to compute, or rows that see no key: O = 0 (as on the CPU).
+            let o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
+            return Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape));
+        }
+        let shape = AttnShape::new(batch, hq, hkv, max_q.max(1), max_k, d).map_err(err)?;
+        let problem = self.attn.problem(shape, self.max_seqlen_k)?;
+        let stream = dev.cuda_stream();
+        let gpu = FlashAttention::on_stream(kernel_cache(&stream)?, stream.clone());
+        let (qs, ks, vs) = (
+            q.as_cuda_slice::<T>()?,
+            k.as_cuda_slice::<T>()?,
+            v.as_cuda_slice::<T>()?,
+        );
+        let (qt, kt, vt) = (
+            packed_input("q", qs, ql)?,
+            packed_input("k", ks, kl)?,
+            packed_input("v", vs, vl)?,
+        );
+        let (qa, ka, va) = (
+            address(qt.view(), &stream),
+            address(kt.view(), &stream),
+            address(vt.view(), &stream),
+        );
+        let cu_q = dev.clone_htod(&self.cu_q)?;
+        let cu_k = dev.clone_htod(&self.cu_k)?;
+        let mut o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
+        let od = [1, hq, total_q, d];
+        let info = gpu
+            .forward_sequences(
+                Forward {
+                    problem: &problem,
+                    q: qt,
+                    k: kt,
+                    v: vt,
+                    // (total_q, hq, d) contiguous, like candle-flash-attn's output.
+                    o: TensorMut::contiguous(o.as_view_mut(), od, KLayout::Bshd),
+                    lse: None,
+                    options: ForwardOptions::default(),
+                },
+                Sequences {
+                    queries: QueryRows::Packed {
+                        cu_seqlens: Indices::new(cu_q.as_view()).with_host(&self.cu_q),
+                    },
+                    keys: KeyRows::Packed {
+                        cu_seqlens: Indices::new(cu_k.as_view()).with_host(&self.cu_k),
+                    },
+                    seqused_k: None,
+                },
+            )
+            .map_err(kernel_error)?;
+        LAST_LAUNCH.with(|l| {
+            *l.borrow_mut() = Some(CudaLaunchRecord {
+                q: qa,
+                k: ka,
+                v: va,
+                o: o.device_ptr(&stream).0,
+                lse: None,
+                stream: stream.cu_stream() as usize,
+                kernel: info.kernel,
+            })
+        });
         Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
     }
 }

@@ -571,15 +571,14 @@ struct FlashAttnVarLen {
 }
 
 impl FlashAttnVarLen {
-    fn cpu_typed<T: Storage>(
+    /// `(total_q, Hq, D, total_k, Hkv)` of rank-3 q, k, v, checked against each other and the
+    /// prefix sums (both paths).
+    fn dims(
         &self,
-        q: &[T],
         ql: &Layout,
-        k: &[T],
         kl: &Layout,
-        v: &[T],
         vl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
+    ) -> Result<(usize, usize, usize, usize, usize)> {
         let (qd, kd, vd) = (ql.dims(), kl.dims(), vl.dims());
         if qd.len() != 3 || kd.len() != 3 || vd.len() != 3 {
             return Err(err(format!(
@@ -606,6 +605,20 @@ impl FlashAttnVarLen {
                 "seqlens_q ends at {last_q} and seqlens_k at {last_k}, but q has {total_q} rows and k has {total_k}"
             )));
         }
+        Ok((total_q, hq, d, total_k, hkv))
+    }
+
+    fn cpu_typed<T: Storage>(
+        &self,
+        q: &[T],
+        ql: &Layout,
+        k: &[T],
+        kl: &Layout,
+        v: &[T],
+        vl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (total_q, hq, d, _, hkv) = self.dims(ql, kl, vl)?;
+        let batch = self.cu_q.len() - 1;
         let out_shape = Shape::from((total_q, hq, d));
         if batch == 0 || hq == 0 || d == 0 {
             self.attn.store_lse(vec![f32::NEG_INFINITY; hq * total_q])?;
@@ -627,9 +640,9 @@ impl FlashAttnVarLen {
     }
 }
 
+#[cfg(not(feature = "cuda"))]
 impl FlashAttnVarLen {
-    /// attn-kernels has no variable-length forward yet: refused with the reason, never run
-    /// as something else.
+    /// Without the `cuda` feature no candle tensor lives on a GPU; this answers a direct call.
     fn cuda(
         &self,
         _: &candle_core::CudaStorage,
@@ -639,16 +652,9 @@ impl FlashAttnVarLen {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        if cfg!(feature = "cuda") {
-            bail!("{CUDA_VARLEN_UNSUPPORTED}")
-        } else {
-            bail!("{CUDA_FEATURE_DISABLED}")
-        }
+        bail!("{CUDA_FEATURE_DISABLED}")
     }
 }
-
-/// The error the varlen functions give on a CUDA device.
-pub const CUDA_VARLEN_UNSUPPORTED: &str = "attn-candle: variable-length attention (flash_attn_varlen*) is not implemented by the CUDA kernels yet (attn-kernels has no varlen forward); run it on the CPU device, or pad to dense (b, s, h, d) and use flash_attn";
 
 attention_op!(FlashAttnVarLen, "attn-candle-flash-attn-varlen");
 

@@ -365,14 +365,14 @@ fn what_the_kernels_lack_is_a_clear_error_and_what_they_have_matches_the_cpu() -
     let g = flash_attn_alibi(&q, &k, &k, &slopes, 0.1, true)?;
     let c = flash_attn_alibi(&qc, &kc, &kc, &to_cpu(&slopes)?, 0.1, true)?;
     assert_close(&g, &c, DType::BF16, "alibi")?;
-    // Varlen: (total, heads, d) with prefix sums.
+    // Varlen: malformed prefix sums are refused before anything runs.
     let qv = q.squeeze(0)?;
     let kv = k.squeeze(0)?;
-    let cu = Tensor::new(&[0u32, 6, 16], &dev)?;
+    let bad = Tensor::new(&[0u32, 9, 6], &dev)?;
     let m = err_msg(flash_attn_varlen(
-        &qv, &kv, &kv, &cu, &cu, 10, 10, 0.1, true,
+        &qv, &kv, &kv, &bad, &bad, 10, 10, 0.1, true,
     ));
-    assert!(m.contains(CUDA_VARLEN_UNSUPPORTED), "{m}");
+    assert!(m.contains("never decrease"), "{m}");
     // f32 on CUDA: the kernels store f16/bf16 only.
     let m = err_msg(flash_attn(
         &q.to_dtype(DType::F32)?,
@@ -386,5 +386,92 @@ fn what_the_kernels_lack_is_a_clear_error_and_what_they_have_matches_the_cpu() -
     let qt = Tensor::zeros((1, 16, D, 4), DType::BF16, &dev)?.transpose(2, 3)?;
     let m = err_msg(flash_attn(&qt, &k, &k, 0.1, false));
     assert!(m.contains("head dim"), "{m}");
+    Ok(())
+}
+
+/// Varlen on CUDA (`forward_sequences` over candle's buffers) against the CPU path: empty
+/// sequences, a sequence with rows but no keys, lengths that are no multiple of a tile, GQA,
+/// causal and not, f16 and bf16, contiguous and strided (a narrow of wider heads) inputs,
+/// windows; and no copies of q, k, v.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn varlen_matches_the_cpu_path_without_copies() -> R<()> {
+    let dev = gpu();
+    let (hq, hkv) = (8, 2);
+    let q_lens = [0usize, 1, 77, 130, 64, 5];
+    let k_lens = [3usize, 1, 200, 130, 0, 90];
+    let cu = |l: &[usize]| -> Vec<u32> {
+        std::iter::once(0)
+            .chain(l.iter().scan(0u32, |acc, &x| {
+                *acc += x as u32;
+                Some(*acc)
+            }))
+            .collect()
+    };
+    let (cq, ck) = (cu(&q_lens), cu(&k_lens));
+    let (tq, tk) = (*cq.last().unwrap() as usize, *ck.last().unwrap() as usize);
+    let (mq, mk) = (130, 200);
+    for dt in [DType::F16, DType::BF16] {
+        for narrowed in [false, true] {
+            // Narrowed: the heads of a wider (total, h + 3, d) buffer (strided rows, an offset).
+            let make = |t: usize, h: usize, seed: u64| -> R<Tensor> {
+                let extra = if narrowed { 3 } else { 0 };
+                let x =
+                    Tensor::from_vec(randn(t * (h + extra) * D, seed), (t, h + extra, D), &dev)?
+                        .to_dtype(dt)?;
+                Ok(if narrowed { x.narrow(1, 1, h)? } else { x })
+            };
+            let (q, k, v) = (make(tq, hq, 1)?, make(tk, hkv, 2)?, make(tk, hkv, 3)?);
+            let (cqd, ckd) = (
+                Tensor::new(cq.as_slice(), &dev)?,
+                Tensor::new(ck.as_slice(), &dev)?,
+            );
+            for causal in [false, true] {
+                let what = format!("{dt:?} narrowed={narrowed} causal={causal}");
+                let g = flash_attn_varlen(&q, &k, &v, &cqd, &ckd, mq, mk, 0.09, causal)?;
+                let rec = last_cuda_launch().expect("a CUDA launch");
+                assert_eq!(rec.q, address(&q), "{what}: q passed without a copy");
+                assert_eq!(rec.k, address(&k), "{what}: k passed without a copy");
+                assert!(rec.kernel.contains("_feat"), "{what}: ran {}", rec.kernel);
+                let c = flash_attn_varlen(
+                    &to_cpu(&q)?,
+                    &to_cpu(&k)?,
+                    &to_cpu(&v)?,
+                    &to_cpu(&cqd)?,
+                    &to_cpu(&ckd)?,
+                    mq,
+                    mk,
+                    0.09,
+                    causal,
+                )?;
+                assert_close(&g, &c, dt, &what)?;
+            }
+            let g = flash_attn_varlen_windowed(
+                &q,
+                &k,
+                &v,
+                &cqd,
+                &ckd,
+                mq,
+                mk,
+                0.09,
+                Some(17),
+                Some(3),
+            )?;
+            let c = flash_attn_varlen_windowed(
+                &to_cpu(&q)?,
+                &to_cpu(&k)?,
+                &to_cpu(&v)?,
+                &to_cpu(&cqd)?,
+                &to_cpu(&ckd)?,
+                mq,
+                mk,
+                0.09,
+                Some(17),
+                Some(3),
+            )?;
+            assert_close(&g, &c, dt, &format!("{dt:?} narrowed={narrowed} window"))?;
+        }
+    }
     Ok(())
 }
