@@ -189,6 +189,32 @@ fn plain_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Ten
     let (k, v) = (repeat(k)?, repeat(v)?);
     let scores = (q.matmul(&k.t()?)? * scale)?.to_dtype(DType::F32)?;
     let sk = k.dim(2)?;
+    let mask = causal_mask(s, sk, q.device())?;
+    let scores = scores.broadcast_add(&mask)?;
+    let max = scores.max_keepdim(D::Minus1)?;
+    let e = scores.broadcast_sub(&max)?.exp()?;
+    let p = e
+        .broadcast_div(&e.sum_keepdim(D::Minus1)?)?
+        .to_dtype(v.dtype())?;
+    p.matmul(&v)?.transpose(1, 2) // (b, s, hq, d)
+}
+
+/// The bottom-right causal mask `(s, sk)` (0 or −∞), built once per shape and kept on the
+/// device, as models keep theirs: rebuilding it on the host every call would time a 4·s·sk
+/// byte host-to-device copy as part of candle's attention.
+fn causal_mask(s: usize, sk: usize, dev: &Device) -> Result<Tensor> {
+    thread_local! {
+        static MASK: std::cell::RefCell<Option<((usize, usize), Tensor)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    if let Some(m) = MASK.with(|m| {
+        m.borrow()
+            .as_ref()
+            .filter(|(key, t)| *key == (s, sk) && t.device().same_device(dev))
+            .map(|(_, t)| t.clone())
+    }) {
+        return Ok(m);
+    }
     let mask: Vec<f32> = (0..s)
         .flat_map(|i| {
             (0..sk).map(move |j| {
@@ -200,14 +226,9 @@ fn plain_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Result<Ten
             })
         })
         .collect();
-    let mask = Tensor::from_vec(mask, (s, sk), q.device())?;
-    let scores = scores.broadcast_add(&mask)?;
-    let max = scores.max_keepdim(D::Minus1)?;
-    let e = scores.broadcast_sub(&max)?.exp()?;
-    let p = e
-        .broadcast_div(&e.sum_keepdim(D::Minus1)?)?
-        .to_dtype(v.dtype())?;
-    p.matmul(&v)?.transpose(1, 2) // (b, s, hq, d)
+    let mask = Tensor::from_vec(mask, (s, sk), dev)?;
+    MASK.with(|m| *m.borrow_mut() = Some(((s, sk), mask.clone())));
+    Ok(mask)
 }
 
 /// Mean seconds of `f` over `iters` runs after one warm-up, synchronizing the device.
