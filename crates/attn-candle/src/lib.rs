@@ -12,8 +12,8 @@
 //! f16, bf16 (and f64) storage of any strides, and returns the output in the input dtype. With
 //! the `cuda` feature, on a CUDA device it launches `attn-kernels` on candle's stream
 //! (`CudaDevice::cuda_stream()`) over candle's own buffers and strides (no
-//! copies), f16 and bf16; features the kernels lack (windows, softcap, ALiBi, varlen) are a
-//! candle error naming the feature. Backward is not implemented (see the crate's README).
+//! copies), f16 and bf16, with windows, softcap, ALiBi and varlen batches; anything the kernels
+//! lack is a candle error naming it. Backward is not implemented (see the crate's README).
 //!
 //! Layouts are `candle-flash-attn`'s: Q `(batch, seq_q, heads_q, head_dim)`, K and V
 //! `(batch, seq_k, heads_kv, head_dim)` with `heads_kv` dividing `heads_q` (GQA/MQA), and the
