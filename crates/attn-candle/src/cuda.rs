@@ -137,6 +137,21 @@ fn input<'a, T>(name: &str, slice: &'a CudaSlice<T>, l: &Layout) -> Result<KTens
     ))
 }
 
+/// The storage type of q, k and v if the kernels take it (f16 or bf16, the same for all
+/// three); the dtype dispatch of every op.
+fn storage_dtype(q: &CudaStorage, k: &CudaStorage, v: &CudaStorage) -> Result<DType> {
+    match (q.dtype(), k.dtype(), v.dtype()) {
+        (DType::F16, DType::F16, DType::F16) => Ok(DType::F16),
+        (DType::BF16, DType::BF16, DType::BF16) => Ok(DType::BF16),
+        (qt, kt, vt) if qt != kt || qt != vt => Err(err(format!(
+            "q, k and v must have the same dtype, got {qt:?}, {kt:?}, {vt:?}"
+        ))),
+        (dt, _, _) => Err(err(format!(
+            "unsupported dtype {dt:?} on CUDA: the kernels take f16 or bf16 (convert with to_dtype; the CPU device also takes f32 and f64)"
+        ))),
+    }
+}
+
 fn address<T>(view: &CudaView<'_, T>, stream: &CudaStream) -> u64 {
     view.device_ptr(stream).0
 }
@@ -152,17 +167,9 @@ impl FlashAttn {
         v: &CudaStorage,
         vl: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        match (q.dtype(), k.dtype(), v.dtype()) {
-            (DType::F16, DType::F16, DType::F16) => self.cuda_typed::<f16>(q, ql, k, kl, v, vl),
-            (DType::BF16, DType::BF16, DType::BF16) => {
-                self.cuda_typed::<bf16>(q, ql, k, kl, v, vl)
-            }
-            (qt, kt, vt) if qt != kt || qt != vt => Err(err(format!(
-                "q, k and v must have the same dtype, got {qt:?}, {kt:?}, {vt:?}"
-            ))),
-            (dt, _, _) => Err(err(format!(
-                "unsupported dtype {dt:?} on CUDA: the kernels take f16 or bf16 (convert with to_dtype; the CPU device also takes f32 and f64)"
-            ))),
+        match storage_dtype(q, k, v)? {
+            DType::F16 => self.cuda_typed::<f16>(q, ql, k, kl, v, vl),
+            _ => self.cuda_typed::<bf16>(q, ql, k, kl, v, vl),
         }
     }
 
@@ -302,17 +309,9 @@ impl crate::FlashAttnVarLen {
         v: &CudaStorage,
         vl: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        match (q.dtype(), k.dtype(), v.dtype()) {
-            (DType::F16, DType::F16, DType::F16) => self.cuda_typed::<f16>(q, ql, k, kl, v, vl),
-            (DType::BF16, DType::BF16, DType::BF16) => {
-                self.cuda_typed::<bf16>(q, ql, k, kl, v, vl)
-            }
-            (qt, kt, vt) if qt != kt || qt != vt => Err(err(format!(
-                "q, k and v must have the same dtype, got {qt:?}, {kt:?}, {vt:?}"
-            ))),
-            (dt, _, _) => Err(err(format!(
-                "unsupported dtype {dt:?} on CUDA: the kernels take f16 or bf16 (convert with to_dtype; the CPU device also takes f32 and f64)"
-            ))),
+        match storage_dtype(q, k, v)? {
+            DType::F16 => self.cuda_typed::<f16>(q, ql, k, kl, v, vl),
+            _ => self.cuda_typed::<bf16>(q, ql, k, kl, v, vl),
         }
     }
 
