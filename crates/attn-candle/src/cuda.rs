@@ -403,3 +403,111 @@ impl crate::FlashAttnVarLen {
         Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
     }
 }
+
+impl crate::FlashAttnVarLenPaged {
+    /// `cuda_fwd`: packed queries against the paged caches through
+    /// `FlashAttention::forward_sequences` on candle's stream, over candle's buffers (the caches
+    /// are read in place: `(num_blocks, page_size, Hkv, D)` is the `[B, S, H, D]` stride set
+    /// with B = pages, S = page rows). The indices, already on the host, are uploaded as int32
+    /// and their host copies validated again by attn-kernels.
+    pub(crate) fn cuda(
+        &self,
+        q: &CudaStorage,
+        ql: &Layout,
+        k: &CudaStorage,
+        kl: &Layout,
+        v: &CudaStorage,
+        vl: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        match storage_dtype(q, k, v)? {
+            DType::F16 => self.cuda_typed::<f16>(q, ql, k, kl, v, vl),
+            _ => self.cuda_typed::<bf16>(q, ql, k, kl, v, vl),
+        }
+    }
+
+    fn cuda_typed<T>(
+        &self,
+        q: &CudaStorage,
+        ql: &Layout,
+        k: &CudaStorage,
+        kl: &Layout,
+        v: &CudaStorage,
+        vl: &Layout,
+    ) -> Result<(CudaStorage, Shape)>
+    where
+        T: StorageType + CudaDType + DeviceRepr + ValidAsZeroBits,
+    {
+        let (total_q, hq, d, _, _, hkv) = self.dims(ql, kl, vl)?;
+        let dev = q.device().clone();
+        let out_shape = Shape::from((total_q, hq, d));
+        let batch = self.cu_q.len() - 1;
+        let max_q = self
+            .cu_q
+            .windows(2)
+            .map(|w| (w[1] - w[0]).max(0) as usize)
+            .max()
+            .unwrap_or(0);
+        if total_q == 0 || hq == 0 || d == 0 {
+            let o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
+            return Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape));
+        }
+        let shape = AttnShape::new(batch, hq, hkv, max_q.max(1), self.max_seqlen_k.max(1), d)
+            .map_err(err)?;
+        let problem = self.attn.problem(shape, self.max_seqlen_k)?;
+        let stream = dev.cuda_stream();
+        let gpu = FlashAttention::on_stream(kernel_cache(&stream)?, stream.clone());
+        let (qs, ks, vs) = (
+            q.as_cuda_slice::<T>()?,
+            k.as_cuda_slice::<T>()?,
+            v.as_cuda_slice::<T>()?,
+        );
+        let (qt, kt, vt) = (
+            packed_input("q", qs, ql)?,
+            input("k_cache", ks, kl)?,
+            input("v_cache", vs, vl)?,
+        );
+        let (qa, ka, va) = (
+            address(qt.view(), &stream),
+            address(kt.view(), &stream),
+            address(vt.view(), &stream),
+        );
+        let cu_q = dev.clone_htod(&self.cu_q)?;
+        let table = dev.clone_htod(&self.block_table)?;
+        let used = dev.clone_htod(&self.seqused_k)?;
+        let mut o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
+        let info = gpu
+            .forward_sequences(
+                Forward {
+                    problem: &problem,
+                    q: qt,
+                    k: kt,
+                    v: vt,
+                    o: TensorMut::contiguous(o.as_view_mut(), [1, hq, total_q, d], KLayout::Bshd),
+                    lse: None,
+                    options: ForwardOptions::default(),
+                },
+                Sequences {
+                    queries: QueryRows::Packed {
+                        cu_seqlens: Indices::new(cu_q.as_view()).with_host(&self.cu_q),
+                    },
+                    keys: KeyRows::Paged {
+                        block_table: Indices::new(table.as_view()).with_host(&self.block_table),
+                    },
+                    seqused_k: Some(Indices::new(used.as_view()).with_host(&self.seqused_k)),
+                },
+            )
+            .map_err(kernel_error)?;
+        LAST_LAUNCH.with(|l| {
+            *l.borrow_mut() = Some(CudaLaunchRecord {
+                q: qa,
+                k: ka,
+                v: va,
+                o: o.device_ptr(&stream).0,
+                lse: None,
+                stream: stream.cu_stream() as usize,
+                kernel: info.kernel,
+            })
+        });
+        Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
+    }
+}

@@ -658,6 +658,174 @@ impl FlashAttnVarLen {
 
 attention_op!(FlashAttnVarLen, "attn-candle-flash-attn-varlen");
 
+/// The paged op: Q `(total_q, Hq, D)` packed by prefix sums, K and V paged caches
+/// `(num_blocks, page_size, Hkv, D)` read through a block table (vLLM's PagedAttention
+/// layout, FlashAttention's `block_table`); sequence b has `seqused_k[b]` keys.
+#[derive(Debug, Clone)]
+struct FlashAttnVarLenPaged {
+    attn: FlashAttn,
+    cu_q: Vec<i32>,
+    /// Row-major `[B, max_blocks]`.
+    block_table: Vec<i32>,
+    seqused_k: Vec<i32>,
+    max_seqlen_k: usize,
+}
+
+/// `(total_q, Hq, D, num_blocks, page_size, Hkv)` of the paged op's tensors.
+type PagedDims = (usize, usize, usize, usize, usize, usize);
+
+impl FlashAttnVarLenPaged {
+    /// Checks q, the caches, the table and the lengths against each other (both paths).
+    fn dims(&self, ql: &Layout, kl: &Layout, vl: &Layout) -> Result<PagedDims> {
+        let (qd, kd, vd) = (ql.dims(), kl.dims(), vl.dims());
+        if qd.len() != 3 || kd.len() != 4 || kd != vd {
+            return Err(err(format!(
+                "paged attention takes q (total_q, heads, head_dim) and k/v caches (num_blocks, page_size, kv_heads, head_dim) of one shape, got q {qd:?}, k {kd:?}, v {vd:?}"
+            )));
+        }
+        let (total_q, hq, d) = (qd[0], qd[1], qd[2]);
+        let (num_blocks, page_size, hkv) = (kd[0], kd[1], kd[2]);
+        if kd[3] != d {
+            return Err(err(format!(
+                "q {qd:?} and the caches {kd:?} must have the same head_dim"
+            )));
+        }
+        check_heads(hq, hkv)?;
+        if page_size == 0 || page_size % 16 != 0 {
+            return Err(err(format!(
+                "page_size {page_size} must be a positive multiple of 16"
+            )));
+        }
+        let batch = self.cu_q.len() - 1;
+        if self.cu_q[batch] as usize != total_q {
+            return Err(err(format!(
+                "seqlens_q ends at {} but q has {total_q} rows",
+                self.cu_q[batch]
+            )));
+        }
+        if self.seqused_k.len() != batch {
+            return Err(err(format!(
+                "seqused_k has {} entries but seqlens_q describes {batch} sequences",
+                self.seqused_k.len()
+            )));
+        }
+        if batch == 0 || self.block_table.len() % batch != 0 || self.block_table.is_empty() {
+            return Err(err(format!(
+                "block_table has {} entries, not (batch = {batch}, max_blocks_per_seq ≥ 1)",
+                self.block_table.len()
+            )));
+        }
+        let max_blocks = self.block_table.len() / batch;
+        for (b, &used) in self.seqused_k.iter().enumerate() {
+            let used = usize::try_from(used).unwrap_or(usize::MAX);
+            if used > self.max_seqlen_k {
+                return Err(err(format!(
+                    "seqused_k[{b}] = {} exceeds max_seqlen_k {}",
+                    self.seqused_k[b], self.max_seqlen_k
+                )));
+            }
+            if used > max_blocks * page_size {
+                return Err(err(format!(
+                    "seqused_k[{b}] = {} exceeds the {max_blocks} pages of {page_size} keys its table row holds",
+                    self.seqused_k[b]
+                )));
+            }
+            let row = &self.block_table[b * max_blocks..][..max_blocks];
+            for (slot, &page) in row.iter().enumerate().take(used.div_ceil(page_size)) {
+                if page < 0 || page as usize >= num_blocks {
+                    return Err(err(format!(
+                        "block_table[{b}][{slot}] = {page} is outside the cache's {num_blocks} pages"
+                    )));
+                }
+            }
+        }
+        Ok((total_q, hq, d, num_blocks, page_size, hkv))
+    }
+
+    /// The CPU path: each sequence's keys gathered from its pages into a packed varlen batch,
+    /// then the varlen reference (so paged attention has one definition).
+    fn cpu_typed<T: Storage>(
+        &self,
+        q: &[T],
+        ql: &Layout,
+        k: &[T],
+        kl: &Layout,
+        v: &[T],
+        vl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (total_q, hq, d, _, page_size, hkv) = self.dims(ql, kl, vl)?;
+        let batch = self.cu_q.len() - 1;
+        let max_blocks = self.block_table.len() / batch;
+        let (kc, vc) = (
+            gather("k_cache", k, kl, &[0, 1, 2, 3])?,
+            gather("v_cache", v, vl, &[0, 1, 2, 3])?,
+        );
+        let mut cu_k = vec![0i32];
+        let (mut kp, mut vp) = (Vec::new(), Vec::new());
+        for (b, &used) in self.seqused_k.iter().enumerate() {
+            for j in 0..used as usize {
+                let page = self.block_table[b * max_blocks + j / page_size] as usize;
+                let row = (page * page_size + j % page_size) * hkv * d;
+                kp.extend_from_slice(&kc[row..row + hkv * d]);
+                vp.extend_from_slice(&vc[row..row + hkv * d]);
+            }
+            cu_k.push(cu_k[b] + used);
+        }
+        let out_shape = Shape::from((total_q, hq, d));
+        if hq == 0 || d == 0 {
+            return Ok((T::wrap(Vec::new()), out_shape));
+        }
+        let shape = AttnShape::new(batch, hq, hkv, 1, 1, d).map_err(err)?;
+        let problem = self.attn.problem(shape, self.max_seqlen_k)?;
+        let qc = gather("q", q, ql, &[0, 1, 2])?;
+        let RefOutput { o, .. } =
+            forward_varlen(&problem, &self.cu_q, &cu_k, &qc, &kp, &vp).map_err(err)?;
+        Ok((T::wrap(narrow(&o)), out_shape))
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+impl FlashAttnVarLenPaged {
+    /// Without the `cuda` feature no candle tensor lives on a GPU; this answers a direct call.
+    fn cuda(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        bail!("{CUDA_FEATURE_DISABLED}")
+    }
+}
+
+attention_op!(FlashAttnVarLenPaged, "attn-candle-flash-attn-varlen-paged");
+
+/// Reads an index tensor (u32, i32 or i64) of `rank` to the host as i32.
+fn read_indices(name: &str, t: &Tensor, rank: usize) -> Result<Vec<i32>> {
+    if t.rank() != rank {
+        return Err(err(format!(
+            "{name} must be rank {rank}, got shape {:?}",
+            t.dims()
+        )));
+    }
+    let raw: Vec<i64> = match t.dtype() {
+        DType::U32 | DType::I32 | DType::I64 => t
+            .to_device(&candle_core::Device::Cpu)?
+            .to_dtype(DType::I64)?
+            .flatten_all()?
+            .to_vec1::<i64>()?,
+        dt => return Err(err(format!("{name} must be u32, i32 or i64, got {dt:?}"))),
+    };
+    raw.iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            i32::try_from(x).map_err(|_| err(format!("{name}[{i}] = {x} overflows i32")))
+        })
+        .collect()
+}
+
 /// Reads a `seqlens` tensor (`B + 1` prefix sums, u32 as candle-flash-attn takes; i32 and
 /// i64 accepted) and checks it against `max_seqlen`.
 fn read_seqlens(name: &str, t: &Tensor, max_seqlen: usize) -> Result<Vec<i32>> {
@@ -727,6 +895,39 @@ fn varlen(
         max_seqlen_k,
     };
     q.apply_op3(k, v, op)
+}
+
+/// Variable-length queries against a paged KV cache (the decode and chunked-prefill step of
+/// a serving engine; vLLM's PagedAttention layout, FlashAttention's `block_table`): q
+/// `(total_q, Hq, D)` packed by `seqlens_q` (`B + 1` prefix sums), `k_cache` and `v_cache`
+/// `(num_blocks, page_size, Hkv, D)` with `page_size` a multiple of 16, `block_table`
+/// `(B, max_blocks_per_seq)` naming each sequence's pages in order, and `seqused_k` `(B,)`
+/// the keys each sequence has. Indices may be u32, i32 or i64 (read to the host, checked).
+/// Causal and windows as in [`flash_attn_varlen_windowed`] (`window_size_right = Some(0)` is
+/// causal, aligned bottom-right per sequence). Returns `(total_q, Hq, D)`.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen_paged_windowed(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    block_table: &Tensor,
+    seqlens_q: &Tensor,
+    seqused_k: &Tensor,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    window_size_left: Option<usize>,
+    window_size_right: Option<usize>,
+) -> Result<Tensor> {
+    let attn = FlashAttn::new(softmax_scale).window(window_size_left, window_size_right);
+    let op = FlashAttnVarLenPaged {
+        attn,
+        cu_q: read_seqlens("seqlens_q", seqlens_q, max_seqlen_q)?,
+        block_table: read_indices("block_table", block_table, 2)?,
+        seqused_k: read_indices("seqused_k", seqused_k, 1)?,
+        max_seqlen_k,
+    };
+    q.apply_op3(k_cache, v_cache, op)
 }
 
 /// Attention on `(batch, seq, heads, head_dim)` tensors: `softmax(Q·Kᵀ·softmax_scale)·V`,

@@ -710,3 +710,104 @@ fn cuda_fwd_without_the_feature_is_a_clear_error() {
     );
     assert!(m.contains(CUDA_FEATURE_DISABLED), "{m}");
 }
+
+/// The paged function against the varlen one on the same keys gathered from the pages: a
+/// shuffled table, pages that straddle, a sequence with no query rows, one with rows but no
+/// keys, causal and windowed; and the refusals (a table entry outside the cache, a page size
+/// that is no multiple of 16, more keys than the table holds).
+#[test]
+fn paged_matches_varlen_on_the_gathered_keys() -> R<()> {
+    let dev = Device::Cpu;
+    let (hq, hkv, d, ps, num_blocks) = (4, 2, 8, 16, 9);
+    let cu_q = [0u32, 2, 2, 7, 9];
+    let used = [20u32, 7, 33, 0];
+    let max_blocks = 3;
+    // Sequence b's pages, shuffled through the cache; unused slots hold junk.
+    let table: [u32; 12] = [5, 1, 999, 7, 999, 999, 0, 3, 8, 999, 999, 999];
+    let cache_k = randn(num_blocks * ps * hkv * d, 180);
+    let cache_v = randn(num_blocks * ps * hkv * d, 181);
+    let q = randn(9 * hq * d, 182);
+    // The same keys packed per sequence, for the varlen call.
+    let mut cu_k = vec![0u32];
+    let (mut kp, mut vp) = (Vec::new(), Vec::new());
+    for (b, &n) in used.iter().enumerate() {
+        for j in 0..n as usize {
+            let page = table[b * max_blocks + j / ps] as usize;
+            let at = (page * ps + j % ps) * hkv * d;
+            kp.extend_from_slice(&cache_k[at..at + hkv * d]);
+            vp.extend_from_slice(&cache_v[at..at + hkv * d]);
+        }
+        cu_k.push(cu_k[b] + n);
+    }
+    let total_k = *cu_k.last().unwrap() as usize;
+    let t = |v: &[f32], shape: &[usize]| Tensor::from_vec(v.to_vec(), shape, &dev);
+    let (qt, kc, vc) = (
+        t(&q, &[9, hq, d])?,
+        t(&cache_k, &[num_blocks, ps, hkv, d])?,
+        t(&cache_v, &[num_blocks, ps, hkv, d])?,
+    );
+    let (kt, vt) = (t(&kp, &[total_k, hkv, d])?, t(&vp, &[total_k, hkv, d])?);
+    let tab = Tensor::new(&table, &dev)?.reshape((4, max_blocks))?;
+    let (sq, sk, su) = (
+        Tensor::new(&cu_q, &dev)?,
+        Tensor::new(cu_k.as_slice(), &dev)?,
+        Tensor::new(&used, &dev)?,
+    );
+    for (left, right) in [(None, None), (None, Some(0)), (Some(5), Some(2))] {
+        let got = flash_attn_varlen_paged_windowed(
+            &qt, &kc, &vc, &tab, &sq, &su, 5, 33, 0.3, left, right,
+        )?;
+        let want = flash_attn_varlen_windowed(&qt, &kt, &vt, &sq, &sk, 5, 33, 0.3, left, right)?;
+        assert_eq!(got.dims(), &[9, hq, d]);
+        let (g, w) = (values(&got)?, values(&want)?);
+        assert!(
+            g.iter().zip(&w).all(|(a, b)| (a - b).abs() <= 1e-6),
+            "window {left:?},{right:?}"
+        );
+        // Rows 7..9 belong to the sequence with no keys: exactly zero.
+        assert!(g[7 * hq * d..].iter().all(|&x| x == 0.0));
+    }
+    let err = |r: candle_core::Result<Tensor>| match r {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    let mut bad = table;
+    bad[1] = 9; // sequence 0 uses its second page
+    let m = err(flash_attn_varlen_paged_windowed(
+        &qt,
+        &kc,
+        &vc,
+        &Tensor::new(&bad, &dev)?.reshape((4, max_blocks))?,
+        &sq,
+        &su,
+        5,
+        33,
+        0.3,
+        None,
+        None,
+    ));
+    assert!(m.contains("outside the cache"), "{m}");
+    let small = t(
+        &cache_k[..num_blocks * 8 * hkv * d],
+        &[num_blocks, 8, hkv, d],
+    )?;
+    let m = err(flash_attn_varlen_paged_windowed(
+        &qt, &small, &small, &tab, &sq, &su, 5, 33, 0.3, None, None,
+    ));
+    assert!(m.contains("multiple of 16"), "{m}");
+    let m = err(flash_attn_varlen_paged_windowed(
+        &qt,
+        &kc,
+        &vc,
+        &tab,
+        &sq,
+        &Tensor::new(&[20u32, 7, 49, 0], &dev)?,
+        5,
+        49,
+        0.3,
+        None,
+        None,
+    ));
+    assert!(m.contains("pages"), "{m}");
+    Ok(())
+}

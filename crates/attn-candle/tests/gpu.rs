@@ -475,3 +475,60 @@ fn varlen_matches_the_cpu_path_without_copies() -> R<()> {
     }
     Ok(())
 }
+
+/// The paged function on CUDA (packed queries, the caches read in place through the block
+/// table) against the CPU path: shuffled pages, a sequence without query rows and one without
+/// keys, decode-like single rows, causal and windowed, f16 and bf16.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn paged_matches_the_cpu_path() -> R<()> {
+    let dev = gpu();
+    let (hq, hkv, ps, num_blocks, max_blocks) = (8, 2, 16, 40, 8);
+    let cu_q = [0u32, 1, 1, 38, 39, 40];
+    let used = [100u32, 5, 128, 0, 17];
+    let mut table: Vec<u32> = (0..(5 * max_blocks) as u32)
+        .map(|i| (i * 7) % num_blocks as u32)
+        .collect();
+    table[1] = 39; // any page, anywhere in the cache
+    for dt in [DType::F16, DType::BF16] {
+        let q = Tensor::from_vec(randn(40 * hq * D, 41), (40, hq, D), &dev)?.to_dtype(dt)?;
+        let kc = Tensor::from_vec(
+            randn(num_blocks * ps * hkv * D, 42),
+            (num_blocks, ps, hkv, D),
+            &dev,
+        )?
+        .to_dtype(dt)?;
+        let vc = Tensor::from_vec(
+            randn(num_blocks * ps * hkv * D, 43),
+            (num_blocks, ps, hkv, D),
+            &dev,
+        )?
+        .to_dtype(dt)?;
+        let tab = Tensor::new(table.as_slice(), &dev)?.reshape((5, max_blocks))?;
+        let (sq, su) = (Tensor::new(&cu_q, &dev)?, Tensor::new(&used, &dev)?);
+        for (left, right) in [(None, Some(0)), (None, None), (Some(31), Some(0))] {
+            let what = format!("{dt:?} window {left:?},{right:?}");
+            let g = flash_attn_varlen_paged_windowed(
+                &q, &kc, &vc, &tab, &sq, &su, 37, 128, 0.09, left, right,
+            )?;
+            let rec = last_cuda_launch().expect("a CUDA launch");
+            assert!(rec.kernel.ends_with("_paged"), "{what}: ran {}", rec.kernel);
+            assert_eq!(rec.k, address(&kc), "{what}: the cache is read in place");
+            let c = flash_attn_varlen_paged_windowed(
+                &to_cpu(&q)?,
+                &to_cpu(&kc)?,
+                &to_cpu(&vc)?,
+                &to_cpu(&tab)?,
+                &to_cpu(&sq)?,
+                &to_cpu(&su)?,
+                37,
+                128,
+                0.09,
+                left,
+                right,
+            )?;
+            assert_close(&g, &c, dt, &what)?;
+        }
+    }
+    Ok(())
+}
