@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod backward;
 mod bench;
 mod bundle;
 mod compare;
@@ -75,6 +76,8 @@ enum Cmd {
     TrainBench(train_bench::Args),
     /// Varlen and paged-KV launches against the dense work they replace.
     ServeBench(serve_bench::Args),
+    /// The GPU backward on .npy inputs (twin of `reference --do`).
+    Backward(backward::Args),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Cmd::Ring(a) => ring::run(a),
         Cmd::TrainBench(a) => train_bench::run(a),
         Cmd::ServeBench(a) => serve_bench::run(a),
+        Cmd::Backward(a) => backward::run(a),
         Cmd::Quantize(a) => quant::run_quantize(a),
         Cmd::Dequantize(a) => quant::run_dequantize(a),
         Cmd::Compare(a) => compare::run(a),
