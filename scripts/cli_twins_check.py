@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# Device run 21: the CLI twins on the same .npy files. xtask backward vs xtask reference --do
-# (and torch autograd), xtask forward vs xtask reference with --cu-seqlens-* and with
+# The CLI twins on the same .npy files (docs/PERF.md, run 21): xtask backward vs xtask reference --do,
+# and xtask forward vs xtask reference with --cu-seqlens-* and with
 # --block-table/--seqused-k.
 import subprocess, sys, numpy as np, torch, os
 out = sys.argv[1]
