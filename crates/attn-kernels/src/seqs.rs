@@ -462,7 +462,7 @@ pub struct HostTensor<'a, T> {
     /// `[B, H, S, D]` dims (`[1, H, total, D]` packed; `[num_blocks, Hkv, page_size, D]`
     /// paged).
     pub dims: [usize; 4],
-    /// How `data` is laid out (packed and paged buffers are [`Layout::Bshd`]).
+    /// How `data` is laid out (packed and paged buffers are [`crate::Layout::Bshd`]).
     pub layout: crate::Layout,
 }
 
