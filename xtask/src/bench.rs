@@ -879,7 +879,12 @@ mod tests {
             fp8_config_by_name("128_128_8_s3").unwrap(),
             attn_kernels::FP8_CONFIGS[1]
         );
-        let err = fp8_config_by_name("64_64_4").unwrap_err().to_string();
+        // The D = 256 configs are known too.
+        assert_eq!(
+            fp8_config_by_name("64_64_4").unwrap(),
+            attn_kernels::catalog::FP8_D256_TILES[0]
+        );
+        let err = fp8_config_by_name("64_32_4").unwrap_err().to_string();
         assert!(err.contains("128_128_8_s2"), "{err}");
     }
 
