@@ -91,6 +91,18 @@ pub(crate) fn kernel_error(e: KernelError) -> candle_core::Error {
     }
 }
 
+/// Keeps what a launch was handed for [`last_cuda_launch`].
+fn record_launch(record: CudaLaunchRecord) {
+    LAST_LAUNCH.with(|l| *l.borrow_mut() = Some(record));
+}
+
+/// A launcher on the device's stream over the device's shared kernel cache (every op's).
+fn launcher(dev: &CudaDevice) -> Result<(Arc<CudaStream>, FlashAttention)> {
+    let stream = dev.cuda_stream();
+    let gpu = FlashAttention::on_stream(kernel_cache(&stream)?, stream.clone());
+    Ok((stream, gpu))
+}
+
 /// The kernel cache of the stream's device, made on first use. Keyed by ordinal and context:
 /// candle's devices of one ordinal share the primary context, and so the cache.
 fn kernel_cache(stream: &Arc<CudaStream>) -> Result<Arc<KernelCache>> {
@@ -216,8 +228,7 @@ impl FlashAttn {
         }
         let shape = AttnShape::new(b, hq, hkv, sq, sk, d).map_err(err)?;
         let problem = self.problem(shape, sk)?;
-        let stream = dev.cuda_stream();
-        let gpu = FlashAttention::on_stream(kernel_cache(&stream)?, stream.clone());
+        let (stream, gpu) = launcher(&dev)?;
 
         let (qs, ks, vs) = (
             q.as_cuda_slice::<T>()?,
@@ -258,7 +269,7 @@ impl FlashAttn {
             })
             .map_err(kernel_error)?;
         record.kernel = info.kernel;
-        LAST_LAUNCH.with(|l| *l.borrow_mut() = Some(record));
+        record_launch(record);
         if let Some(lse) = lse {
             self.store_lse_value(LseValue::Device(DeviceLse {
                 slice: lse,
@@ -345,8 +356,7 @@ impl crate::FlashAttnVarLen {
         }
         let shape = AttnShape::new(batch, hq, hkv, max_q.max(1), max_k, d).map_err(err)?;
         let problem = self.attn.problem(shape, self.max_seqlen_k)?;
-        let stream = dev.cuda_stream();
-        let gpu = FlashAttention::on_stream(kernel_cache(&stream)?, stream.clone());
+        let (stream, gpu) = launcher(&dev)?;
         let (qs, ks, vs) = (
             q.as_cuda_slice::<T>()?,
             k.as_cuda_slice::<T>()?,
@@ -389,16 +399,14 @@ impl crate::FlashAttnVarLen {
                 },
             )
             .map_err(kernel_error)?;
-        LAST_LAUNCH.with(|l| {
-            *l.borrow_mut() = Some(CudaLaunchRecord {
-                q: qa,
-                k: ka,
-                v: va,
-                o: o.device_ptr(&stream).0,
-                lse: None,
-                stream: stream.cu_stream() as usize,
-                kernel: info.kernel,
-            })
+        record_launch(CudaLaunchRecord {
+            q: qa,
+            k: ka,
+            v: va,
+            o: o.device_ptr(&stream).0,
+            lse: None,
+            stream: stream.cu_stream() as usize,
+            kernel: info.kernel,
         });
         Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
     }
@@ -454,8 +462,7 @@ impl crate::FlashAttnVarLenPaged {
         let shape = AttnShape::new(batch, hq, hkv, max_q.max(1), self.max_seqlen_k.max(1), d)
             .map_err(err)?;
         let problem = self.attn.problem(shape, self.max_seqlen_k)?;
-        let stream = dev.cuda_stream();
-        let gpu = FlashAttention::on_stream(kernel_cache(&stream)?, stream.clone());
+        let (stream, gpu) = launcher(&dev)?;
         let (qs, ks, vs) = (
             q.as_cuda_slice::<T>()?,
             k.as_cuda_slice::<T>()?,
@@ -497,16 +504,14 @@ impl crate::FlashAttnVarLenPaged {
                 },
             )
             .map_err(kernel_error)?;
-        LAST_LAUNCH.with(|l| {
-            *l.borrow_mut() = Some(CudaLaunchRecord {
-                q: qa,
-                k: ka,
-                v: va,
-                o: o.device_ptr(&stream).0,
-                lse: None,
-                stream: stream.cu_stream() as usize,
-                kernel: info.kernel,
-            })
+        record_launch(CudaLaunchRecord {
+            q: qa,
+            k: ka,
+            v: va,
+            o: o.device_ptr(&stream).0,
+            lse: None,
+            stream: stream.cu_stream() as usize,
+            kernel: info.kernel,
         });
         Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
     }
