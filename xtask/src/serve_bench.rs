@@ -2,9 +2,9 @@
 //! in one process with `bench`'s protocol (CUDA events around each launch, CUDA-graph replays
 //! under 20 µs; ratios of means with bootstrap CIs, attn-stats):
 //! - **varlen**: 16 sequences of random lengths 128–4096 (DESIGN.md §7's `varlen` set)
-//!   through `forward_sequences` (packed Q/K/V), against the padded dense batch of the same
-//!   sequences (B = 16, S = the longest) on the default engine and on the mma.sync engine
-//!   (the one the varlen launch runs);
+//!   through `forward_sequences` (packed Q/K/V) on the default engine (Hopper on sm_90) and
+//!   on the mma.sync engine, against the padded dense batch of the same sequences (B = 16,
+//!   S = the longest) on both engines;
 //! - **paged decode**: batch 64, Hq 32 / Hkv 8, 4096 keys each, pages of 16 (§7's paged
 //!   shape), one query per sequence, through a shuffled block table, against the same keys in
 //!   a dense `[B, Hkv, S, D]` cache (dense `forward`, which may split) and through the dense
@@ -136,8 +136,11 @@ fn varlen(
             .map(|&l| 4.0 * (h * l * l * d) as f64 / if causal == Causal::None { 1.0 } else { 2.0 })
             .sum();
         let mut rows = Vec::new();
-        // Packed.
-        {
+        // Packed, default engine (Hopper on sm_90) and mma.sync.
+        for (name, engine) in [
+            ("varlen (packed), default engine", Engine::Auto),
+            ("varlen (packed), mma.sync", Engine::MmaSync),
+        ] {
             let template = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
             let q = randn(&st, &mut rng, total * h * d)?;
             let k = randn(&st, &mut rng, total * h * d)?;
@@ -155,7 +158,10 @@ fn varlen(
                         v: Tensor::contiguous(v.as_view(), dims, Layout::Bshd),
                         o: TensorMut::contiguous(o.as_view_mut(), dims, Layout::Bshd),
                         lse: None,
-                        options: ForwardOptions::default(),
+                        options: ForwardOptions {
+                            engine,
+                            ..Default::default()
+                        },
                     },
                     Sequences {
                         queries: QueryRows::Packed {
@@ -172,7 +178,7 @@ fn varlen(
             };
             let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
             rows.push(Timed {
-                name: "varlen (packed)".into(),
+                name: name.into(),
                 kernel,
                 samples,
             });

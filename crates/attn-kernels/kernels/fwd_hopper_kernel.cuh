@@ -3,19 +3,20 @@
 // "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision";
 // hopper/mainloop_fwd_sm90_tma_gmma_ws.hpp).
 //
-// One CTA = 3 warpgroups and 128 query rows:
+// One CTA = a producer warpgroup and CONSUMERS (2 or 3) consumer warpgroups of 64 query rows:
 // - warpgroup 0, the producer, gives up registers (setmaxnreg) and one thread issues TMA
 //   loads: the Q tile once, then K and V tiles into a STAGES-deep ring, each stage guarded by
 //   a "full" mbarrier per tensor (transaction bytes) and an "empty" one per tensor (consumer
 //   arrivals: K is free once Q·Kᵀ has read it, V once P·V has);
-// - warpgroups 1 and 2, the consumers, take the registers and own 64 query rows each:
+// - warpgroups 1.., the consumers, take the registers and own 64 query rows each (three of
+//   them for D ≤ 64, FlashAttention-3's 192-row blocks, where 160 registers are enough):
 //   S = Q·Kᵀ as an SS wgmma (both operands K-major in shared memory), the online softmax in
 //   registers (softmax.cuh, mask.cuh: the wgmma accumulator has the mma.sync layout per warp),
 //   O += P·V as an RS wgmma with P from registers and V MN-major in shared memory (no Vᵀ
 //   copy), then the epilogue (epilogue.cuh) through the dead Q tile.
 // Schedules (template flags, catalog `HopperTile`):
-// - PINGPONG orders the two consumers' GEMMs with named barriers so one warpgroup's softmax
-//   runs under the other's tensor-core work (FA3 §3.1);
+// - PINGPONG orders the consumers' GEMMs round-robin with named barriers so one warpgroup's
+//   softmax runs under the others' tensor-core work (FA3 §3.1);
 // - INTRA issues Q·Kᵀ(j+1) with P·V(j) and runs the softmax of tile j+1 while P·V(j) is still
 //   in the tensor cores, deferring O's rescale (FA3 §3.2); without it an iteration is
 //   softmax(j), then P·V(j) and Q·Kᵀ(j+1) in one commit group.
@@ -32,6 +33,7 @@
 #include "fp8.cuh"
 #include "mask.cuh"
 #include "score_mod.cuh"
+#include "seqs.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -40,9 +42,14 @@ namespace attn {
 // FP8: Q and K are E4M3 rows of DK bytes in sub-tiles of one 64- or 128-byte swizzle span
 // (D = 256: two of 128), and V arrives as fp8_prep.cuh's Vᵀ (DK rows of BN key bytes), because
 // 8-bit wgmma has no transposed B.
-template <int DK, int BN, int STAGES, bool FP8 = false> struct HopperFwdLayout {
-    static constexpr int kBM = 128;                 // 2 consumer warpgroups × 64 rows
-    static constexpr int kThreads = 384;            // producer + 2 consumers
+template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2> struct HopperFwdLayout {
+    static constexpr int kBM = 64 * CONSUMERS;          // 64 rows per consumer warpgroup
+    static constexpr int kThreads = 128 * (CONSUMERS + 1); // producer + consumers
+    // Registers per thread after `setmaxnreg`: the producer keeps 24, the consumers share the
+    // rest of the 64K-register file (multiples of 8: 240 for two, 160 for three).
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = CONSUMERS == 2 ? 240 : 160;
+    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * CONSUMERS <= 65536, "register file");
     static constexpr int kSubTiles = FP8 ? (DK + 127) / 128 : (DK + 63) / 64; // swizzled sub-tiles per row
     static constexpr int kRowBytes = FP8 ? (DK < 128 ? DK : 128) : 128;      // bytes per sub-tile row
     static constexpr int kColsPerSub = FP8 ? kRowBytes : 64;                  // elements per sub-tile row
@@ -54,7 +61,8 @@ template <int DK, int BN, int STAGES, bool FP8 = false> struct HopperFwdLayout {
     // 1024 bytes of slack for aligning the base; the launcher's size (src/catalog.rs
     // `hopper_smem_bytes`) is this.
     static constexpr int kSmemBytes = 1024 + kBarOffset + 8 * kBarriers;
-    static constexpr int kConsumerWarps = 8;
+    static constexpr int kConsumerWarps = 4 * CONSUMERS;
+    static_assert(CONSUMERS == 2 || CONSUMERS == 3, "two or three consumer warpgroups");
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets are multiples of 32 up to 256");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and TMA box rows");
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
@@ -64,10 +72,12 @@ template <int DK, int BN, int STAGES, bool FP8 = false> struct HopperFwdLayout {
     static_assert(kBM * ((DK + 63) / 64 * 64) * 2 <= kBarOffset, "O staging fits the dead tiles");
 };
 
-// Barrier ids: 0 is __syncthreads; 1 and 2 order the consumers' GEMMs; 3 gathers both
-// consumers before the epilogue reuses the Q tile.
-constexpr int kBarSchedBase = 1;
-constexpr int kBarEpilogue = 3;
+// Barrier ids: 0 is __syncthreads; 1 gathers the consumers before the epilogue reuses the Q
+// tile; 2 after they cleared V rows of a sequence's last key tile; 3.. order the consumers'
+// GEMMs (one per consumer).
+constexpr int kBarEpilogue = 1;
+constexpr int kBarVClear = 2;
+constexpr int kBarSchedBase = 3;
 
 template <bool B> struct BoolConst {
     static constexpr bool value = B;
@@ -80,16 +90,22 @@ template <bool B> struct BoolConst {
 // FEATURES (f16/bf16 only): sliding window, softcap, ALiBi and sinks as runtime values of
 // p.feat (score_mod.cuh, shared with the mma.sync kernel); the producer loads only the key
 // tiles inside the block's window (FA3's local n-block range) and the mask hook of every
-// schedule runs the score modification.
+// schedule runs the score modification. The FEATURES entries also run sequence layouts
+// (p.seqs, seqs.cuh; paged caches excepted): packed Q/O and K/V are TMA tensors of one batch
+// whose row coordinates start at the sequence's offset. Rows past a sequence's end are the
+// next sequence's (or the cache's unused rows), not TMA's zeros: the mask drops their keys and
+// the epilogue their query rows, and the consumers clear the V rows past the sequence's end in
+// its last key tile before P·V reads them, so non-finite values there (an uninitialized cache)
+// cannot reach O through 0·NaN.
 template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA, bool FP8,
-          bool FEATURES = false>
+          bool FEATURES = false, int CONSUMERS = 2>
 __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __restrict__ lse, const TmaDesc* tma_q,
                                                   const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const float* __restrict__ q_scale,
                                                   const float* __restrict__ k_scale,
-                                                  const float* __restrict__ v_scale, const FwdParams& p) {
+                                                  const float* __restrict__ v_scale, const FwdParams& p_in) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using L = HopperFwdLayout<DK, BN, STAGES, FP8>;
+    using L = HopperFwdLayout<DK, BN, STAGES, FP8, CONSUMERS>;
     constexpr int kBM = L::kBM;
     constexpr int kNT = BN / 8;
     constexpr int kNO = DK / 8;
@@ -116,6 +132,18 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     const int b = blockIdx.z;
     const int m0 = m_block * kBM;
     static_assert(!(FEATURES && FP8), "the FP8 kernels take no features");
+    static_assert(!(FEATURES && PINGPONG), "the features' V clearing syncs the consumers outside ping-pong turns");
+    // FEATURES: this CTA's sequence (its lengths, causal alignment and row offsets); the grid
+    // covers the longest, so a block past this one's end has nothing to do.
+    FwdParams seq_p = p_in;
+    SeqRows rows{0, 0};
+    if constexpr (FEATURES) {
+        rows = resolve_sequence(seq_p, b);
+        if (m0 >= seq_p.q_len) return; // the whole CTA, before any barrier
+    }
+    const FwdParams& p = seq_p;
+    const int q_batch = FEATURES && p.seqs.cu_q != nullptr ? 0 : b; // packed: one batch of rows
+    const int k_batch = FEATURES && p.seqs.cu_k != nullptr ? 0 : b;
     // Key tiles [t_begin, t_begin + n_tiles); FEATURES: the keys all rows see, [all_lo, all_hi).
     int t_begin = 0, n_tiles, all_lo = 0, all_hi = 0;
     if constexpr (FEATURES) {
@@ -141,7 +169,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
     if (warpgroup == 0) {
         // Producer: one thread drives TMA; the other 127 only give their registers back.
-        setmaxnreg_dec<24>();
+        setmaxnreg_dec<L::kProducerRegs>();
         if (threadIdx.x == 0) {
             tma_prefetch_desc(tma_q);
             tma_prefetch_desc(tma_k);
@@ -149,7 +177,8 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             mbar_arrive_expect_tx(bar_q, L::kQBytes);
 #pragma unroll
             for (int c = 0; c < L::kSubTiles; ++c)
-                tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * L::kColsPerSub, m0, h, b);
+                tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * L::kColsPerSub, rows.q_row0 + m0, h,
+                            q_batch);
             for (int j = 0; j < n_tiles; ++j) {
                 const int s = j % STAGES;
                 const uint32_t use = j / STAGES;
@@ -160,7 +189,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 #pragma unroll
                 for (int c = 0; c < L::kSubTiles; ++c)
                     tma_load_4d(k_dst + c * BN * L::kRowBytes, tma_k, &full_k[s], c * L::kColsPerSub,
-                                (t_begin + j) * BN, kvh, b);
+                                rows.k_row0 + (t_begin + j) * BN, kvh, k_batch);
                 mbar_wait(&empty_v[s], (use & 1) ^ 1);
                 mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
                 if constexpr (FP8) {
@@ -169,14 +198,15 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 } else {
 #pragma unroll
                     for (int c = 0; c < L::kSubTiles; ++c)
-                        tma_load_4d(v_dst + c * BN * 128, tma_v, &full_v[s], c * 64, (t_begin + j) * BN, kvh, b);
+                        tma_load_4d(v_dst + c * BN * 128, tma_v, &full_v[s], c * 64, rows.k_row0 + (t_begin + j) * BN,
+                                    kvh, k_batch);
                 }
             }
         }
         return;
     }
 
-    setmaxnreg_inc<240>();
+    setmaxnreg_inc<L::kConsumerRegs>();
     const int cw = warpgroup - 1; // consumer index: query rows [64·cw, 64·cw + 64) of the block
     const int lane = threadIdx.x & 31;
     const int warp_row0 = ((threadIdx.x >> 5) & 3) * 16; // this warp's rows within its 64
@@ -224,10 +254,29 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             }
         }
     };
+    // FEATURES with a sequence layout: V rows past the sequence's keys in its last tile hold
+    // other data (see above); every consumer thread zeroes a share of them (whole 128-byte
+    // rows, so the swizzle does not matter), then they meet before any P·V reads the tile.
+    // Uniform over the CTA: it depends on p and j only.
+    const bool clear_v_tail = FEATURES && (p.seqs.cu_k != nullptr || p.seqs.seqused_k != nullptr);
+    auto clear_v_rows = [&](int j, unsigned char* v_tile) {
+        const int first = p.kv_len - (t_begin + j) * BN; // the tile's first row past the keys
+        if (!clear_v_tail || j + 1 != n_tiles || first >= BN) return;
+        const int lo = first < 0 ? 0 : first;
+        const int chunks = L::kSubTiles * (BN - lo) * 8; // 16-byte chunks
+        for (int i = threadIdx.x - 128; i < chunks; i += 128 * CONSUMERS) {
+            const int c = i / ((BN - lo) * 8);
+            const int r = i % ((BN - lo) * 8);
+            *reinterpret_cast<uint4*>(v_tile + c * BN * 128 + lo * 128 + r * 16) = make_uint4(0, 0, 0, 0);
+        }
+        fence_proxy_async_smem(); // generic-proxy writes before wgmma's async-proxy reads
+        named_barrier_sync(kBarVClear, 128 * CONSUMERS);
+    };
     // O += P·V of key tile j: k-step kk reads keys 16kk.. (16 rows of 128 bytes per sub-tile).
     auto issue_pv = [&](int j, const uint32_t (&pa)[kKP][4]) {
         const int s = j % STAGES;
         mbar_wait(&full_v[s], (j / STAGES) & 1);
+        if constexpr (FEATURES) clear_v_rows(j, sV + s * L::kVBytes);
         const uint32_t v_addr = smem_addr(sV + s * L::kVBytes);
         wgmma_fence_operands(acc_o);
         wgmma_fence();
@@ -247,8 +296,9 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     auto release_v = [&](int j) {
         if (lane == 0) mbar_arrive(&empty_v[j % STAGES]);
     };
+    // PINGPONG: consumer cw waits for its turn on my_bar and hands it to the next one.
     const int my_bar = kBarSchedBase + cw;
-    const int other_bar = kBarSchedBase + (cw ^ 1);
+    const int other_bar = kBarSchedBase + (cw + 1 == CONSUMERS ? 0 : cw + 1);
 
     // P of one tile as A operands: n-tiles 2kk and 2kk+1 of the accumulator are k-step kk's
     // m16k16 fragment (the same identity the mma.sync kernel uses).
@@ -301,7 +351,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     mbar_wait(bar_q, 0);
     if (n_tiles > 0) {
         if constexpr (PINGPONG) {
-            if (cw == 1) named_barrier_arrive(kBarSchedBase, 256); // consumer 0 goes first
+            if (cw == CONSUMERS - 1) named_barrier_arrive(kBarSchedBase, 256); // consumer 0 goes first
             named_barrier_sync(my_bar, 256);
         }
         issue_qk(0);
@@ -347,18 +397,24 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             for (int j = 0; j + 1 < n_tiles; ++j) iteration(j, BoolConst<true>{});
             iteration(n_tiles - 1, BoolConst<false>{});
         }
-        // Consumer 1's arrivals outnumber consumer 0's waits by the one before the first
-        // GEMM: consume it, so no barrier is left half-arrived.
+        // The last consumer's arrivals outnumber consumer 0's waits by the one before the
+        // first GEMM: consume it, so no barrier is left half-arrived.
         if constexpr (PINGPONG) {
             if (cw == 0) named_barrier_sync(my_bar, 256);
         }
     }
 
-    // Both consumers are done reading Q (their last wgmma has completed) before either
-    // stages its output in the Q tile.
-    named_barrier_sync(kBarEpilogue, 256);
-    T* o_head = head_ptr(o, p.o_stride, b, h);
-    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
+    // Every consumer is done reading Q (its last wgmma has completed) before any stages its
+    // output in the Q tile.
+    named_barrier_sync(kBarEpilogue, 128 * CONSUMERS);
+    // Packed Q/O: the sequence's rows of batch 0, LSE [Hq, total_q] (seqs.cuh's layouts).
+    T* o_head = head_ptr(o, p.o_stride, q_batch, h) + static_cast<int64_t>(rows.q_row0) * p.o_stride[2];
+    float* lse_head = nullptr;
+    if (lse != nullptr) {
+        lse_head = FEATURES && p.seqs.cu_q != nullptr
+                       ? lse + static_cast<int64_t>(h) * p.seqs.total_q + rows.q_row0
+                       : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
+    }
     // FP8: LSE comes from m in the scaled domain, so remove the 2⁸ gain P carried.
     softmax.m[0] -= kLog2Gain;
     softmax.m[1] -= kLog2Gain;
@@ -376,12 +432,12 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
 // One extern "C" entry per (dtype, bucket, tile, mode), generated by src/catalog.rs. The three
 // TMA descriptors are __grid_constant__ parameters (TMA reads them from parameter space).
-#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, FEATURES)                          \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                \
+#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, FEATURES, CONSUMERS)               \
+    extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                              \
         NAME(T* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,   \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v, \
              const attn::FwdParams p) {                                                                 \
-        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false, FEATURES>(               \
+        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false, FEATURES, CONSUMERS>(    \
             o, lse, &tma_q, &tma_k, &tma_v, nullptr, nullptr, nullptr, p);                              \
     }
 

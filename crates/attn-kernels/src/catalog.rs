@@ -352,8 +352,9 @@ pub fn fwd_tiles_for(arch: Arch, bucket: usize) -> Vec<FwdTileEntry> {
         .collect()
 }
 
-/// One config of the Hopper forward (`kernels/fwd_hopper_kernel.cuh`): 128 query rows per
-/// CTA on two consumer warpgroups plus a producer warpgroup; `block_n` keys per K/V stage.
+/// One config of the Hopper forward (`kernels/fwd_hopper_kernel.cuh`): 64 query rows per
+/// consumer warpgroup (two or three of them) plus a producer warpgroup; `block_n` keys per K/V
+/// stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HopperTile {
     /// Keys per pipeline stage (the N of Q·Kᵀ's wgmma).
@@ -365,13 +366,10 @@ pub struct HopperTile {
     /// Intra-warpgroup overlap: the softmax of key tile j+1 runs while P·V of tile j is
     /// still in the tensor cores (FlashAttention-3 §3.2).
     pub intra: bool,
+    /// Consumer warpgroups of 64 query rows: 2, or 3 where their accumulators fit 160
+    /// registers (FlashAttention-3's 192-row blocks at D ≤ 64).
+    pub consumers: usize,
 }
-
-/// Query rows per Hopper CTA (two consumer warpgroups of 64 rows).
-pub const HOPPER_BLOCK_M: usize = 128;
-
-/// Threads per Hopper CTA (three warpgroups).
-pub const HOPPER_THREADS: usize = 384;
 
 const fn ht(block_n: usize, stages: usize, pingpong: bool, intra: bool) -> HopperTile {
     HopperTile {
@@ -379,15 +377,35 @@ const fn ht(block_n: usize, stages: usize, pingpong: bool, intra: bool) -> Hoppe
         stages,
         pingpong,
         intra,
+        consumers: 2,
+    }
+}
+
+/// A tile of three consumer warpgroups (192 query rows).
+const fn ht3(block_n: usize, stages: usize, pingpong: bool, intra: bool) -> HopperTile {
+    HopperTile {
+        consumers: 3,
+        ..ht(block_n, stages, pingpong, intra)
     }
 }
 
 impl HopperTile {
-    /// `wg128_{block_n}_s{stages}` plus `_pp` for ping-pong and `_ia` for intra-warpgroup
-    /// overlap (e.g. `wg128_128_s2_pp_ia`).
+    /// Query rows per CTA: 64 per consumer warpgroup.
+    pub const fn block_m(&self) -> usize {
+        64 * self.consumers
+    }
+
+    /// Threads per CTA: the producer warpgroup and the consumers.
+    pub const fn threads(&self) -> usize {
+        128 * (self.consumers + 1)
+    }
+
+    /// `wg{block_m}_{block_n}_s{stages}` plus `_pp` for ping-pong and `_ia` for
+    /// intra-warpgroup overlap (e.g. `wg128_128_s2_pp_ia`, `wg192_128_s3`).
     pub fn name(&self) -> String {
         format!(
-            "wg{HOPPER_BLOCK_M}_{}_s{}{}{}",
+            "wg{}_{}_s{}{}{}",
+            self.block_m(),
             self.block_n,
             self.stages,
             if self.pingpong { "_pp" } else { "" },
@@ -404,8 +422,12 @@ impl HopperTile {
 /// compares: ping-pong, overlap, a third stage, FlashAttention-3's wider tiles (176 keys at
 /// D ≤ 128, 112 at D ≤ 192). A wgmma's N must be a multiple of 8, P·V's k-steps take 16 keys.
 pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
-    const UP_TO_64: [HopperTile; 8] = [
+    const UP_TO_64: [HopperTile; 12] = [
         ht(128, 3, false, false),
+        ht3(128, 2, false, false),
+        ht3(128, 3, false, false),
+        ht3(128, 2, false, true),
+        ht3(128, 2, true, true),
         ht(128, 2, true, true),
         ht(128, 2, false, false),
         ht(128, 2, false, true),
@@ -458,7 +480,7 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
 /// `HopperFwdLayout::kSmemBytes`.
 pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
     let sub_tiles = bucket.div_ceil(64);
-    let q = HOPPER_BLOCK_M * sub_tiles * 128;
+    let q = tile.block_m() * sub_tiles * 128;
     let kv = tile.block_n * sub_tiles * 128;
     1024 + q + 2 * tile.stages * kv + 8 * (1 + 4 * tile.stages)
 }
@@ -488,7 +510,7 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
 /// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile and the K and Vᵀ rings (one
 /// byte per element), the mbarriers; mirrors `HopperFwdLayout<…, FP8>::kSmemBytes`.
 pub const fn hopper_fp8_smem_bytes(tile: &HopperTile, head_dim: usize) -> usize {
-    1024 + HOPPER_BLOCK_M * head_dim
+    1024 + tile.block_m() * head_dim
         + tile.stages * 2 * tile.block_n * head_dim
         + 8 * (1 + 4 * tile.stages)
 }
@@ -952,12 +974,13 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     for causal in [false, true] {
                         let _ = writeln!(
                             s,
-                            "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {features})",
+                            "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {features}, {})",
                             hopper_entry_name(unit, t, causal, features),
                             t.block_n,
                             t.stages,
                             t.pingpong,
-                            t.intra
+                            t.intra,
+                            t.consumers
                         );
                     }
                 }

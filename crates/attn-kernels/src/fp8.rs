@@ -758,7 +758,7 @@ impl FlashAttention {
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
         let tma_q = encode_tma(
-            &tma_geometry(q.dims, q.strides, 1, d.min(128), catalog::HOPPER_BLOCK_M)?,
+            &tma_geometry(q.dims, q.strides, 1, d.min(128), tile.block_m())?,
             ptrs.q,
             TmaElem::E4m3,
         )?;
@@ -807,7 +807,7 @@ impl FlashAttention {
         unsafe {
             b.launch(LaunchConfig {
                 grid_dim: plan.grid,
-                block_dim: (catalog::HOPPER_THREADS as u32, 1, 1),
+                block_dim: (tile.threads() as u32, 1, 1),
                 shared_mem_bytes: smem as u32,
             })
         }

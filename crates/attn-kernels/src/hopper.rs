@@ -13,7 +13,7 @@ use attn_ref::Problem;
 use cudarc::driver::{sys, DeviceRepr};
 
 use crate::{
-    catalog::{self, Elem, HopperTile, HOPPER_BLOCK_M},
+    catalog::{self, Elem, HopperTile},
     config::{choose_splits, KernelConfig},
     launch::{check_sizes, fwd_params, FwdParams},
     tensor::Strides,
@@ -60,13 +60,13 @@ impl HopperTile {
             })
     }
 
-    /// The same geometry as an mma.sync-style [`KernelConfig`] (128 rows, `block_n`, 12
-    /// warps, `stages`), for [`crate::LaunchInfo`].
+    /// The same geometry as an mma.sync-style [`KernelConfig`] (`block_m` rows, `block_n`,
+    /// all warps, `stages`), for [`crate::LaunchInfo`].
     pub fn as_config(&self) -> KernelConfig {
         catalog::tile(
-            HOPPER_BLOCK_M,
+            self.block_m(),
             self.block_n,
-            catalog::HOPPER_THREADS / 32,
+            self.threads() / 32,
             self.stages,
         )
     }
@@ -133,16 +133,20 @@ pub(crate) struct HopperPlan {
     pub params: FwdParams,
 }
 
+/// `sequences`: a varlen / KV-cache launch ([`crate::seqs`]), which runs in the feature
+/// entries like a problem with features.
 pub(crate) fn plan_hopper(
     problem: &Problem,
     tile: Option<HopperTile>,
     max_smem: usize,
+    sequences: bool,
 ) -> Result<HopperPlan, KernelError> {
     check_sizes(problem)?;
     let s = problem.shape();
     let bucket = crate::config::bucket_for(s.head_dim())?;
-    // A problem with features runs the bucket's feature tile unless one was asked for.
-    let features = !problem.features().is_empty();
+    // A problem with features (or a sequence layout) runs the bucket's feature tile unless
+    // one was asked for.
+    let features = !problem.features().is_empty() || sequences;
     let asked = match tile {
         None if features => catalog::hopper_feature_tile(bucket),
         t => t,
@@ -155,7 +159,11 @@ pub(crate) fn plan_hopper(
     if features && Some(tile) != catalog::hopper_feature_tile(bucket) {
         return Err(KernelError::EngineUnavailable(format!(
             "the Hopper engine runs {} only in tile {} (asked: {}); leave the tile unset",
-            crate::launch::feature_names(problem),
+            if sequences && problem.features().is_empty() {
+                "varlen batches and KV-cache lengths".to_string()
+            } else {
+                crate::launch::feature_names(problem)
+            },
             catalog::hopper_feature_tile(bucket).map_or_else(String::new, |t| t.name()),
             tile.name()
         )));
@@ -172,7 +180,7 @@ pub(crate) fn plan_hopper(
         tile,
         bucket,
         grid: (
-            s.q_len().div_ceil(HOPPER_BLOCK_M) as u32,
+            s.q_len().div_ceil(tile.block_m()) as u32,
             s.q_heads() as u32,
             s.batch() as u32,
         ),
@@ -346,7 +354,7 @@ mod tests {
             AttnShape::new(2, 4, 2, 300, 500, 96).unwrap(),
             Causal::TopLeft,
         );
-        let plan = plan_hopper(&p, None, 232_448).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, false).unwrap();
         assert_eq!(plan.bucket, 96);
         assert_eq!(plan.tile, catalog::hopper_tiles(96)[0]);
         assert_eq!(plan.grid, (3, 4, 2));
@@ -357,11 +365,11 @@ mod tests {
         let wide = catalog::hopper_tiles(256)[0];
         assert!(!catalog::hopper_tiles(96).contains(&wide));
         assert!(matches!(
-            plan_hopper(&p, Some(wide), 232_448),
+            plan_hopper(&p, Some(wide), 232_448, false),
             Err(KernelError::UnknownConfig { .. })
         ));
         assert!(matches!(
-            plan_hopper(&p, None, 100_000),
+            plan_hopper(&p, None, 100_000, false),
             Err(KernelError::ConfigTooLarge { .. })
         ));
     }
@@ -378,6 +386,29 @@ mod tests {
             }
         }
         assert!(HopperTile::by_name("wg128_7_s2").is_err());
+    }
+
+    #[test]
+    fn three_consumer_tiles_take_192_rows_and_512_threads() {
+        let t = HopperTile::by_name("wg192_128_s3").unwrap();
+        assert_eq!((t.consumers, t.block_m(), t.threads()), (3, 192, 512));
+        assert_eq!(t.as_config().block_m, 192);
+        let p = Problem::new(
+            AttnShape::new(2, 4, 4, 4096, 4096, 64).unwrap(),
+            Causal::None,
+        );
+        let plan = plan_hopper(&p, Some(t), 232_448, false).unwrap();
+        assert_eq!(plan.grid, (22, 4, 2), "4096 rows in blocks of 192");
+        // Q is 192 rows of 128 bytes; three stages of 128-key K and V tiles.
+        assert_eq!(
+            plan.smem_bytes as usize,
+            1024 + 192 * 128 + 2 * 3 * 128 * 128 + 8 * 13
+        );
+        // Only D ≤ 64 has the 160-register budget for them.
+        assert!(catalog::hopper_tiles(128).iter().all(|t| t.consumers == 2));
+        assert!(catalog::hopper_fp8_tiles(128)
+            .iter()
+            .all(|t| t.consumers == 2));
     }
 
     #[test]
@@ -399,19 +430,19 @@ mod tests {
         )
         .with_window(100, 0)
         .unwrap();
-        let plan = plan_hopper(&p, None, 232_448).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, false).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.params.feat.window_left, 100);
         // Above D = 192 the feature tile is not the default: an unset tile picks it.
         let wide = p
             .with_shape(AttnShape::new(1, 8, 2, 300, 500, 256).unwrap())
             .unwrap();
-        let plan = plan_hopper(&wide, None, 232_448).unwrap();
+        let plan = plan_hopper(&wide, None, 232_448, false).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(256));
         assert_ne!(plan.tile, catalog::hopper_tiles(256)[0]);
         let other = catalog::hopper_tiles(128)[1];
         assert!(matches!(
-            plan_hopper(&p, Some(other), 232_448),
+            plan_hopper(&p, Some(other), 232_448, false),
             Err(KernelError::EngineUnavailable(_))
         ));
         // Decode with sinks: the mma.sync kernel would not split it (features never split),

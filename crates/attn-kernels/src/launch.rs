@@ -13,9 +13,7 @@ use cudarc::driver::{
 };
 
 use crate::{
-    catalog::{
-        fwd_entry_name, hopper_entry_name, HopperTile, UnitKey, HOPPER_BLOCK_M, HOPPER_THREADS,
-    },
+    catalog::{fwd_entry_name, hopper_entry_name, HopperTile, UnitKey},
     config::{
         choose_config, choose_splits, has_split, unit_key, Arch, KernelConfig, KernelMode,
         MAX_SPLITS,
@@ -746,11 +744,6 @@ impl FlashAttention {
                         "varlen or paged KV in a debug launch (tile dumps, planted bugs)".into(),
                     ));
                 }
-                if matches!(opts.engine, Engine::Hopper(_)) {
-                    return Err(KernelError::EngineUnavailable(
-                        "the Hopper engine does not run varlen batches or paged KV caches yet; use Engine::Auto or Engine::MmaSync".into(),
-                    ));
-                }
                 Some(plan_sequences(
                     problem,
                     &IndexLens::of(seqs),
@@ -762,10 +755,11 @@ impl FlashAttention {
         };
         // The general entry points: features, and any sequence layout.
         let general = features || seq_plan.is_some();
-        if seq_plan.is_none() {
-            if let Some(tile) = self.hopper_choice(problem, T::DTYPE, &opts, planted)? {
-                return self.launch_hopper(problem, &q, &k, &v, &mut o, lse.as_mut(), tile);
-            }
+        if let Some(tile) =
+            self.hopper_choice(problem, T::DTYPE, &opts, planted, seq_plan.as_ref())?
+        {
+            let seqs = seq_plan.zip(extras.seqs.as_ref());
+            return self.launch_hopper(problem, &q, &k, &v, &mut o, lse.as_mut(), tile, seqs);
         }
         let config = match opts.config {
             Some(c) => c,
@@ -925,16 +919,24 @@ impl FlashAttention {
 
     /// The Hopper tile a launch runs with (`Some(None)`: the bucket's default), or `None` for
     /// the mma.sync kernel (see [`Engine`]). `planted`: a debug launch (tile dumps, planted
-    /// bugs), which only the mma.sync kernel has.
+    /// bugs), which only the mma.sync kernel has. `seqs`: a sequence layout's plan; the
+    /// Hopper engine runs varlen batches and KV-cache lengths, not paged caches, and `Auto`
+    /// gives it only launches whose longest query sequence fills more than the mma.sync
+    /// general config's 64-row block (decode-like launches waste less there).
     fn hopper_choice(
         &self,
         problem: &Problem,
         dtype: Dtype,
         opts: &ForwardOptions,
         planted: bool,
+        seqs: Option<&crate::seqs::SeqPlan>,
     ) -> Result<Option<Option<HopperTile>>, KernelError> {
+        let paged = seqs.is_some_and(|s| s.paged);
         match opts.engine {
             Engine::MmaSync => Ok(None),
+            Engine::Hopper(_) if paged => Err(KernelError::EngineUnavailable(
+                "the Hopper engine does not read paged KV caches yet; use Engine::Auto or Engine::MmaSync".into(),
+            )),
             Engine::Hopper(tile) => {
                 if !self.is_hopper() {
                     return Err(KernelError::EngineUnavailable(format!(
@@ -950,7 +952,10 @@ impl FlashAttention {
                 Ok(Some(tile))
             }
             Engine::Auto => {
-                if planted || !self.is_hopper() {
+                if planted || !self.is_hopper() || paged {
+                    return Ok(None);
+                }
+                if seqs.is_some() && problem.shape().q_len() <= 64 {
                     return Ok(None);
                 }
                 let Ok(bucket) = crate::config::bucket_for(problem.shape().head_dim()) else {
@@ -984,31 +989,40 @@ impl FlashAttention {
         o: &mut TensorMut<'_, T>,
         lse: Option<&mut CudaViewMut<'_, f32>>,
         tile: Option<HopperTile>,
+        seqs: Option<(crate::seqs::SeqPlan, &Sequences<'_>)>,
     ) -> Result<LaunchInfo, KernelError> {
-        let plan = plan_hopper(problem, tile, self.max_smem_per_block())?;
+        let plan = plan_hopper(problem, tile, self.max_smem_per_block(), seqs.is_some())?;
         let unit = hopper_unit(T::DTYPE, plan.bucket);
         let causal = problem.causal() != Causal::None;
-        let features = !problem.features().is_empty();
+        // Sequence layouts run in the feature entries (kernels/seqs.cuh).
+        let features = !problem.features().is_empty() || seqs.is_some();
         let name = hopper_entry_name(&unit, &plan.tile, causal, features);
         let (func, arch) = self.function(&unit, &name, false, plan.smem_bytes as usize)?;
         let stream = &self.stream;
         let o_strides = o.strides;
-        let ptrs = bind_tensors(stream, &Expected::dense(problem.shape()), q, k, v, o, lse)?;
+        let expected = seqs.map_or_else(|| Expected::dense(problem.shape()), |(sp, _)| sp.expected);
+        let ptrs = bind_tensors(stream, &expected, q, k, v, o, lse)?;
         let mut params = plan
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
+        let mut index_guards = Vec::new();
+        if let Some((sp, layout)) = seqs {
+            params.seqs = sp.seqs;
+            params.kv_len = sp.kv_len as i32; // i32-checked by plan_sequences
+            index_guards = bind_indices(stream, layout, &mut params.seqs);
+        }
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
         let elem = crate::config::elem_of(T::DTYPE).into();
         let rows_kv = plan.tile.block_n;
         let geometry =
             |t: &Tensor<'_, T>, rows| tma_geometry(t.dims, t.strides, 2, TMA_BOX_COLS, rows);
-        let tma_q = encode_tma(&geometry(q, HOPPER_BLOCK_M)?, ptrs.q, elem)?;
+        let tma_q = encode_tma(&geometry(q, plan.tile.block_m())?, ptrs.q, elem)?;
         let tma_k = encode_tma(&geometry(k, rows_kv)?, ptrs.k, elem)?;
         let tma_v = encode_tma(&geometry(v, rows_kv)?, ptrs.v, elem)?;
         let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
         let launch_cfg = LaunchConfig {
             grid_dim: plan.grid,
-            block_dim: (HOPPER_THREADS as u32, 1, 1),
+            block_dim: (plan.tile.threads() as u32, 1, 1),
             shared_mem_bytes: plan.smem_bytes,
         };
         let mut builder = stream.launch_builder(&func);
@@ -1029,11 +1043,16 @@ impl FlashAttention {
         // ordering for the raw pointers until after the launch; sizes were checked against
         // 32-bit indexing and the grid limits in `plan_hopper`; the feature arrays are read
         // only by feature entries, which test them for null and index them by (b, h) within
-        // the lengths `Features::validate` checked; the dynamic shared memory was raised on
-        // the function and fits the device.
+        // the lengths `Features::validate` checked; in sequence launches (feature entries
+        // only) the tensors were checked against the layout's dims (packed rows), the index
+        // arrays' lengths against the batch, and the kernel clamps every device-resident
+        // index into those sizes before it forms a TMA coordinate or an O/LSE address
+        // (kernels/seqs.cuh); the dynamic shared memory was raised on the function and fits
+        // the device.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the Hopper kernel"))?;
         drop(ptrs);
         drop(feature_guard);
+        drop(index_guards);
         Ok(LaunchInfo {
             kernel: name,
             arch,

@@ -28,8 +28,10 @@
 //! (`max_seqlen_q`, which sizes the grid) for packed Q: rows of a sequence past it are not
 //! computed. Its `kv_len` is Sk for dense K/V and is not used for packed or paged K/V.
 //!
-//! These launches run the mma.sync kernel's general entry points (the ones with the
-//! score-modifying features) on every arch, unsplit; the Hopper engine does not take them yet.
+//! These launches run unsplit in the general entry points (the ones with the score-modifying
+//! features): the mma.sync kernel's on every arch, and on sm_90 the Hopper kernel's for varlen
+//! batches and KV-cache lengths whose longest query sequence exceeds 64 rows (`Engine::Auto`;
+//! `Engine::Hopper` takes any). Paged caches run on the mma.sync kernel.
 
 use attn_ref::{reference::varlen::check_cu_seqlens, AttnError, AttnShape, Causal, Problem};
 use cudarc::driver::{CudaView, DevicePtr, SyncOnDrop};
@@ -424,7 +426,7 @@ impl FlashAttention {
     /// Errors before anything is written: tensors whose dims do not match the layout, index
     /// arrays of the wrong length, malformed host copies of the indices, options these
     /// launches lack (split-KV, an mma.sync config other than the general one, the Hopper
-    /// engine).
+    /// engine for paged caches).
     pub fn forward_sequences<T: StorageType>(
         &self,
         args: Forward<'_, T>,

@@ -11,8 +11,8 @@
 //! too.
 
 use attn_kernels::{
-    FlashAttention, Forward, ForwardOptions, Indices, KernelError, KeyRows, Layout, QueryRows,
-    Sequences, StorageType, Tensor, TensorMut,
+    Engine, FlashAttention, Forward, ForwardOptions, Indices, KernelError, KeyRows, Layout,
+    QueryRows, Sequences, StorageType, Tensor, TensorMut,
 };
 use attn_ref::{
     reference::{self, emulate},
@@ -46,6 +46,18 @@ struct SeqCase {
     k_lens: Vec<usize>,
     q_packed: bool,
     keys: Keys,
+    /// The engine asked for (`Auto` takes the Hopper kernel on sm_90 for unpaged layouts
+    /// whose longest query sequence exceeds 64 rows).
+    engine: Engine,
+}
+
+/// The engines a case runs on: both kernels on an sm_90 device, mma.sync elsewhere.
+fn engines(gpu: &FlashAttention) -> Vec<Engine> {
+    if gpu.compute_capability() == (9, 0) {
+        vec![Engine::MmaSync, Engine::Hopper(None)]
+    } else {
+        vec![Engine::MmaSync]
+    }
 }
 
 /// Everything one sequence needs for its reference: `[1, H, S, D]` Q, K, V.
@@ -249,7 +261,10 @@ fn run_case<T: StorageType + Element>(
                 v: Tensor::contiguous(dv.as_view(), k_dims, k_layout),
                 o: TensorMut::contiguous(o.as_view_mut(), q_dims, q_layout),
                 lse: Some(lse.as_view_mut()),
-                options: ForwardOptions::default(),
+                options: ForwardOptions {
+                    engine: c.engine,
+                    ..ForwardOptions::default()
+                },
             },
             seq_layout,
         )
@@ -321,6 +336,19 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
                 if !kernel.ends_with(want) {
                     failures.push(format!("{c:?}: ran {kernel}, not a `{want}` entry"));
                 }
+                // The engine that ran: Hopper when asked, and Auto's choice on sm_90.
+                let max_q = c.q_lens.iter().copied().max().unwrap_or(0);
+                let hopper = matches!(c.engine, Engine::Hopper(_))
+                    || (c.engine == Engine::Auto
+                        && gpu.compute_capability() == (9, 0)
+                        && !matches!(c.keys, Keys::Paged { .. })
+                        && max_q > 64);
+                if hopper != kernel.starts_with("attn_fwdh_") {
+                    failures.push(format!(
+                        "{:?}: ran {kernel} (Hopper expected: {hopper})",
+                        c.engine
+                    ));
+                }
             }
             Err(e) => failures.push(format!(
                 "{:?} D {} {:?} q_packed {} {:?}: {e}",
@@ -354,21 +382,41 @@ fn correctness_seqs_varlen() {
     // Empty, one-row, tails, Sq > Sk and Sq < Sk, a sequence with rows and no keys.
     let q_lens = vec![0, 1, 77, 200, 130, 64, 3];
     let k_lens = vec![5, 1, 300, 200, 0, 81, 250];
-    for d in [64, 128, 40, 256] {
-        for causal in CAUSALS {
-            for features in [Features::default(), all_features(q_lens.len(), 4)] {
-                let c = SeqCase {
-                    heads: (4, 2),
-                    d,
-                    causal,
-                    features,
-                    q_lens: q_lens.clone(),
-                    k_lens: k_lens.clone(),
-                    q_packed: true,
-                    keys: Keys::Packed,
-                };
-                run_dtypes(&gpu, &c, &mut rng, &mut failures);
+    for engine in engines(&gpu).into_iter().chain([Engine::Auto]) {
+        for d in [64, 128, 40, 256] {
+            for causal in CAUSALS {
+                for features in [Features::default(), all_features(q_lens.len(), 4)] {
+                    let c = SeqCase {
+                        heads: (4, 2),
+                        d,
+                        causal,
+                        features,
+                        q_lens: q_lens.clone(),
+                        k_lens: k_lens.clone(),
+                        q_packed: true,
+                        keys: Keys::Packed,
+                        engine,
+                    };
+                    run_dtypes(&gpu, &c, &mut rng, &mut failures);
+                }
             }
+        }
+    }
+    // Dense queries over packed keys, with keys and queries past 192-row blocks.
+    for engine in engines(&gpu) {
+        for d in [64, 128] {
+            let c = SeqCase {
+                heads: (4, 4),
+                d,
+                causal: Causal::BottomRight,
+                features: Features::default(),
+                q_lens: vec![333; 3],
+                k_lens: vec![500, 333, 401],
+                q_packed: false,
+                keys: Keys::Packed,
+                engine,
+            };
+            run_dtypes(&gpu, &c, &mut rng, &mut failures);
         }
     }
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
@@ -408,6 +456,7 @@ fn correctness_seqs_paged() {
                             page_size,
                             num_blocks: 5 * 333usize.div_ceil(page_size) + 3,
                         },
+                        engine: Engine::Auto,
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
@@ -424,20 +473,29 @@ fn correctness_seqs_kv_cache_lengths() {
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
-    for d in [64, 128] {
-        for causal in CAUSALS {
-            for sq in [1, 19] {
-                let c = SeqCase {
-                    heads: (6, 3),
-                    d,
-                    causal,
-                    features: Features::default(),
-                    q_lens: vec![sq; 4],
-                    k_lens: vec![256, 10, 0, 129],
-                    q_packed: false,
-                    keys: Keys::Dense { cap: 256 },
-                };
-                run_dtypes(&gpu, &c, &mut rng, &mut failures);
+    // The cache rows past seqused_k are NaN: the Hopper kernel must clear them from its last
+    // V tile (its TMA loads whole tiles of the cache).
+    for engine in engines(&gpu).into_iter().chain([Engine::Auto]) {
+        for d in [64, 128] {
+            for causal in CAUSALS {
+                for sq in [1, 19, 150] {
+                    let c = SeqCase {
+                        heads: (6, 3),
+                        d,
+                        causal,
+                        features: if sq == 150 {
+                            all_features(4, 6)
+                        } else {
+                            Features::default()
+                        },
+                        q_lens: vec![sq; 4],
+                        k_lens: vec![256, 10, 0, 129],
+                        q_packed: false,
+                        keys: Keys::Dense { cap: 256 },
+                        engine,
+                    };
+                    run_dtypes(&gpu, &c, &mut rng, &mut failures);
+                }
             }
         }
     }
@@ -523,9 +581,54 @@ fn sanitize_seqs_corrupt_device_indices() {
             page_size: 16,
             num_blocks: 8,
         },
+        engine: Engine::Auto,
     };
     run_dtypes(&gpu, &c, &mut rng, &mut failures);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The Hopper engine (TMA coordinates from the indices): packed Q over a dense cache of
+    // 48 rows with the same corrupt cu_seqlens_q and seqused_k.
+    if gpu.compute_capability() == (9, 0) {
+        let cache = [b, hkv, 48, d];
+        let kc = st
+            .clone_htod(&vec![f16::from_f32(0.25); b * hkv * 48 * d])
+            .unwrap();
+        let p48 = Problem::new(
+            AttnShape::new(b, hq, hkv, 40, 48, d).unwrap(),
+            Causal::BottomRight,
+        );
+        let info = gpu
+            .forward_sequences(
+                Forward {
+                    problem: &p48,
+                    q: Tensor::contiguous(q.as_view(), qdims, Layout::Bshd),
+                    k: Tensor::contiguous(kc.as_view(), cache, Layout::Bhsd),
+                    v: Tensor::contiguous(kc.as_view(), cache, Layout::Bhsd),
+                    o: TensorMut::contiguous(o.as_view_mut(), qdims, Layout::Bshd),
+                    lse: Some(lse.as_view_mut()),
+                    options: ForwardOptions {
+                        engine: Engine::Hopper(None),
+                        ..ForwardOptions::default()
+                    },
+                },
+                Sequences {
+                    queries: QueryRows::Packed {
+                        cu_seqlens: Indices::new(cu_q.as_view()),
+                    },
+                    keys: KeyRows::Dense,
+                    seqused_k: Some(Indices::new(used.as_view())),
+                },
+            )
+            .unwrap();
+        assert!(info.kernel.starts_with("attn_fwdh_"), "{}", info.kernel);
+        st.synchronize().expect("the stream stays healthy");
+        let out: Vec<f16> = st.clone_dtoh(&o).unwrap();
+        for r in 0..40 {
+            for h in 0..hq {
+                let x = out[(r * hq + h) * d].to_f32();
+                assert!((x - 0.25).abs() < 1e-3, "Hopper: row {r} head {h}: {x}");
+            }
+        }
+    }
 }
 
 /// Refused launches are typed errors and write nothing: malformed host copies of the indices,
@@ -615,14 +718,15 @@ fn validation_seqs_refusals_write_nothing() {
             ),
         ),
         (
-            "Hopper engine",
+            "Hopper engine with an mma.sync config",
             run(
                 &mut o,
                 &good_cu,
                 false,
                 qd,
                 ForwardOptions {
-                    engine: attn_kernels::Engine::Hopper(None),
+                    engine: Engine::Hopper(None),
+                    config: Some(attn_kernels::KernelConfig::by_name("64_64_4_s2").unwrap()),
                     ..Default::default()
                 },
             ),
