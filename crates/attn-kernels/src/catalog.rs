@@ -329,9 +329,12 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
     })
 }
 
-/// The Hopper tile with the features' entry points: the bucket's default, except above
-/// D = 192, where the default's 80-key ping-pong tile spills (8 bytes, ptxas of CUDA 13.0)
-/// with the features' state and the 64-key overlap tile runs them.
+/// The Hopper tile with the features' entry points (also the varlen / KV-cache launches):
+/// the bucket's first tile without ping-pong — the features' V clearing syncs the consumers
+/// outside ping-pong's turns — which is the default up to D = 192 except at D ≤ 64 (the
+/// default is the 192-row ping-pong tile; the 192-row three-stage tile runs the features).
+/// Above D = 192 the default's 80-key ping-pong tile also spills (8 bytes, ptxas of CUDA 13.0)
+/// with the features' state, and the 64-key overlap tile runs them.
 pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
     let tiles = hopper_tiles(bucket);
     if bucket > 192 {
@@ -340,7 +343,7 @@ pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
             .copied()
             .find(|t| t.block_n == 64 && t.intra && !t.pingpong);
     }
-    tiles.first().copied()
+    tiles.iter().copied().find(|t| !t.pingpong)
 }
 
 /// The configs of `bucket` instantiated for `arch` (those that fit its shared memory).
@@ -416,18 +419,19 @@ impl HopperTile {
 
 /// The Hopper forward's configs per head-dim bucket, the default first. Shared memory holds
 /// the Q tile and `stages` K and V tiles in 64-column sub-tiles ([`hopper_smem_bytes`]).
-/// The defaults are the H100 sweep's winners (docs/PERF.md, 2026-11-23): D ≤ 64 three stages of
-/// 128 keys; D = 96/128 128 keys with intra-warpgroup overlap; D ≤ 192 96 keys with overlap;
+/// The defaults are the H100 sweeps' winners (docs/PERF.md, 2026-11-23 and -24): D ≤ 64 three
+/// consumer warpgroups (192 rows) with ping-pong and overlap; D = 96/128 128 keys with
+/// intra-warpgroup overlap; D ≤ 192 96 keys with overlap;
 /// D ≤ 256 80 keys with ping-pong and overlap. The other entries are the variants the sweep
 /// compares: ping-pong, overlap, a third stage, FlashAttention-3's wider tiles (176 keys at
 /// D ≤ 128, 112 at D ≤ 192). A wgmma's N must be a multiple of 8, P·V's k-steps take 16 keys.
 pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     const UP_TO_64: [HopperTile; 12] = [
+        ht3(128, 2, true, true),
+        ht3(128, 3, false, false),
         ht(128, 3, false, false),
         ht3(128, 2, false, false),
-        ht3(128, 3, false, false),
         ht3(128, 2, false, true),
-        ht3(128, 2, true, true),
         ht(128, 2, true, true),
         ht(128, 2, false, false),
         ht(128, 2, false, true),

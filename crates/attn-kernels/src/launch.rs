@@ -717,13 +717,35 @@ impl FlashAttention {
     ) -> Result<LaunchInfo, KernelError> {
         let Forward {
             problem,
-            q,
+            mut q,
             k,
             v,
             mut o,
             mut lse,
             options: opts,
         } = args;
+        // Decode with GQA: the query heads of one KV head become the rows of one problem.
+        let planted_any = extras.dump.is_some() || extras.mode.is_some();
+        let dense_q = !matches!(
+            extras.seqs.as_ref().map(|s| &s.queries),
+            Some(crate::seqs::QueryRows::Packed { .. })
+        );
+        // Tensors whose dims do not match the problem keep them, for the usual error below.
+        let want = dims_q(problem.shape());
+        let packed_problem = if planted_any || !dense_q || q.dims != want || o.dims != want {
+            None
+        } else {
+            gqa_packed_decode(problem)
+        };
+        let problem = match &packed_problem {
+            Some(packed) => {
+                let group = problem.shape().group_size();
+                (q.dims, q.strides) = pack_query_heads(q.dims, q.strides, group);
+                (o.dims, o.strides) = pack_query_heads(o.dims, o.strides, group);
+                packed
+            }
+            None => problem,
+        };
         let shape = problem.shape();
         let d = shape.head_dim();
         let debug = extras.dump.is_some();
@@ -909,6 +931,65 @@ impl FlashAttention {
             smem_bytes: plan.smem_bytes,
         })
     }
+}
+
+/// FlashAttention-3's PackGQA for decode (hopper/pack_gqa.h; FlashInfer does the same): with
+/// one query row per head and G query heads per KV head, the G heads of a KV head become the
+/// G rows of one head of a problem with Hq = Hkv, so one CTA reads each K/V tile once for all
+/// of them instead of G CTAs reading it G times. Rows and heads swap places in the Q/O views
+/// ([`pack_query_heads`]) and the LSE `[B, Hq, 1]` is already `[B, Hkv, G]` in memory.
+///
+/// Only where the packed problem is the same computation: one query row (any number of
+/// keys), no causal mask that a single row would feel (`TopLeft` shows row 0 key 0 only;
+/// `BottomRight` shows it every key, like no mask), and no feature that differs per query
+/// head or per row (window, ALiBi, sinks); the softcap and the scale carry over.
+pub(crate) fn gqa_packed_decode(problem: &Problem) -> Option<Problem> {
+    let s = problem.shape();
+    let f = problem.features();
+    let group = s.group_size();
+    if s.q_len() != 1
+        || group < 2
+        || problem.causal() == Causal::TopLeft
+        || f.window.is_some()
+        || f.alibi.is_some()
+        || f.sinks.is_some()
+    {
+        return None;
+    }
+    let shape = attn_ref::AttnShape::new(
+        s.batch(),
+        s.kv_heads(),
+        s.kv_heads(),
+        group,
+        s.kv_len(),
+        s.head_dim(),
+    )
+    .ok()?;
+    let packed = Problem::new(shape, Causal::None)
+        .with_scale(problem.scale())
+        .ok()?;
+    match f.softcap {
+        Some(c) => packed.with_softcap(c).ok(),
+        None => Some(packed),
+    }
+}
+
+/// The `[B, Hq, 1, D]` query (or output) view as `[B, Hkv, G, D]`: element `(b, h, g)` is
+/// query head `h·G + g`, so the head stride grows G-fold and the row stride becomes the
+/// old head stride.
+pub(crate) fn pack_query_heads(
+    dims: [usize; 4],
+    strides: Strides,
+    group: usize,
+) -> ([usize; 4], Strides) {
+    (
+        [dims[0], dims[1] / group, group, dims[3]],
+        Strides {
+            batch: strides.batch,
+            head: strides.head * group,
+            row: strides.head,
+        },
+    )
 }
 
 impl FlashAttention {
@@ -1469,6 +1550,58 @@ pub(crate) fn fwd_params(problem: &Problem, n_splits: i32) -> FwdParams {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn gqa_decode_packs_heads_into_rows_only_where_it_is_the_same_problem() {
+        use attn_ref::{AttnShape, Features};
+        let shape = AttnShape::new(2, 32, 8, 1, 4096, 128).unwrap();
+        let p = Problem::new(shape, Causal::BottomRight)
+            .with_scale(0.1)
+            .unwrap()
+            .with_softcap(30.0)
+            .unwrap();
+        let packed = super::gqa_packed_decode(&p).unwrap();
+        let s = packed.shape();
+        assert_eq!(
+            (s.batch(), s.q_heads(), s.kv_heads(), s.q_len(), s.kv_len()),
+            (2, 8, 8, 4, 4096)
+        );
+        assert_eq!(packed.causal(), Causal::None);
+        assert_eq!(packed.scale(), 0.1);
+        assert_eq!(packed.features().softcap, Some(30.0));
+        // Not the same problem, or nothing to gain.
+        let no = |p: Problem| super::gqa_packed_decode(&p).is_none();
+        assert!(no(Problem::new(shape, Causal::TopLeft)));
+        assert!(no(Problem::new(
+            AttnShape::new(2, 32, 8, 2, 4096, 128).unwrap(),
+            Causal::None
+        )));
+        assert!(no(Problem::new(
+            AttnShape::new(2, 8, 8, 1, 4096, 128).unwrap(),
+            Causal::None
+        )));
+        assert!(no(Problem::new(shape, Causal::None)
+            .with_window(100, 0)
+            .unwrap()));
+        assert!(no(Problem::new(shape, Causal::None)
+            .with_sinks(vec![0.0; 32])
+            .unwrap()));
+        assert!(no(Problem::new(shape, Causal::None)
+            .with_features(Features {
+                alibi: Some(attn_ref::Alibi::PerHead(vec![0.5; 32])),
+                ..Features::default()
+            })
+            .unwrap()));
+        // Views: query head h·G + g of batch b is row g of packed head h.
+        let bshd = crate::Layout::Bshd.strides([2, 32, 1, 128]);
+        let (dims, st) = super::pack_query_heads([2, 32, 1, 128], bshd, 4);
+        assert_eq!(dims, [2, 8, 4, 128]);
+        for (b, h, g) in [(0, 0, 0), (1, 7, 3), (1, 2, 1)] {
+            let packed_at = b * st.batch + h * st.head + g * st.row;
+            let original_at = b * bshd.batch + (h * 4 + g) * bshd.head;
+            assert_eq!(packed_at, original_at);
+        }
+    }
+
     use super::*;
     use attn_ref::AttnShape;
 
