@@ -219,6 +219,42 @@ fn varlen(
                 samples,
             });
         }
+        // A dense batch of about the same FLOPs (16 sequences of the lengths' root mean
+        // square, a multiple of 8): the dense kernel's throughput on this much work, which
+        // issue 16's varlen target compares against. Its time is scaled to the varlen FLOPs.
+        {
+            let sq_mean = lens.iter().map(|&l| (l * l) as f64).sum::<f64>() / n as f64;
+            let s_eq = ((sq_mean.sqrt() / 8.0).round() as usize * 8).max(8);
+            let p = Problem::new(AttnShape::new(n, h, h, s_eq, s_eq, d)?, causal);
+            let s = *p.shape();
+            let dense_flops = 4.0 * (n * h * s_eq * s_eq * d) as f64
+                / if causal == Causal::None { 1.0 } else { 2.0 };
+            let q = randn(&st, &mut rng, s.q_elems())?;
+            let k = randn(&st, &mut rng, s.kv_elems())?;
+            let v = randn(&st, &mut rng, s.kv_elems())?;
+            let mut o = st.alloc_zeros::<f16>(s.o_elems())?;
+            let mut kernel = String::new();
+            let mut launch = |_: usize| -> anyhow::Result<()> {
+                let info = gpu.forward(Forward {
+                    problem: &p,
+                    q: Tensor::bhsd(&q, dims_q(&s)),
+                    k: Tensor::bhsd(&k, dims_kv(&s)),
+                    v: Tensor::bhsd(&v, dims_kv(&s)),
+                    o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                    lse: None,
+                    options: ForwardOptions::default(),
+                })?;
+                kernel = info.kernel;
+                Ok(())
+            };
+            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+            let scale = flops / dense_flops;
+            rows.push(Timed {
+                name: format!("dense {n}×{s_eq} (same FLOPs ±, time scaled ×{scale:.3})"),
+                kernel,
+                samples: samples.iter().map(|t| t * scale).collect(),
+            });
+        }
         report(
             &format!(
                 "varlen: {n} sequences of {}–{} tokens (total {total}), H {h}, D {d}, f16, causal {causal}; TFLOP/s of the real work",
@@ -333,6 +369,23 @@ fn paged(
         rows.push(Timed {
             name: format!("paged, page {ps}"),
             kernel,
+            samples,
+        });
+    }
+    // The copy bandwidth of this device in the same process: a device-to-device copy of the
+    // same K/V bytes. Its row's GB/s counts the bytes it reads, like the others; the copy
+    // also writes them, so the usual "copy bandwidth" (read + write) is twice that.
+    {
+        let src = randn(&st, &mut rng, 2 * s.kv_elems())?;
+        let mut dst = st.alloc_zeros::<f16>(2 * s.kv_elems())?;
+        let mut launch = |_: usize| -> anyhow::Result<()> {
+            st.memcpy_dtod(&src, &mut dst)?;
+            Ok(())
+        };
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        rows.push(Timed {
+            name: "device-to-device copy of the same bytes (also writes them)".into(),
+            kernel: "cuMemcpyDtoDAsync".into(),
             samples,
         });
     }

@@ -479,6 +479,46 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     }
 }
 
+/// Per-row speed of the 192-row ping-pong tile over the 128-row three-stage tile at D = 64
+/// (H100, 4,16,4096,64 f16: 537 vs 621–635 µs, docs/PERF.md run 23), rounded down.
+const HOPPER_192_ROW_SPEEDUP: f64 = 1.15;
+
+/// The Hopper tile an unpinned launch of `bucket` runs for `q_len` query rows in
+/// `batch_heads` (batch × query heads) blocks of rows on `sm_count` SMs: the bucket's default,
+/// except that at D ≤ 64 the 192-row default gives way to the 128-row three-stage tile when a
+/// wave model says its grid finishes first. One CTA runs per SM for both (registers), so
+/// time ∝ waves × rows per CTA ÷ per-row speed; small grids (S = 512, or 2×8×2048) lose to
+/// wave quantization with 192 rows (run 24: 1.03× cuDNN's time at S = 512 against 0.88×
+/// with 128 rows in run 5).
+pub fn hopper_default_tile(
+    bucket: usize,
+    q_len: usize,
+    batch_heads: usize,
+    sm_count: usize,
+) -> Option<HopperTile> {
+    let tiles = hopper_tiles(bucket);
+    let first = *tiles.first()?;
+    let narrow = tiles
+        .iter()
+        .copied()
+        .find(|t| t.consumers == 2 && t.stages == 3 && !t.pingpong && !t.intra);
+    let (Some(narrow), 3) = (narrow, first.consumers) else {
+        return Some(first);
+    };
+    let sm = sm_count.max(1);
+    let cost = |t: &HopperTile, speed: f64| {
+        let ctas = q_len.div_ceil(t.block_m()) * batch_heads;
+        ctas.div_ceil(sm) as f64 * t.block_m() as f64 / speed
+    };
+    Some(
+        if cost(&narrow, 1.0) <= cost(&first, HOPPER_192_ROW_SPEEDUP) {
+            narrow
+        } else {
+            first
+        },
+    )
+}
+
 /// Dynamic shared memory of a Hopper CTA: 1 KiB alignment slack, the Q tile, the K and V
 /// rings (64-column sub-tiles of 128-byte rows) and the mbarriers; mirrors
 /// `HopperFwdLayout::kSmemBytes`.

@@ -140,15 +140,17 @@ pub(crate) fn plan_hopper(
     tile: Option<HopperTile>,
     max_smem: usize,
     sequences: bool,
+    sm_count: usize,
 ) -> Result<HopperPlan, KernelError> {
     check_sizes(problem)?;
     let s = problem.shape();
     let bucket = crate::config::bucket_for(s.head_dim())?;
     // A problem with features (or a sequence layout) runs the bucket's feature tile unless
-    // one was asked for.
+    // one was asked for; others the default for the grid's size.
     let features = !problem.features().is_empty() || sequences;
     let asked = match tile {
         None if features => catalog::hopper_feature_tile(bucket),
+        None => catalog::hopper_default_tile(bucket, s.q_len(), s.batch() * s.q_heads(), sm_count),
         t => t,
     };
     let tile = pick_tile(
@@ -354,7 +356,7 @@ mod tests {
             AttnShape::new(2, 4, 2, 300, 500, 96).unwrap(),
             Causal::TopLeft,
         );
-        let plan = plan_hopper(&p, None, 232_448, false).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, false, 132).unwrap();
         assert_eq!(plan.bucket, 96);
         assert_eq!(plan.tile, catalog::hopper_tiles(96)[0]);
         assert_eq!(plan.grid, (3, 4, 2));
@@ -365,11 +367,11 @@ mod tests {
         let wide = catalog::hopper_tiles(256)[0];
         assert!(!catalog::hopper_tiles(96).contains(&wide));
         assert!(matches!(
-            plan_hopper(&p, Some(wide), 232_448, false),
+            plan_hopper(&p, Some(wide), 232_448, false, 132),
             Err(KernelError::UnknownConfig { .. })
         ));
         assert!(matches!(
-            plan_hopper(&p, None, 100_000, false),
+            plan_hopper(&p, None, 100_000, false, 132),
             Err(KernelError::ConfigTooLarge { .. })
         ));
     }
@@ -397,7 +399,7 @@ mod tests {
             AttnShape::new(2, 4, 4, 4096, 4096, 64).unwrap(),
             Causal::None,
         );
-        let plan = plan_hopper(&p, Some(t), 232_448, false).unwrap();
+        let plan = plan_hopper(&p, Some(t), 232_448, false, 132).unwrap();
         assert_eq!(plan.grid, (22, 4, 2), "4096 rows in blocks of 192");
         // Q is 192 rows of 128 bytes; three stages of 128-key K and V tiles.
         assert_eq!(
@@ -412,11 +414,40 @@ mod tests {
     }
 
     #[test]
+    fn small_d64_grids_take_the_128_row_tile() {
+        let tile = |b, h, sq| {
+            let p = Problem::new(AttnShape::new(b, h, h, sq, sq, 64).unwrap(), Causal::None);
+            plan_hopper(&p, None, 232_448, false, 132).unwrap().tile
+        };
+        let wide = catalog::hopper_tiles(64)[0];
+        assert_eq!(wide.consumers, 3);
+        // 4,16,4096: 1408 CTAs of 192 rows (11 waves) beat 2048 of 128 (16 waves).
+        assert_eq!(tile(4, 16, 4096), wide);
+        // S = 512 and 2,8,2048: both fit in the same waves; 128 rows finish first.
+        for (b, h, sq) in [(1, 8, 512), (2, 8, 512), (2, 8, 2048)] {
+            let t = tile(b, h, sq);
+            assert_eq!((t.consumers, t.stages), (2, 3), "{b},{h},{sq}");
+        }
+        // D = 128 has one default.
+        let p = Problem::new(
+            AttnShape::new(1, 8, 8, 512, 512, 128).unwrap(),
+            Causal::None,
+        );
+        assert_eq!(
+            plan_hopper(&p, None, 232_448, false, 132).unwrap().tile,
+            catalog::hopper_tiles(128)[0]
+        );
+    }
+
+    #[test]
     fn every_bucket_has_a_hopper_feature_tile() {
         for &b in &catalog::FWD_HEAD_DIM_BUCKETS {
             let t = catalog::hopper_feature_tile(b).unwrap();
             assert!(catalog::hopper_tiles(b).contains(&t), "bucket {b}");
-            assert!(!t.pingpong, "bucket {b}: the features run outside ping-pong");
+            assert!(
+                !t.pingpong,
+                "bucket {b}: the features run outside ping-pong"
+            );
             if (96..=192).contains(&b) {
                 assert_eq!(t, catalog::hopper_tiles(b)[0], "bucket {b}: the default");
             }
@@ -431,19 +462,19 @@ mod tests {
         )
         .with_window(100, 0)
         .unwrap();
-        let plan = plan_hopper(&p, None, 232_448, false).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, false, 132).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.params.feat.window_left, 100);
         // Above D = 192 the feature tile is not the default: an unset tile picks it.
         let wide = p
             .with_shape(AttnShape::new(1, 8, 2, 300, 500, 256).unwrap())
             .unwrap();
-        let plan = plan_hopper(&wide, None, 232_448, false).unwrap();
+        let plan = plan_hopper(&wide, None, 232_448, false, 132).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(256));
         assert_ne!(plan.tile, catalog::hopper_tiles(256)[0]);
         let other = catalog::hopper_tiles(128)[1];
         assert!(matches!(
-            plan_hopper(&p, Some(other), 232_448, false),
+            plan_hopper(&p, Some(other), 232_448, false, 132),
             Err(KernelError::EngineUnavailable(_))
         ));
         // Decode with sinks: the mma.sync kernel would not split it (features never split),

@@ -1072,7 +1072,13 @@ impl FlashAttention {
         tile: Option<HopperTile>,
         seqs: Option<(crate::seqs::SeqPlan, &Sequences<'_>)>,
     ) -> Result<LaunchInfo, KernelError> {
-        let plan = plan_hopper(problem, tile, self.max_smem_per_block(), seqs.is_some())?;
+        let plan = plan_hopper(
+            problem,
+            tile,
+            self.max_smem_per_block(),
+            seqs.is_some(),
+            self.sm_count(),
+        )?;
         let unit = hopper_unit(T::DTYPE, plan.bucket);
         let causal = problem.causal() != Causal::None;
         // Sequence layouts run in the feature entries (kernels/seqs.cuh).
