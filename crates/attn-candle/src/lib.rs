@@ -56,6 +56,7 @@ use half::{bf16, f16};
 
 pub use attn_ref::Causal;
 
+mod backward;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
@@ -66,9 +67,9 @@ pub use cuda::{last_cuda_launch, CudaLaunchRecord};
 pub const CUDA_FEATURE_DISABLED: &str =
     "attn-candle was built without the `cuda` feature: enable it (README: the build story) or use the CPU device";
 
-/// The error `bwd` returns.
-pub const BACKWARD_NOT_IMPLEMENTED: &str =
-    "attn-candle: backward is not implemented yet (forward only)";
+/// The start of the error `bwd` returns for what no backward implements (sliding windows,
+/// softcap, ALiBi; the paged op; varlen on CUDA); the message goes on to name the feature.
+pub const BACKWARD_UNSUPPORTED: &str = "backward is not implemented for";
 
 fn err(msg: impl std::fmt::Display) -> candle_core::Error {
     candle_core::Error::Msg(format!("attn-candle: {msg}"))
@@ -488,8 +489,8 @@ fn dtype_error(q: &CpuStorage, k: &CpuStorage, v: &CpuStorage) -> candle_core::E
     }
 }
 
-/// The `CustomOp3` of an op with a generic `cpu_typed` and a `cuda`: the dtype dispatch on
-/// CPU, the CUDA path, and the backward's error. One definition for both ops.
+/// The `CustomOp3` of an op with a generic `cpu_typed`, a `cuda` and a `backward`: the dtype
+/// dispatch on CPU, the CUDA path, and the gradients. One definition for every op.
 macro_rules! attention_op {
     ($op:ty, $name:literal) => {
         impl candle_core::CustomOp3 for $op {
@@ -530,13 +531,14 @@ macro_rules! attention_op {
 
             fn bwd(
                 &self,
-                _: &Tensor,
-                _: &Tensor,
-                _: &Tensor,
-                _: &Tensor,
-                _: &Tensor,
+                q: &Tensor,
+                k: &Tensor,
+                v: &Tensor,
+                _out: &Tensor,
+                d_o: &Tensor,
             ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-                bail!("{BACKWARD_NOT_IMPLEMENTED}")
+                let (dq, dk, dv) = self.backward(q, k, v, d_o)?;
+                Ok((Some(dq), Some(dk), Some(dv)))
             }
         }
     };
