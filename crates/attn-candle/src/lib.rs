@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use attn_ref::reference::{forward, varlen::forward_varlen, RefOutput};
 use attn_ref::{Alibi, AttnShape, Element, Problem};
 use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor};
 use half::{bf16, f16};
 
 pub use attn_ref::Causal;
@@ -558,7 +558,7 @@ impl FlashAttn {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        bail!("{CUDA_FEATURE_DISABLED}")
+        candle_core::bail!("{CUDA_FEATURE_DISABLED}")
     }
 }
 
@@ -654,7 +654,7 @@ impl FlashAttnVarLen {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        bail!("{CUDA_FEATURE_DISABLED}")
+        candle_core::bail!("{CUDA_FEATURE_DISABLED}")
     }
 }
 
@@ -798,7 +798,7 @@ impl FlashAttnVarLenPaged {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        bail!("{CUDA_FEATURE_DISABLED}")
+        candle_core::bail!("{CUDA_FEATURE_DISABLED}")
     }
 }
 
