@@ -1,6 +1,6 @@
 //! Gradients of the attention ops (`CustomOp3::bwd`), so `Tensor::backward` runs through them.
 //!
-//! - CPU: attn-ref's f64 reference backward ([`attn_ref::reference::backward`], which
+//! - CPU: attn-ref's f64 reference backward ([`attn_ref::reference::backward()`], which
 //!   recomputes O and LSE in f64), read through candle's own strided copies and narrowed to
 //!   the inputs' dtype once at the end.
 //! - CUDA (`cuda` feature): attn-kernels' backward kernels on candle's stream (`cuda.rs`).

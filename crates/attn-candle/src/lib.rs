@@ -13,7 +13,15 @@
 //! the `cuda` feature, on a CUDA device it launches `attn-kernels` on candle's stream
 //! (`CudaDevice::cuda_stream()`) over candle's own buffers and strides (no
 //! copies), f16 and bf16, with windows, softcap, ALiBi and varlen batches; anything the kernels
-//! lack is a candle error naming it. Backward is not implemented (see the crate's README).
+//! lack is a candle error naming it.
+//!
+//! `Tensor::backward` runs through the ops (`CustomOp3::bwd`): on the CPU through attn-ref's
+//! f64 reference backward ([`attn_ref::reference::backward()`]), gradients in the inputs'
+//! dtype; on CUDA through attn-kernels' backward kernels on candle's stream, after
+//! recomputing the forward's LSE. Plain attention with either causal alignment and GQA has
+//! gradients on both devices, varlen on the CPU; sliding windows, softcap, ALiBi, the paged
+//! op (and varlen on CUDA) are a candle error whose text contains [`BACKWARD_UNSUPPORTED`]
+//! followed by the feature's name.
 //!
 //! Layouts are `candle-flash-attn`'s: Q `(batch, seq_q, heads_q, head_dim)`, K and V
 //! `(batch, seq_k, heads_kv, head_dim)` with `heads_kv` dividing `heads_q` (GQA/MQA), and the
@@ -43,6 +51,23 @@
 //! assert_eq!(lse.dims(), &[1, 4, 5]); // (batch, heads, seq), f32
 //! # Ok::<(), candle_core::Error>(())
 //! ```
+//!
+//! Gradients:
+//!
+//! ```
+//! use attn_candle::flash_attn;
+//! use candle_core::{Device, Var};
+//!
+//! let dev = Device::Cpu;
+//! let q = Var::randn(0f32, 1.0, (1, 5, 4, 16), &dev)?;
+//! let k = Var::randn(0f32, 1.0, (1, 7, 2, 16), &dev)?;
+//! let v = Var::randn(0f32, 1.0, (1, 7, 2, 16), &dev)?;
+//! let out = flash_attn(q.as_tensor(), k.as_tensor(), v.as_tensor(), 0.25, true)?;
+//! let grads = out.sqr()?.sum_all()?.backward()?;
+//! let dk = grads.get(k.as_tensor()).expect("k has a gradient");
+//! assert_eq!(dk.dims(), &[1, 7, 2, 16]); // summed over the query heads of each KV head
+//! # Ok::<(), candle_core::Error>(())
+//! ```
 
 #![warn(missing_docs)]
 
@@ -67,8 +92,9 @@ pub use cuda::{last_cuda_launch, CudaLaunchRecord};
 pub const CUDA_FEATURE_DISABLED: &str =
     "attn-candle was built without the `cuda` feature: enable it (README: the build story) or use the CPU device";
 
-/// The start of the error `bwd` returns for what no backward implements (sliding windows,
-/// softcap, ALiBi; the paged op; varlen on CUDA); the message goes on to name the feature.
+/// In the error `bwd` returns for what no backward implements (sliding windows, softcap,
+/// ALiBi; the paged op; varlen on CUDA), after the `attn-candle: ` prefix; the message goes
+/// on to name the feature.
 pub const BACKWARD_UNSUPPORTED: &str = "backward is not implemented for";
 
 fn err(msg: impl std::fmt::Display) -> candle_core::Error {
