@@ -485,7 +485,9 @@ fn main() -> Result<()> {
     if let Some(l) = arg(&args, "--layers") {
         cfg.layers = l;
     }
-    let batch = arg(&args, "--batch").unwrap_or(if on_gpu { 8 } else { 3 });
+    let batch = arg(&args, "--batch")
+        .unwrap_or(if on_gpu { 8 } else { 3 })
+        .max(1);
     let steps = arg(&args, "--tokens")
         .unwrap_or(if on_gpu { 64 } else { 24 })
         .max(1);
