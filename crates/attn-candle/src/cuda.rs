@@ -11,6 +11,9 @@
 //!   without a copy; only the head dim must be contiguous.
 //! - The output (and the LSE when asked) is allocated through candle's device, so candle owns
 //!   and frees it like any other tensor.
+//! - The backward (`bwd`) recomputes the forward's O and LSE on the same stream, then runs
+//!   `FlashAttention::backward` over the same buffers; the gradients are allocated through
+//!   candle's device like the output.
 //! - Each device's [`KernelCache`] (loaded cubins) is made once per process and shared by
 //!   every launch on that device.
 
@@ -21,8 +24,9 @@ use std::{
 };
 
 use attn_kernels::{
-    FlashAttention, Forward, ForwardOptions, Indices, KernelCache, KernelError, KeyRows,
-    Layout as KLayout, QueryRows, Sequences, StorageType, Strides, Tensor as KTensor, TensorMut,
+    Backward, BackwardOptions, FlashAttention, Forward, ForwardOptions, Indices, KernelCache,
+    KernelError, KeyRows, Layout as KLayout, QueryRows, Sequences, StorageType, Strides,
+    Tensor as KTensor, TensorMut,
 };
 use attn_ref::AttnShape;
 use candle_core::backend::BackendStorage;
@@ -37,8 +41,10 @@ use half::{bf16, f16};
 use crate::{check_dims, err, Dims, FlashAttn, LseValue};
 
 /// What the last CUDA launch on this thread was handed: the device addresses of Q, K, V (the
-/// first element each view names), of O and of the LSE, the stream and the kernel. For tests
-/// (no copies, the right stream); not a stable API.
+/// first element each view names), of O and of the LSE, the stream and the kernel. For a
+/// backward, `o` and `lse` are the recomputed forward's (inputs of the backward kernel) and
+/// `kernel` the backward's main entry point. For tests (no copies, the right stream); not a
+/// stable API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaLaunchRecord {
     /// Address of Q's first element as passed to the kernel.
@@ -515,4 +521,132 @@ impl crate::FlashAttnVarLenPaged {
         });
         Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
     }
+}
+
+/// A `(b, s, h, d)` tensor's storage as a kernel input (no copy); an error if it is not on a
+/// CUDA device.
+fn cuda_input<'a, T: CudaDType>(
+    name: &str,
+    storage: &'a Storage,
+    l: &Layout,
+) -> Result<KTensor<'a, T>> {
+    match storage {
+        Storage::Cuda(s) => input(name, s.as_cuda_slice::<T>()?, l),
+        _ => Err(err(format!("{name} must be on the CUDA device, like q"))),
+    }
+}
+
+impl FlashAttn {
+    /// The backward on candle's stream: dQ, dK, dV through `FlashAttention::backward`, over
+    /// candle's buffers with candle's strides (no copies of q, k, v), the gradients allocated
+    /// through candle's device, `(b, s, h, d)` contiguous. `problem` is checked by the caller
+    /// (no window, softcap or ALiBi).
+    ///
+    /// The forward's LSE is **recomputed**: the forward runs again here with its LSE output
+    /// (one more forward, about a quarter of the backward's work). Keeping it from the
+    /// forward pass would hold an LSE buffer alive for every op of the graph, backward or
+    /// not, and make the op stateful; the recomputed O and LSE are also consistent with each
+    /// other by construction.
+    pub(crate) fn cuda_backward(
+        &self,
+        problem: &attn_ref::Problem,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        d_o: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        // Detached: the recomputation must not grow the graph being differentiated.
+        let (q, k, v) = (q.detach(), k.detach(), v.detach());
+        let (o, lse) = self.forward_with_lse(&q, &k, &v)?;
+        // The kernels read dO with its strides when its head dim is contiguous and no stride
+        // is 0; candle's gradients of a sum are broadcasts (stride 0), made contiguous here.
+        let d_o = if d_o.stride().iter().all(|&s| s != 0) && d_o.stride().last() == Some(&1) {
+            d_o.detach()
+        } else {
+            d_o.contiguous()?
+        };
+        match q.dtype() {
+            DType::F16 => backward_typed::<f16>(problem, [&q, &k, &v, &o, &d_o], &lse),
+            DType::BF16 => backward_typed::<bf16>(problem, [&q, &k, &v, &o, &d_o], &lse),
+            dt => Err(err(format!(
+                "unsupported dtype {dt:?} on CUDA: the kernels take f16 or bf16"
+            ))),
+        }
+    }
+}
+
+/// The typed backward: `tensors` are q, k, v, o, dO, each `(b, s, h, d)` on one CUDA device.
+fn backward_typed<T>(
+    problem: &attn_ref::Problem,
+    tensors: [&Tensor; 5],
+    lse: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)>
+where
+    T: StorageType + CudaDType + DeviceRepr + ValidAsZeroBits,
+{
+    let s = problem.shape();
+    let (b, hq, hkv, sq, sk, d) = (
+        s.batch(),
+        s.q_heads(),
+        s.kv_heads(),
+        s.q_len(),
+        s.kv_len(),
+        s.head_dim(),
+    );
+    let candle_core::Device::Cuda(dev) = tensors[0].device() else {
+        bail!("attn-candle: the CUDA backward needs q on a CUDA device");
+    };
+    let dev = dev.clone();
+    let [qg, kg, vg, og, dog] = tensors.map(|t| t.storage_and_layout());
+    let qt = cuda_input::<T>("q", &qg.0, qg.1)?;
+    let kt = cuda_input::<T>("k", &kg.0, kg.1)?;
+    let vt = cuda_input::<T>("v", &vg.0, vg.1)?;
+    let ot = cuda_input::<T>("o", &og.0, og.1)?;
+    let dot = cuda_input::<T>("the output gradient", &dog.0, dog.1)?;
+    let (lg, ll) = lse.storage_and_layout();
+    let Storage::Cuda(ls) = &*lg else {
+        bail!("attn-candle: the recomputed LSE is not on the CUDA device");
+    };
+    let lse_view = ls.as_cuda_slice::<f32>()?.slice(ll.start_offset()..);
+
+    let (stream, gpu) = launcher(&dev)?;
+    let mut dq = dev.alloc_zeros::<T>(b * sq * hq * d)?;
+    let mut dk = dev.alloc_zeros::<T>(b * sk * hkv * d)?;
+    let mut dv = dev.alloc_zeros::<T>(b * sk * hkv * d)?;
+    let mut record = CudaLaunchRecord {
+        q: address(qt.view(), &stream),
+        k: address(kt.view(), &stream),
+        v: address(vt.view(), &stream),
+        o: address(ot.view(), &stream),
+        lse: Some(address(&lse_view, &stream)),
+        stream: stream.cu_stream() as usize,
+        kernel: String::new(),
+    };
+    let info = gpu
+        .backward(Backward {
+            problem,
+            q: qt,
+            k: kt,
+            v: vt,
+            o: ot,
+            lse: lse_view,
+            d_o: dot,
+            // (b, s, h, d) contiguous, like the inputs candle-flash-attn takes.
+            dq: TensorMut::contiguous(dq.as_view_mut(), [b, hq, sq, d], KLayout::Bshd),
+            dk: TensorMut::contiguous(dk.as_view_mut(), [b, hkv, sk, d], KLayout::Bshd),
+            dv: TensorMut::contiguous(dv.as_view_mut(), [b, hkv, sk, d], KLayout::Bshd),
+            options: BackwardOptions::default(),
+        })
+        .map_err(kernel_error)?;
+    record.kernel = info.kernel;
+    record_launch(record);
+    let wrap = |slice: CudaSlice<T>, shape: (usize, usize, usize, usize)| {
+        let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone()));
+        Tensor::from_storage(storage, shape, BackpropOp::none(), false)
+    };
+    Ok((
+        wrap(dq, (b, sq, hq, d)),
+        wrap(dk, (b, sk, hkv, d)),
+        wrap(dv, (b, sk, hkv, d)),
+    ))
 }

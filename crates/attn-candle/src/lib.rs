@@ -13,7 +13,15 @@
 //! the `cuda` feature, on a CUDA device it launches `attn-kernels` on candle's stream
 //! (`CudaDevice::cuda_stream()`) over candle's own buffers and strides (no
 //! copies), f16 and bf16, with windows, softcap, ALiBi and varlen batches; anything the kernels
-//! lack is a candle error naming it. Backward is not implemented (see the crate's README).
+//! lack is a candle error naming it.
+//!
+//! `Tensor::backward` runs through the ops (`CustomOp3::bwd`): on the CPU through attn-ref's
+//! f64 reference backward ([`attn_ref::reference::backward()`]), gradients in the inputs'
+//! dtype; on CUDA through attn-kernels' backward kernels on candle's stream, after
+//! recomputing the forward's LSE. Plain attention with either causal alignment and GQA has
+//! gradients on both devices, varlen on the CPU; sliding windows, softcap, ALiBi, the paged
+//! op (and varlen on CUDA) are a candle error whose text contains [`BACKWARD_UNSUPPORTED`]
+//! followed by the feature's name.
 //!
 //! Layouts are `candle-flash-attn`'s: Q `(batch, seq_q, heads_q, head_dim)`, K and V
 //! `(batch, seq_k, heads_kv, head_dim)` with `heads_kv` dividing `heads_q` (GQA/MQA), and the
@@ -43,6 +51,23 @@
 //! assert_eq!(lse.dims(), &[1, 4, 5]); // (batch, heads, seq), f32
 //! # Ok::<(), candle_core::Error>(())
 //! ```
+//!
+//! Gradients:
+//!
+//! ```
+//! use attn_candle::flash_attn;
+//! use candle_core::{Device, Var};
+//!
+//! let dev = Device::Cpu;
+//! let q = Var::randn(0f32, 1.0, (1, 5, 4, 16), &dev)?;
+//! let k = Var::randn(0f32, 1.0, (1, 7, 2, 16), &dev)?;
+//! let v = Var::randn(0f32, 1.0, (1, 7, 2, 16), &dev)?;
+//! let out = flash_attn(q.as_tensor(), k.as_tensor(), v.as_tensor(), 0.25, true)?;
+//! let grads = out.sqr()?.sum_all()?.backward()?;
+//! let dk = grads.get(k.as_tensor()).expect("k has a gradient");
+//! assert_eq!(dk.dims(), &[1, 7, 2, 16]); // summed over the query heads of each KV head
+//! # Ok::<(), candle_core::Error>(())
+//! ```
 
 #![warn(missing_docs)]
 
@@ -51,11 +76,12 @@ use std::sync::{Arc, Mutex};
 use attn_ref::reference::{forward, varlen::forward_varlen, RefOutput};
 use attn_ref::{Alibi, AttnShape, Element, Problem};
 use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor};
 use half::{bf16, f16};
 
 pub use attn_ref::Causal;
 
+mod backward;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
@@ -66,9 +92,10 @@ pub use cuda::{last_cuda_launch, CudaLaunchRecord};
 pub const CUDA_FEATURE_DISABLED: &str =
     "attn-candle was built without the `cuda` feature: enable it (README: the build story) or use the CPU device";
 
-/// The error `bwd` returns.
-pub const BACKWARD_NOT_IMPLEMENTED: &str =
-    "attn-candle: backward is not implemented yet (forward only)";
+/// In the error `bwd` returns for what no backward implements (sliding windows, softcap,
+/// ALiBi; the paged op; varlen on CUDA), after the `attn-candle: ` prefix; the message goes
+/// on to name the feature.
+pub const BACKWARD_UNSUPPORTED: &str = "backward is not implemented for";
 
 fn err(msg: impl std::fmt::Display) -> candle_core::Error {
     candle_core::Error::Msg(format!("attn-candle: {msg}"))
@@ -488,8 +515,8 @@ fn dtype_error(q: &CpuStorage, k: &CpuStorage, v: &CpuStorage) -> candle_core::E
     }
 }
 
-/// The `CustomOp3` of an op with a generic `cpu_typed` and a `cuda`: the dtype dispatch on
-/// CPU, the CUDA path, and the backward's error. One definition for both ops.
+/// The `CustomOp3` of an op with a generic `cpu_typed`, a `cuda` and a `backward`: the dtype
+/// dispatch on CPU, the CUDA path, and the gradients. One definition for every op.
 macro_rules! attention_op {
     ($op:ty, $name:literal) => {
         impl candle_core::CustomOp3 for $op {
@@ -530,13 +557,14 @@ macro_rules! attention_op {
 
             fn bwd(
                 &self,
-                _: &Tensor,
-                _: &Tensor,
-                _: &Tensor,
-                _: &Tensor,
-                _: &Tensor,
+                q: &Tensor,
+                k: &Tensor,
+                v: &Tensor,
+                _out: &Tensor,
+                d_o: &Tensor,
             ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-                bail!("{BACKWARD_NOT_IMPLEMENTED}")
+                let (dq, dk, dv) = self.backward(q, k, v, d_o)?;
+                Ok((Some(dq), Some(dk), Some(dv)))
             }
         }
     };
@@ -556,7 +584,7 @@ impl FlashAttn {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        bail!("{CUDA_FEATURE_DISABLED}")
+        candle_core::bail!("{CUDA_FEATURE_DISABLED}")
     }
 }
 
@@ -652,7 +680,7 @@ impl FlashAttnVarLen {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        bail!("{CUDA_FEATURE_DISABLED}")
+        candle_core::bail!("{CUDA_FEATURE_DISABLED}")
     }
 }
 
@@ -796,7 +824,7 @@ impl FlashAttnVarLenPaged {
         _: &candle_core::CudaStorage,
         _: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        bail!("{CUDA_FEATURE_DISABLED}")
+        candle_core::bail!("{CUDA_FEATURE_DISABLED}")
     }
 }
 

@@ -684,17 +684,6 @@ fn bad_inputs_are_errors_not_panics() -> R<()> {
     Ok(())
 }
 
-#[test]
-fn backward_is_a_clear_error() -> R<()> {
-    let dev = Device::Cpu;
-    let q = candle_core::Var::from_tensor(&Tensor::randn(0f32, 1.0, (1, 3, 2, 8), &dev)?)?;
-    let k = Tensor::randn(0f32, 1.0, (1, 3, 2, 8), &dev)?;
-    let out = flash_attn(q.as_tensor(), &k, &k, 0.3, true)?;
-    let m = err_msg(out.sum_all()?.backward());
-    assert!(m.contains("backward is not implemented"), "{m}");
-    Ok(())
-}
-
 /// Without the `cuda` feature, candle's `CudaStorage` is a stand-in no tensor holds; a direct
 /// call says the feature is off.
 #[cfg(not(feature = "cuda"))]
@@ -809,5 +798,457 @@ fn paged_matches_varlen_on_the_gathered_keys() -> R<()> {
         None,
     ));
     assert!(m.contains("pages"), "{m}");
+    Ok(())
+}
+
+// ---- Backward ----
+//
+// Gradients through candle's autograd of our op against candle's autograd of its plain
+// matmul–softmax–matmul attention in f64 on the same (rounded) inputs and the same output
+// gradient. Both are then the exact gradient up to f64 error, so what remains is our single
+// rounding of each gradient to the storage type: elementwise within one ulp of the storage
+// type (twice the round-to-nearest bound), and within DESIGN §3's gradient rel L2 (2e-3
+// fp16, 1e-2 bf16).
+
+/// The loss `sum(out · w)` (so dO = w) and its gradients with respect to the variables.
+fn loss_grads(out: &Tensor, w: &Tensor, vars: &[&candle_core::Var]) -> R<Vec<Vec<f64>>> {
+    let loss = (out.to_dtype(DType::F64)? * w)?.sum_all()?;
+    let grads = loss.backward()?;
+    vars.iter()
+        .map(|v| {
+            let g = grads
+                .get(v.as_tensor())
+                .ok_or("a variable got no gradient")?;
+            assert_eq!(g.dims(), v.as_tensor().dims(), "gradient shape");
+            assert_eq!(g.dtype(), v.as_tensor().dtype(), "gradient dtype");
+            values(g)
+        })
+        .collect()
+}
+
+/// Candle's plain attention on `(b, s, h, d)` (f64): KV heads repeated for GQA, scores,
+/// mask (−∞), softmax, ·V. Every row must see a key.
+fn plain_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, causal: Causal) -> R<Tensor> {
+    let (b, sq, hq, d) = q.dims4()?;
+    let (_, sk, hkv, _) = k.dims4()?;
+    let repeat = |t: &Tensor| -> candle_core::Result<Tensor> {
+        t.transpose(1, 2)?
+            .unsqueeze(2)?
+            .expand((b, hkv, hq / hkv, sk, d))?
+            .reshape((b, hq, sk, d))
+    };
+    let qh = q.transpose(1, 2)?.contiguous()?;
+    let scores = (qh.matmul(&repeat(k)?.t()?)? * scale)?;
+    let mask: Vec<f64> = (0..sq)
+        .flat_map(|i| {
+            (0..sk).map(move |j| {
+                if causal.is_visible(i, j, sq, sk) {
+                    0.0
+                } else {
+                    f64::NEG_INFINITY
+                }
+            })
+        })
+        .collect();
+    let scores = scores.broadcast_add(&Tensor::from_vec(mask, (sq, sk), &Device::Cpu)?)?;
+    // Softmax is shift-invariant: the detached max changes no gradient.
+    let max = scores.max_keepdim(3)?.detach();
+    let e = scores.broadcast_sub(&max)?.exp()?;
+    let p = e.broadcast_div(&e.sum_keepdim(3)?)?;
+    Ok(p.matmul(&repeat(v)?)?.transpose(1, 2)?)
+}
+
+/// A seeded N(0, 1) tensor of `dims` rounded to `dt`.
+fn randn_t(dims: &[usize], dt: DType, seed: u64) -> R<Tensor> {
+    let n = dims.iter().product();
+    Ok(Tensor::from_vec(randn(n, seed), dims, &Device::Cpu)?.to_dtype(dt)?)
+}
+
+/// Base storage of a `(b, s, h, d)` input in `layout`, and the view that makes it one.
+fn base_dims(layout: Layout, (b, s, h, d): (usize, usize, usize, usize)) -> Vec<usize> {
+    match layout {
+        Layout::Contiguous => vec![b, s, h, d],
+        Layout::Transposed => vec![b, h, s, d],
+        Layout::Narrowed => vec![b, s + 3, h + 2, d],
+    }
+}
+
+fn view(layout: Layout, t: &Tensor, s: usize, h: usize) -> candle_core::Result<Tensor> {
+    match layout {
+        Layout::Contiguous => Ok(t.clone()),
+        Layout::Transposed => t.transpose(1, 2),
+        Layout::Narrowed => t.narrow(1, 2, s)?.narrow(2, 1, h),
+    }
+}
+
+/// Checks `got` (our gradient, rounded to `dt`) against `want` (the f64 plain gradient).
+fn assert_grad_close(got: &[f64], want: &[f64], dt: DType, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    // One ulp of the storage type, relative; the absolute floor covers f16's subnormals.
+    let (ulp, floor, rel_l2) = match dt {
+        DType::F64 => (1e-12, 1e-13, 1e-12),
+        DType::F32 => (2f64.powi(-23), 1e-30, 1e-6),
+        DType::F16 => (2f64.powi(-10), 6e-8, 2e-3),
+        _ => (2f64.powi(-7), 1e-30, 1e-2),
+    };
+    let (mut err2, mut ref2) = (0.0, 0.0);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            g.is_finite() && w.is_finite(),
+            "{what}: element {i}: {g} vs {w}"
+        );
+        let e = (g - w).abs();
+        assert!(
+            e <= ulp * w.abs() + floor,
+            "{what}: element {i}: got {g}, want {w} (|diff| {e:.3e})"
+        );
+        err2 += e * e;
+        ref2 += w * w;
+    }
+    assert!(ref2 > 0.0, "{what}: the reference gradient is all zero");
+    let rel = (err2 / ref2).sqrt();
+    assert!(rel <= rel_l2, "{what}: rel L2 {rel:.3e} > {rel_l2:.0e}");
+}
+
+/// One gradient case: q, k, v of `dims` (b, hq, hkv, sq, sk, d) in `dt` and `layout`; our
+/// op (`ours` on the `(b, s, h, d)` views, softmax scale `1/√d` in f32) against plain
+/// attention with `causal`.
+fn check_grads(
+    dims: (usize, usize, usize, usize, usize, usize),
+    dt: DType,
+    layout: Layout,
+    seed: u64,
+    causal: Causal,
+    ours: &dyn Fn(&Tensor, &Tensor, &Tensor) -> candle_core::Result<Tensor>,
+    what: &str,
+) -> R<()> {
+    use candle_core::Var;
+    let (b, hq, hkv, sq, sk, d) = dims;
+    // The f32 scale our callers pass, widened: the plain side must use the same value.
+    let scale = f64::from(1.0 / (d as f32).sqrt());
+    let qb = randn_t(&base_dims(layout, (b, sq, hq, d)), dt, seed)?;
+    let kb = randn_t(&base_dims(layout, (b, sk, hkv, d)), dt, seed + 1)?;
+    let vb = randn_t(&base_dims(layout, (b, sk, hkv, d)), dt, seed + 2)?;
+    // dO: random, representable in `dt` so both sides see the same values.
+    let w = randn_t(&[b, sq, hq, d], dt, seed + 3)?.to_dtype(DType::F64)?;
+
+    let vars = [&qb, &kb, &vb].map(|t| Var::from_tensor(t).unwrap());
+    let (q, k, v) = (
+        view(layout, vars[0].as_tensor(), sq, hq)?,
+        view(layout, vars[1].as_tensor(), sk, hkv)?,
+        view(layout, vars[2].as_tensor(), sk, hkv)?,
+    );
+    if !matches!(layout, Layout::Contiguous) {
+        assert!(
+            !q.is_contiguous(),
+            "{what}: {layout:?} must be a strided view"
+        );
+    }
+    let got = loss_grads(&ours(&q, &k, &v)?, &w, &[&vars[0], &vars[1], &vars[2]])?;
+
+    let vars64 =
+        [&qb, &kb, &vb].map(|t| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap());
+    let (q, k, v) = (
+        view(layout, vars64[0].as_tensor(), sq, hq)?,
+        view(layout, vars64[1].as_tensor(), sk, hkv)?,
+        view(layout, vars64[2].as_tensor(), sk, hkv)?,
+    );
+    let out = plain_attention(&q, &k, &v, scale, causal)?;
+    let want = loss_grads(&out, &w, &[&vars64[0], &vars64[1], &vars64[2]])?;
+    for (name, (g, wv)) in ["dQ", "dK", "dV"].iter().zip(got.iter().zip(&want)) {
+        assert_grad_close(
+            g,
+            wv,
+            dt,
+            &format!("{what} {name} {dt:?} {layout:?} {dims:?} {causal:?}"),
+        );
+    }
+    Ok(())
+}
+
+/// (b, hq, hkv, sq, sk, d): GQA 4:2 with Sq < Sk, MQA 3:1 with Sq > Sk, self-attention.
+const GRAD_SHAPES: [(usize, usize, usize, usize, usize, usize); 3] =
+    [(2, 4, 2, 5, 7, 16), (1, 3, 1, 6, 3, 8), (1, 2, 2, 9, 9, 32)];
+
+#[test]
+fn gradients_match_candle_autograd_of_plain_attention() -> R<()> {
+    for (si, &dims) in GRAD_SHAPES.iter().enumerate() {
+        let (sq, sk) = (dims.3, dims.4);
+        for dt in [DType::F64, DType::F32, DType::F16, DType::BF16] {
+            for layout in LAYOUTS {
+                for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+                    if causal == Causal::BottomRight && sq > sk {
+                        continue; // rows with no key: plain softmax is NaN there (next test)
+                    }
+                    let scale = 1.0 / (dims.5 as f32).sqrt();
+                    let op = FlashAttn::new(scale).causal(causal);
+                    check_grads(
+                        dims,
+                        dt,
+                        layout,
+                        1000 + 10 * si as u64,
+                        causal,
+                        &|q, k, v| op.forward(q, k, v),
+                        "FlashAttn",
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_dense_entry_point_has_gradients() -> R<()> {
+    let dims = (2, 4, 2, 5, 7, 16);
+    let (sk, d) = (dims.4, dims.5);
+    let scale = 1.0 / (d as f32).sqrt();
+    let c = |causal: Causal,
+             f: &dyn Fn(&Tensor, &Tensor, &Tensor) -> candle_core::Result<Tensor>,
+             what: &str| {
+        for dt in [DType::F32, DType::BF16] {
+            check_grads(dims, dt, Layout::Transposed, 77, causal, f, what)?;
+        }
+        R::Ok(())
+    };
+    c(
+        Causal::None,
+        &|q, k, v| flash_attn(q, k, v, scale, false),
+        "flash_attn",
+    )?;
+    c(
+        Causal::BottomRight,
+        &|q, k, v| flash_attn(q, k, v, scale, true),
+        "flash_attn causal",
+    )?;
+    c(
+        Causal::TopLeft,
+        &|q, k, v| flash_attn_causal_top_left(q, k, v, scale),
+        "flash_attn_causal_top_left",
+    )?;
+    c(
+        Causal::BottomRight,
+        &|q, k, v| Ok(flash_attn_with_lse(q, k, v, scale, true)?.0),
+        "flash_attn_with_lse",
+    )?;
+    // (None, Some(0)) is the causal mask and a window wider than Sk is none: both have a
+    // backward.
+    c(
+        Causal::BottomRight,
+        &|q, k, v| flash_attn_windowed(q, k, v, scale, None, Some(0)),
+        "flash_attn_windowed (None, Some(0))",
+    )?;
+    c(
+        Causal::None,
+        &|q, k, v| flash_attn_windowed(q, k, v, scale, Some(sk + 1), None),
+        "flash_attn_windowed (Some(sk + 1), None)",
+    )?;
+    c(
+        Causal::BottomRight,
+        &|q, k, v| flash_attn_alibi_windowed_softcap(q, k, v, None, scale, None, Some(0), 0.0),
+        "flash_attn_alibi_windowed_softcap without alibi and softcap",
+    )?;
+    // sdpa_bhsd on candle-nn's (b, h, s, d): through transposes on both sides.
+    c(
+        Causal::TopLeft,
+        &|q, k, v| {
+            let t = |x: &Tensor| x.transpose(1, 2);
+            sdpa_bhsd(&t(q)?, &t(k)?, &t(v)?, scale, Causal::TopLeft)?.transpose(1, 2)
+        },
+        "sdpa_bhsd",
+    )?;
+    Ok(())
+}
+
+/// Bottom-right causal with Sq > Sk: the first Sq − Sk rows see no key, so their dQ is
+/// exactly 0 and they add nothing to dK, dV; the other rows match plain attention on those
+/// rows alone.
+#[test]
+fn rows_that_see_no_key_have_zero_gradients() -> R<()> {
+    use candle_core::Var;
+    let (b, hq, hkv, sq, sk, d) = (1, 4, 2, 7, 3, 8);
+    let scale = 0.4;
+    for dt in [DType::F32, DType::BF16] {
+        let qv = Var::from_tensor(&randn_t(&[b, sq, hq, d], dt, 5)?)?;
+        let kv = Var::from_tensor(&randn_t(&[b, sk, hkv, d], dt, 6)?)?;
+        let vv = Var::from_tensor(&randn_t(&[b, sk, hkv, d], dt, 7)?)?;
+        let w = randn_t(&[b, sq, hq, d], dt, 8)?.to_dtype(DType::F64)?;
+        let out = flash_attn(qv.as_tensor(), kv.as_tensor(), vv.as_tensor(), scale, true)?;
+        let got = loss_grads(&out, &w, &[&qv, &kv, &vv])?;
+        let masked = (sq - sk) * hq * d;
+        assert!(got[0][..masked].iter().all(|&x| x == 0.0), "masked dQ rows");
+
+        let f64v = |v: &Var| Var::from_tensor(&v.as_tensor().to_dtype(DType::F64).unwrap());
+        let (q64, k64, v64) = (f64v(&qv)?, f64v(&kv)?, f64v(&vv)?);
+        let seen = q64.as_tensor().narrow(1, sq - sk, sk)?;
+        let out = plain_attention(
+            &seen,
+            k64.as_tensor(),
+            v64.as_tensor(),
+            f64::from(scale),
+            Causal::BottomRight,
+        )?;
+        let want = loss_grads(&out, &w.narrow(1, sq - sk, sk)?, &[&q64, &k64, &v64])?;
+        for (i, name) in ["dQ", "dK", "dV"].iter().enumerate() {
+            assert_grad_close(
+                &got[i],
+                &want[i],
+                dt,
+                &format!("{name} {dt:?} (masked rows)"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Varlen gradients: each sequence's slice of the packed tensors against plain attention on
+/// that sequence alone (a sequence with no query rows, one with rows but no keys, GQA,
+/// causal and not; Sq ≤ Sk so that plain softmax sees a key in every row).
+#[test]
+fn varlen_gradients_match_plain_attention_per_sequence() -> R<()> {
+    use candle_core::Var;
+    let (hq, hkv, d) = (4, 2, 8);
+    let lens = [(3usize, 5usize), (0, 2), (2, 0), (4, 4), (2, 5)];
+    let cu = |f: fn(&(usize, usize)) -> usize| -> Vec<u32> {
+        std::iter::once(0)
+            .chain(lens.iter().scan(0, |acc, l| {
+                *acc += f(l) as u32;
+                Some(*acc)
+            }))
+            .collect()
+    };
+    let (cu_q, cu_k) = (cu(|l| l.0), cu(|l| l.1));
+    let (tq, tk) = (cu_q[lens.len()] as usize, cu_k[lens.len()] as usize);
+    let scale = 0.35;
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for causal in [false, true] {
+            let qv = Var::from_tensor(&randn_t(&[tq, hq, d], dt, 40)?)?;
+            let kv = Var::from_tensor(&randn_t(&[tk, hkv, d], dt, 41)?)?;
+            let vv = Var::from_tensor(&randn_t(&[tk, hkv, d], dt, 42)?)?;
+            let w = randn_t(&[tq, hq, d], dt, 43)?.to_dtype(DType::F64)?;
+            let dev = Device::Cpu;
+            let out = flash_attn_varlen(
+                qv.as_tensor(),
+                kv.as_tensor(),
+                vv.as_tensor(),
+                &Tensor::new(cu_q.as_slice(), &dev)?,
+                &Tensor::new(cu_k.as_slice(), &dev)?,
+                5,
+                5,
+                scale,
+                causal,
+            )?;
+            let got = loss_grads(&out, &w, &[&qv, &kv, &vv])?;
+
+            let f64v = |v: &Var| Var::from_tensor(&v.as_tensor().to_dtype(DType::F64).unwrap());
+            let (q64, k64, v64) = (f64v(&qv)?, f64v(&kv)?, f64v(&vv)?);
+            let mut parts = Vec::new();
+            for (bi, &(lq, lk)) in lens.iter().enumerate() {
+                if lq == 0 {
+                    continue;
+                }
+                if lk == 0 {
+                    parts.push(Tensor::zeros((lq, hq, d), DType::F64, &dev)?);
+                    continue;
+                }
+                let rows = |t: &Var, start: u32, len: usize| {
+                    t.as_tensor().narrow(0, start as usize, len)?.unsqueeze(0)
+                };
+                let mode = if causal {
+                    Causal::BottomRight
+                } else {
+                    Causal::None
+                };
+                let o = plain_attention(
+                    &rows(&q64, cu_q[bi], lq)?,
+                    &rows(&k64, cu_k[bi], lk)?,
+                    &rows(&v64, cu_k[bi], lk)?,
+                    f64::from(scale),
+                    mode,
+                )?;
+                parts.push(o.squeeze(0)?);
+            }
+            let want = loss_grads(&Tensor::cat(&parts, 0)?, &w, &[&q64, &k64, &v64])?;
+            for (i, name) in ["dQ", "dK", "dV"].iter().enumerate() {
+                assert_grad_close(
+                    &got[i],
+                    &want[i],
+                    dt,
+                    &format!("varlen {name} {dt:?} causal={causal}"),
+                );
+            }
+            // The keyless sequence's query rows (rows 3..5) get exactly zero.
+            assert!(got[0][3 * hq * d..5 * hq * d].iter().all(|&x| x == 0.0));
+        }
+    }
+    Ok(())
+}
+
+/// What no backward implements is a candle error naming it; the forward still runs.
+#[test]
+fn unsupported_backward_features_are_named_errors() -> R<()> {
+    use candle_core::Var;
+    let dev = Device::Cpu;
+    let qv = Var::from_tensor(&randn_t(&[1, 6, 4, 8], DType::F32, 60)?)?;
+    let k = randn_t(&[1, 6, 2, 8], DType::F32, 61)?;
+    let q = qv.as_tensor();
+    let expect = |out: candle_core::Result<Tensor>, needle: &str| -> R<()> {
+        let m = err_msg(out?.sum_all()?.backward());
+        assert!(m.contains(BACKWARD_UNSUPPORTED), "`{m}` lacks the marker");
+        assert!(m.contains(needle), "`{m}` lacks `{needle}`");
+        Ok(())
+    };
+    expect(
+        flash_attn_windowed(q, &k, &k, 0.3, Some(2), Some(0)),
+        "sliding windows (here left 2, right 0)",
+    )?;
+    expect(
+        flash_attn_alibi_windowed_softcap(q, &k, &k, None, 0.3, None, None, 5.0),
+        "softcap",
+    )?;
+    let slopes = Tensor::new(&[0.5f32, 0.25, 0.125, 0.0625], &dev)?;
+    expect(flash_attn_alibi(q, &k, &k, &slopes, 0.3, true), "ALiBi")?;
+    // Several at once are all named.
+    let both = flash_attn_alibi_windowed_softcap(q, &k, &k, Some(&slopes), 0.3, Some(1), None, 2.0);
+    let m = err_msg(both?.sum_all()?.backward());
+    assert!(
+        m.contains("sliding windows") && m.contains("softcap") && m.contains("ALiBi"),
+        "{m}"
+    );
+
+    // Varlen with a window, and the paged op.
+    let vq = Var::from_tensor(&randn_t(&[5, 4, 8], DType::F32, 62)?)?;
+    let vk = randn_t(&[6, 2, 8], DType::F32, 63)?;
+    let u = |x: &[u32]| Tensor::new(x, &dev).unwrap();
+    expect(
+        flash_attn_varlen_windowed(
+            vq.as_tensor(),
+            &vk,
+            &vk,
+            &u(&[0, 2, 5]),
+            &u(&[0, 3, 6]),
+            3,
+            3,
+            0.3,
+            Some(1),
+            Some(0),
+        ),
+        "sliding windows",
+    )?;
+    let cache = randn_t(&[2, 16, 2, 8], DType::F32, 64)?;
+    let paged = flash_attn_varlen_paged_windowed(
+        vq.as_tensor(),
+        &cache,
+        &cache,
+        &Tensor::new(&[[0u32], [1]], &dev)?,
+        &u(&[0, 2, 5]),
+        &u(&[10, 16]),
+        3,
+        16,
+        0.3,
+        None,
+        Some(0),
+    );
+    expect(paged, "paged KV cache")?;
     Ok(())
 }

@@ -532,3 +532,273 @@ fn paged_matches_the_cpu_path() -> R<()> {
     }
     Ok(())
 }
+
+/// A `(b, s, h, d)` view in `layout` of a fresh variable on `dev` (as [`tensor`], but the
+/// variable is the base storage, so the op's backward receives the strided view), and the
+/// same base copied to the CPU as a variable with the same view.
+fn var_views(
+    dims: (usize, usize, usize, usize),
+    dt: DType,
+    layout: Layout,
+    seed: u64,
+    dev: &Device,
+) -> R<[(candle_core::Var, Tensor); 2]> {
+    let (b, s, h, d) = dims;
+    let base_dims = match layout {
+        Layout::Contiguous => (b, s, h, d),
+        Layout::Transposed => (b, h, s, d),
+        Layout::Narrowed => (b, s + 3, h + 2, d),
+    };
+    let n = base_dims.0 * base_dims.1 * base_dims.2 * base_dims.3;
+    let base = Tensor::from_vec(randn(n, seed), base_dims, dev)?.to_dtype(dt)?;
+    let view = |t: &Tensor| -> candle_core::Result<Tensor> {
+        match layout {
+            Layout::Contiguous => Ok(t.clone()),
+            Layout::Transposed => t.transpose(1, 2),
+            Layout::Narrowed => t.narrow(1, 2, s)?.narrow(2, 1, h),
+        }
+    };
+    let gpu = candle_core::Var::from_tensor(&base)?;
+    let cpu = candle_core::Var::from_tensor(&to_cpu(&base)?)?;
+    let (gv, cv) = (view(gpu.as_tensor())?, view(cpu.as_tensor())?);
+    assert_eq!(gv.dims(), &[b, s, h, d]);
+    Ok([(gpu, gv), (cpu, cv)])
+}
+
+/// A `(b, s, h, d)` tensor's values as `[B, H, S, D]` f32 on the host.
+fn bhsd(t: &Tensor) -> R<Vec<f32>> {
+    values(&t.transpose(1, 2)?.contiguous()?)
+}
+
+/// DESIGN §3 for one gradient: `max|out − ref| ≤ 2·max|emu − ref| + 1e-5`, with `emu` attn-ref's
+/// emulation of the backward kernel's roundings, and rel L2 ≤ 2e-3 (f16) / 1e-2 (bf16).
+fn check_gradient(out: &[f32], emu: &[f64], want: &[f64], dt: DType, what: &str) {
+    assert_eq!(out.len(), want.len(), "{what}: length");
+    let max_err = |x: &mut dyn Iterator<Item = f64>| -> f64 {
+        x.zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max)
+    };
+    let got = max_err(&mut out.iter().map(|&x| f64::from(x)));
+    let bound = 2.0 * max_err(&mut emu.iter().copied()) + 1e-5;
+    assert!(
+        out.iter().all(|x| x.is_finite()),
+        "{what}: non-finite gradient"
+    );
+    assert!(
+        got <= bound,
+        "{what}: max |err| {got:.3e} > 2·max|emu − ref| + 1e-5 = {bound:.3e}"
+    );
+    let (mut e2, mut r2) = (0.0, 0.0);
+    for (&o, &w) in out.iter().zip(want) {
+        e2 += (f64::from(o) - w).powi(2);
+        r2 += w * w;
+    }
+    let rel = (e2 / r2.max(f64::MIN_POSITIVE)).sqrt();
+    let cap = if dt == DType::F16 { 2e-3 } else { 1e-2 };
+    assert!(rel <= cap, "{what}: rel L2 {rel:.3e} > {cap:.0e}");
+}
+
+/// Gradients through candle's autograd on CUDA (attn-kernels' backward after a recomputed
+/// forward) for every layout candle gives, f16 and bf16, GQA/MQA, the three masks (Sq > Sk
+/// included: rows with no key get zero dQ): against attn-ref's f64 backward and its kernel
+/// emulation (DESIGN §3), and against the CPU path's gradients of the same graph. The
+/// backward reads q, k, v in place (the launch record names their own addresses) on
+/// candle's stream.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gradients_match_the_cpu_path_and_the_tolerance_rule() -> R<()> {
+    use attn_ref::reference::backward::backward_emulated;
+    use attn_ref::{AttnShape, Problem};
+    let dev = gpu();
+    let stream = dev.as_cuda_device()?.cuda_stream();
+    let scale = 1.0 / (D as f32).sqrt();
+    for (si, &(b, sq, sk, hq, hkv)) in SHAPES.iter().enumerate() {
+        for dt in DTYPES {
+            let storage = if dt == DType::F16 {
+                attn_ref::Dtype::F16
+            } else {
+                attn_ref::Dtype::Bf16
+            };
+            for layout in LAYOUTS {
+                for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+                    let seed = 500 + 10 * si as u64;
+                    let what =
+                        format!("{dt:?} {layout:?} {causal:?} b{b} sq{sq} sk{sk} hq{hq} hkv{hkv}");
+                    let [(qg, q), (qc, qcv)] = var_views((b, sq, hq, D), dt, layout, seed, &dev)?;
+                    let [(kg, k), (kc, kcv)] =
+                        var_views((b, sk, hkv, D), dt, layout, seed + 1, &dev)?;
+                    let [(vg, v), (vc, vcv)] =
+                        var_views((b, sk, hkv, D), dt, layout, seed + 2, &dev)?;
+                    // dO: random, representable in `dt`.
+                    let w = tensor((b, sq, hq, D), dt, Layout::Contiguous, seed + 3, &dev)?;
+                    let op = FlashAttn::new(scale).causal(causal);
+                    let grads = |out: Tensor,
+                                 w: &Tensor,
+                                 vars: [&candle_core::Var; 3],
+                                 views: [&Tensor; 3]|
+                     -> R<Vec<Vec<f32>>> {
+                        let loss =
+                            (out.to_dtype(DType::F32)? * w.to_dtype(DType::F32)?)?.sum_all()?;
+                        let g = loss.backward()?;
+                        let mut out = Vec::new();
+                        for (var, view) in vars.iter().zip(views) {
+                            let gb = g.get(var.as_tensor()).ok_or("no gradient")?;
+                            assert_eq!(gb.dtype(), dt);
+                            // The gradient of the view's elements, through the same view.
+                            let gv = match layout {
+                                Layout::Contiguous => gb.clone(),
+                                Layout::Transposed => gb.transpose(1, 2)?,
+                                Layout::Narrowed => {
+                                    gb.narrow(1, 2, view.dim(1)?)?.narrow(2, 1, view.dim(2)?)?
+                                }
+                            };
+                            out.push(bhsd(&gv)?);
+                        }
+                        Ok(out)
+                    };
+                    let g_gpu = grads(op.forward(&q, &k, &v)?, &w, [&qg, &kg, &vg], [&q, &k, &v])?;
+                    let rec = last_cuda_launch().expect("a launch was recorded");
+                    assert!(
+                        rec.kernel.starts_with("attn_bwd_"),
+                        "{what}: {}",
+                        rec.kernel
+                    );
+                    assert_eq!(
+                        (rec.q, rec.k, rec.v),
+                        (address(&q), address(&k), address(&v)),
+                        "{what}: q, k, v read in place"
+                    );
+                    assert_eq!(
+                        rec.stream,
+                        stream.cu_stream() as usize,
+                        "{what}: candle's stream"
+                    );
+                    let g_cpu = grads(
+                        op.forward(&qcv, &kcv, &vcv)?,
+                        &to_cpu(&w)?,
+                        [&qc, &kc, &vc],
+                        [&qcv, &kcv, &vcv],
+                    )?;
+
+                    let p = Problem::new(AttnShape::new(b, hq, hkv, sq, sk, D)?, causal)
+                        .with_scale(f64::from(scale))?;
+                    let (qh, kh, vh, doh) = (bhsd(&q)?, bhsd(&k)?, bhsd(&v)?, bhsd(&w)?);
+                    let r = attn_ref::reference::backward(&p, &qh, &kh, &vh, &doh)?;
+                    let emu = backward_emulated(&p, &qh, &kh, &vh, &doh, storage)?;
+                    for (i, (name, e, want)) in [
+                        ("dQ", &emu.dq, &r.dq),
+                        ("dK", &emu.dk, &r.dk),
+                        ("dV", &emu.dv, &r.dv),
+                    ]
+                    .into_iter()
+                    .enumerate()
+                    {
+                        check_gradient(&g_gpu[i], e, want, dt, &format!("{name} {what}"));
+                        // The CPU path is the reference rounded once: the same rule holds
+                        // between the two devices' gradients.
+                        let cpu: Vec<f64> = g_cpu[i].iter().map(|&x| f64::from(x)).collect();
+                        check_gradient(
+                            &g_gpu[i],
+                            e,
+                            &cpu,
+                            dt,
+                            &format!("{name} {what} vs the CPU path"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `out.sum_all().backward()` hands the op a broadcast output gradient (all strides 0): it
+/// is made contiguous for the kernel, and dQ meets DESIGN §3 against attn-ref (dO = 1) and
+/// the CPU path's. Features without a backward are the named error on CUDA too.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn broadcast_output_gradients_and_the_unsupported_features() -> R<()> {
+    use attn_ref::reference::backward::backward_emulated;
+    use attn_ref::{AttnShape, Problem};
+    let dev = gpu();
+    let (b, sq, sk, hq, hkv) = (1, 64, 80, 4, 2);
+    let scale = 0.09f32;
+    for dt in DTYPES {
+        let storage = if dt == DType::F16 {
+            attn_ref::Dtype::F16
+        } else {
+            attn_ref::Dtype::Bf16
+        };
+        let [(qg, q), (qc, qcv)] = var_views((b, sq, hq, D), dt, Layout::Transposed, 31, &dev)?;
+        let k = tensor((b, sk, hkv, D), dt, Layout::Contiguous, 32, &dev)?;
+        let v = tensor((b, sk, hkv, D), dt, Layout::Contiguous, 33, &dev)?;
+        let g = flash_attn(&q, &k, &v, scale, true)?.sum_all()?.backward()?;
+        let gq = g
+            .get(qg.as_tensor())
+            .ok_or("no gradient")?
+            .transpose(1, 2)?;
+        let g = flash_attn(&qcv, &to_cpu(&k)?, &to_cpu(&v)?, scale, true)?
+            .sum_all()?
+            .backward()?;
+        let gc = g
+            .get(qc.as_tensor())
+            .ok_or("no gradient")?
+            .transpose(1, 2)?;
+        let p = Problem::new(AttnShape::new(b, hq, hkv, sq, sk, D)?, Causal::BottomRight)
+            .with_scale(f64::from(scale))?;
+        let (qh, kh, vh) = (bhsd(&q)?, bhsd(&k)?, bhsd(&v)?);
+        let ones = vec![1.0f32; qh.len()];
+        let r = attn_ref::reference::backward(&p, &qh, &kh, &vh, &ones)?;
+        let emu = backward_emulated(&p, &qh, &kh, &vh, &ones, storage)?;
+        let what = format!("dQ of sum(out) {dt:?}");
+        check_gradient(&bhsd(&gq)?, &emu.dq, &r.dq, dt, &what);
+        let cpu: Vec<f64> = bhsd(&gc)?.iter().map(|&x| f64::from(x)).collect();
+        check_gradient(
+            &bhsd(&gq)?,
+            &emu.dq,
+            &cpu,
+            dt,
+            &format!("{what} vs the CPU path"),
+        );
+
+        let m = err_msg(
+            flash_attn_windowed(&q, &k, &v, scale, Some(8), Some(0))?
+                .sum_all()?
+                .backward(),
+        );
+        assert!(
+            m.contains(BACKWARD_UNSUPPORTED) && m.contains("sliding windows"),
+            "{m}"
+        );
+        let m = err_msg(
+            flash_attn_alibi_windowed_softcap(&q, &k, &v, None, scale, None, None, 20.0)?
+                .sum_all()?
+                .backward(),
+        );
+        assert!(
+            m.contains(BACKWARD_UNSUPPORTED) && m.contains("softcap"),
+            "{m}"
+        );
+        let (qv, kv) = (q.squeeze(0)?, k.squeeze(0)?);
+        let cu = |x: &[u32]| Tensor::new(x, &dev);
+        let m = err_msg(
+            flash_attn_varlen(
+                &qv,
+                &kv,
+                &kv,
+                &cu(&[0, 64])?,
+                &cu(&[0, 80])?,
+                64,
+                80,
+                scale,
+                true,
+            )?
+            .sum_all()?
+            .backward(),
+        );
+        assert!(
+            m.contains(BACKWARD_UNSUPPORTED) && m.contains("varlen"),
+            "{m}"
+        );
+    }
+    Ok(())
+}
