@@ -54,6 +54,9 @@ pub struct Args {
     /// or an engine with its default config (`mma`, `hopper`); default: the chooser's.
     #[arg(long)]
     config: Option<String>,
+    /// Split-KV count for the mma.sync kernel (1 = no split); default: the chooser's.
+    #[arg(long)]
+    splits: Option<usize>,
     /// Warm-up launches per shape.
     #[arg(long, default_value_t = 30)]
     warmup: usize,
@@ -257,10 +260,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !fp8_variants.is_empty() && !dtypes.contains(&Dtype::F16) {
         dtypes.insert(0, Dtype::F16);
     }
-    let config = match args.config.as_deref() {
+    let mut config = match args.config.as_deref() {
         Some(name) => ForwardOptions::from_config_name(name)?,
         None => ForwardOptions::default(),
     };
+    if args.splits.is_some() {
+        config.splits = args.splits;
+    }
     let layout = attn_kernels::Layout::from(args.layout);
     // SAFETY: the benchmark issues all its work on one stream, so cudarc's cross-stream
     // event tracking is not needed; without it, no event records enter the timed region or

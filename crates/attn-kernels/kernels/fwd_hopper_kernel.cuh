@@ -442,12 +442,12 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     }
 
 // The FP8 entry: tma_v describes Vᵀ ([B, Hkv, D, kv_pad] codes); per-head scales [B, H].
-#define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA)                             \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                       \
+#define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, CONSUMERS)                  \
+    extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                                     \
         NAME(OutT* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,       \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_vt,        \
              const float* __restrict__ q_scale, const float* __restrict__ k_scale,                             \
              const float* __restrict__ v_scale, const attn::FwdParams p) {                                     \
-        attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true>(                              \
+        attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true, false, CONSUMERS>(             \
             o, lse, &tma_q, &tma_k, &tma_vt, q_scale, k_scale, v_scale, p);                                    \
     }

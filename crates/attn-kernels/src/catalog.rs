@@ -88,6 +88,9 @@ pub enum Family {
     /// The f16/bf16 backward (`kernels/bwd_kernel.cuh`, `mma.sync`): the main K/V-block
     /// kernel plus the Δ = rowsum(dO∘O) and dQ conversion passes, per head-dim bucket.
     Bwd,
+    /// Appending K/V rows to a paged cache, f16/bf16 or quantized to E4M3
+    /// (`kernels/kv_append.cuh`). One unit per arch.
+    KvAppend,
 }
 
 /// Storage type of Q, K, V and O (of O only, for [`Family::Fp8Fwd`]).
@@ -148,6 +151,7 @@ impl UnitKey {
             ),
             Family::Fp8Prep => format!("fp8prep_sm{}", self.arch.nvcc_name()),
             Family::Merge => format!("merge_sm{}", self.arch.nvcc_name()),
+            Family::KvAppend => format!("kvappend_sm{}", self.arch.nvcc_name()),
             Family::Bwd => format!(
                 "bwd_sm{}_{}_d{}",
                 self.arch.nvcc_name(),
@@ -538,6 +542,17 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
         ht(128, 2, true, true),
         ht(128, 3, false, true),
     ];
+    // D = 64: also three consumer warpgroups (O 32 and S 64 registers fit 160), the f16
+    // D = 64 winners' shape.
+    const D64: [HopperTile; 7] = [
+        ht(128, 2, false, true),
+        ht(128, 2, false, false),
+        ht(128, 2, true, true),
+        ht(128, 3, false, true),
+        ht3(128, 2, true, true),
+        ht3(128, 3, false, false),
+        ht3(128, 2, false, true),
+    ];
     // D = 256: the O accumulator alone is 128 registers per thread; 64 keys keep S at 32.
     const D256: [HopperTile; 3] = [
         ht(64, 2, false, true),
@@ -545,7 +560,8 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
         ht(64, 2, true, true),
     ];
     match head_dim {
-        64 | 128 => &TILES,
+        64 => &D64,
+        128 => &TILES,
         256 => &D256,
         _ => &[],
     }
@@ -850,6 +866,12 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
             elem: Elem::F16,
             head_dim: 0,
         });
+        out.push(UnitKey {
+            family: Family::KvAppend,
+            arch,
+            elem: Elem::F16,
+            head_dim: 0,
+        });
         for elem in [Elem::F16, Elem::Bf16] {
             for &d in FWD_HEAD_DIM_BUCKETS
                 .iter()
@@ -909,6 +931,16 @@ pub fn bwd_prep_entry_names(unit: &UnitKey) -> (String, String) {
 /// The extern "C" name of the LSE merge kernel for a storage type.
 pub fn lse_merge_entry_name(elem: Elem) -> String {
     format!("attn_lse_merge_{}", elem.as_str())
+}
+
+/// The extern "C" name of the KV-append kernel for `elem` rows into an `elem` cache, or into
+/// an E4M3 cache (`e4m3`).
+pub fn kv_append_entry_name(elem: Elem, e4m3: bool) -> String {
+    format!(
+        "attn_kv_append_{}{}",
+        elem.as_str(),
+        if e4m3 { "_e4m3" } else { "" }
+    )
 }
 
 /// The CUDA source of one unit's cubin, release (`debug == false`) or debug. The debug
@@ -1034,12 +1066,13 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                 for causal in [false, true] {
                     let _ = writeln!(
                         s,
-                        "ATTN_FWD_HOPPER_FP8_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {})",
+                        "ATTN_FWD_HOPPER_FP8_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {})",
                         hopper_fp8_entry_name(unit, t, causal),
                         t.block_n,
                         t.stages,
                         t.pingpong,
-                        t.intra
+                        t.intra,
+                        t.consumers
                     );
                 }
             }
@@ -1080,6 +1113,23 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     lse_merge_entry_name(elem),
                     elem.cuda_type()
                 );
+            }
+            Some(s)
+        }
+        Family::KvAppend => {
+            if debug {
+                return None;
+            }
+            s.push_str("#include \"kv_append.cuh\"\n\n");
+            for elem in [Elem::F16, Elem::Bf16] {
+                for e4m3 in [false, true] {
+                    let _ = writeln!(
+                        s,
+                        "ATTN_KV_APPEND_ENTRY({}, {}, {e4m3})",
+                        kv_append_entry_name(elem, e4m3),
+                        elem.cuda_type()
+                    );
+                }
             }
             Some(s)
         }

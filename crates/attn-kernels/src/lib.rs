@@ -83,6 +83,7 @@ pub mod debug;
 pub mod elite;
 pub mod fp8;
 pub mod hopper;
+pub mod kv_append;
 mod launch;
 pub mod merge;
 pub mod seqs;
@@ -98,6 +99,7 @@ pub use catalog::{FP8_HEAD_DIMS, FP8_TILES as FP8_CONFIGS, FWD_HEAD_DIM_BUCKETS}
 pub use config::{bucket_for, configs_for, Dtype, KernelConfig, KernelMode};
 pub use fp8::{Fp8Forward, Fp8Options, Fp8Scales, Fp8Variant};
 pub use hopper::{hopper_configs_for, Engine};
+pub use kv_append::{AppendKv, KvCache};
 pub use launch::{
     dims_kv, dims_q, driver_available, FlashAttention, Forward, ForwardOptions, FunctionResources,
     KernelCache, LaunchInfo, StorageType,
