@@ -1,15 +1,16 @@
 //! The f64 CPU reference of the attention **backward pass**: the specification that GPU
 //! backward kernels are checked against.
 //!
-//! With `P = softmax(scale·Q·Kᵀ + mask)` row by row and `O = P·V`, and dO the gradient of a
-//! loss with respect to O, FlashAttention's formulation (Dao et al., "FlashAttention", 2022,
+//! With `P = softmax(score + mask)` row by row and `O = P·V`, and dO the gradient of a loss
+//! with respect to O, FlashAttention's formulation (Dao et al., "FlashAttention", 2022,
 //! Appendix B) gives, per (batch, query head) and query row `i`:
 //!
 //! ```text
-//! P_ij  = exp(scale · q_i·k_j − LSE_i)          for the visible keys j < n(i)
+//! x_ij  = scale · q_i·k_j                        for the visible keys j ∈ visible_range(i)
+//! P_ij  = exp(score_ij(x_ij) − LSE_i)
 //! D_i   = Σ_d dO_id · O_id
 //! dP_ij = dO_i · v_j
-//! dS_ij = P_ij · (dP_ij − D_i)
+//! dS_ij = P_ij · (dP_ij − D_i) · score'_ij        (score' = dscore/dx)
 //! dQ_i  = scale · Σ_j dS_ij · k_j
 //! dK_j  = scale · Σ_i dS_ij · q_i
 //! dV_j  = Σ_i P_ij · dO_i
@@ -18,16 +19,31 @@
 //! everything accumulated in f64. With grouped-query attention, dK and dV of a KV head are
 //! the sums over the query heads that read it (in head order, then row order).
 //!
+//! # Features
+//!
+//! Every feature of the forward reference ([`crate::Features`], applied as in
+//! [`super::forward`]) is covered, alone or combined, with every causal alignment and GQA:
+//! - **sliding window** (and the causal mask): `j` runs over [`Problem::visible_range`],
+//!   which need not start at key 0; masked keys never touch a row's terms;
+//! - **softcap** `c`: `score = c·tanh(x/c)` on the scaled score, so
+//!   `score' = 1 − tanh²(x/c)` (FlashAttention-2's `calculate_dtanh`, `flash_bwd_kernel.h`);
+//! - **ALiBi**: an additive bias, so `score' = 1` (no gradient beyond P, which includes it);
+//! - **attention sinks**: the sink is in the softmax denominator, so in LSE and hence in
+//!   P; it has no value, so `D_i = dO_i·O_i` and dS keep their form. The gradient of the
+//!   sink logits is returned too ([`RefGrads::dsinks`]): the sink is one more logit with
+//!   `dP = 0`, so `dsink_h = −Σ_(b,i) exp(sink_h − LSE_i) · D_i` over rows that see a key.
+//!
 //! Conventions, those of [`super::forward`]:
 //! - a fully masked row (no visible key) contributes nothing: its dQ row is exactly 0 and
-//!   it adds nothing to dK or dV, whatever O and LSE say for it (O = 0, LSE = −∞);
+//!   it adds nothing to dK, dV or the sink gradient, whatever O and LSE say for it
+//!   (O = 0, LSE = −∞, even with a sink);
 //! - a key masked for a row never touches that row's terms, so NaN in a masked K or V row
 //!   does not reach any gradient through that row;
 //! - NaN or ±Inf reaching a visible term propagates.
 //!
 //! [`backward`] recomputes O and LSE with [`super::forward`]; [`backward_with`] takes them
 //! from a forward pass, as a backward kernel does. [`backward_emulated`] applies the
-//! kernel's rounding points (the `emu` of the tolerance rule).
+//! kernel's rounding points (the `emu` of the tolerance rule), with the same features.
 //!
 //! Parallelism: rayon over (batch, KV head) and, inside, over the query heads of its group
 //! (each query head writes its own dQ and a partial dK/dV that are then summed in head
@@ -51,6 +67,14 @@
 //! assert!(dk_sum.abs() < 1e-12);
 //! let again = backward_with(&problem, &q, &k, &v, &g.o, &g.lse, &d_o)?;
 //! assert_eq!(again, g);
+//! assert_eq!(g.dsinks, None);
+//!
+//! // With features: a window that hides the early keys (row i sees keys i+1, i+2), a
+//! // softcap and sinks.
+//! let featured = problem.with_window(1, 0)?.with_softcap(5.0)?.with_sinks(vec![0.5, -1.0])?;
+//! assert_eq!(featured.visible_range(2), 3..5);
+//! let g = backward(&featured, &q, &k, &v, &d_o)?;
+//! assert_eq!(g.dsinks.map(|s| s.len()), Some(2));
 //! # Ok::<(), attn_ref::AttnError>(())
 //! ```
 
@@ -75,6 +99,9 @@ pub struct RefGrads {
     pub o: Vec<f64>,
     /// The forward LSE, `[B, Hq, Sq]` (natural log, −∞ for fully masked rows).
     pub lse: Vec<f64>,
+    /// dL/d(sink logit), `[Hq]`, summed over the batch and the rows; `None` when the
+    /// problem has no attention sinks.
+    pub dsinks: Option<Vec<f64>>,
 }
 
 /// The reference backward pass: recomputes O and LSE with [`forward`], then the gradients
@@ -101,9 +128,10 @@ pub fn backward<T: Element>(
 /// than the inputs (f32 from a kernel, f64 from [`forward`]). The returned `o` and `lse` are
 /// these, widened to f64.
 ///
-/// P is recomputed as `exp(scale·q·k − LSE)` and `D = rowsum(dO ∘ O)`, so with O and LSE
-/// from [`forward`] this is exactly [`backward`]. Rows with no visible key are skipped
-/// (zero gradient) whatever their O and LSE. Errors if a slice's length does not match.
+/// P is recomputed as `exp(score − LSE)` (the score with the problem's softcap and ALiBi,
+/// the LSE with its sink) and `D = rowsum(dO ∘ O)`, so with O and LSE from [`forward`] this
+/// is exactly [`backward`]. Rows with no visible key are skipped (zero gradient) whatever
+/// their O and LSE. Errors if a slice's length does not match.
 pub fn backward_with<T: Element, U: Element>(
     p: &Problem,
     q: &[T],
@@ -127,6 +155,8 @@ pub fn backward_with<T: Element, U: Element>(
     let mut dq = vec![0.0; shape.q_elems()];
     let mut dk = vec![0.0; shape.kv_elems()];
     let mut dv = vec![0.0; shape.kv_elems()];
+    // dL/d(sink) per (batch, query head), summed over the batch at the end.
+    let mut dsink_bh = vec![0.0; shape.batch() * shape.q_heads()];
     let head = HeadInputs {
         p,
         q,
@@ -136,25 +166,49 @@ pub fn backward_with<T: Element, U: Element>(
         lse: &lse,
         d_o,
     };
-    // The query heads of KV head `kvh` are `kvh·group ..`, so their dQ is one chunk.
+    // The query heads of KV head `kvh` are `kvh·group ..`, so their dQ (and their sink
+    // gradients) are one chunk.
     dq.par_chunks_mut(group * sq * d)
         .zip(dk.par_chunks_mut(sk * d))
         .zip(dv.par_chunks_mut(sk * d))
+        .zip(dsink_bh.par_chunks_mut(group))
         .enumerate()
-        .for_each(|(bkv, ((dq_group, dk_head), dv_head))| {
+        .for_each(|(bkv, (((dq_group, dk_head), dv_head), dsink_group))| {
             let (b, kvh) = (bkv / shape.kv_heads(), bkv % shape.kv_heads());
-            let parts: Vec<(Vec<f64>, Vec<f64>)> = dq_group
+            let parts: Vec<HeadGrads> = dq_group
                 .par_chunks_mut(sq * d)
                 .enumerate()
                 .map(|(gi, dq_head)| head.grads(b, kvh * group + gi, dq_head))
                 .collect();
-            for (pk, pv) in parts {
-                dk_head.iter_mut().zip(&pk).for_each(|(a, x)| *a += x);
-                dv_head.iter_mut().zip(&pv).for_each(|(a, x)| *a += x);
+            for (part, ds) in parts.into_iter().zip(dsink_group.iter_mut()) {
+                dk_head.iter_mut().zip(&part.dk).for_each(|(a, x)| *a += x);
+                dv_head.iter_mut().zip(&part.dv).for_each(|(a, x)| *a += x);
+                *ds = part.dsink;
             }
             dk_head.iter_mut().for_each(|x| *x *= scale);
         });
-    Ok(RefGrads { dq, dk, dv, o, lse })
+    let dsinks = p.features().sinks.as_ref().map(|_| {
+        let hq = shape.q_heads();
+        (0..hq)
+            .map(|h| (0..shape.batch()).map(|b| dsink_bh[b * hq + h]).sum())
+            .collect()
+    });
+    Ok(RefGrads {
+        dq,
+        dk,
+        dv,
+        o,
+        lse,
+        dsinks,
+    })
+}
+
+/// One query head's share of the gradients: its contributions to dK (before the factor
+/// `scale`) and dV of its KV head (`Sk × D` each), and dL/d(its sink logit).
+struct HeadGrads {
+    dk: Vec<f64>,
+    dv: Vec<f64>,
+    dsink: f64,
 }
 
 /// The borrowed problem and tensors of [`backward_with`].
@@ -177,20 +231,24 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 impl<T: Element> HeadInputs<'_, T> {
-    /// Writes dQ of query head `(b, h)` into `dq_head` (`Sq × D`) and returns this head's
-    /// contributions to dK (before the factor `scale`) and dV of its KV head (`Sk × D` each).
-    fn grads(&self, b: usize, h: usize, dq_head: &mut [f64]) -> (Vec<f64>, Vec<f64>) {
-        let shape = self.p.shape();
-        let (sk, d, scale) = (shape.kv_len(), shape.head_dim(), self.p.scale());
+    /// Writes dQ of query head `(b, h)` into `dq_head` (`Sq × D`) and returns the head's
+    /// dK/dV contributions and sink gradient.
+    fn grads(&self, b: usize, h: usize, dq_head: &mut [f64]) -> HeadGrads {
+        let p = self.p;
+        let shape = p.shape();
+        let (sk, d, scale) = (shape.kv_len(), shape.head_dim(), p.scale());
+        let softcap = p.features().softcap;
+        let sink = p.sink(h);
         let kvh = shape.kv_head_of(h);
         let base = shape.kv_offset(b, kvh, 0);
         let k = widen(&self.k[base..][..sk * d]);
         let v = widen(&self.v[base..][..sk * d]);
         let mut dk = vec![0.0; sk * d];
         let mut dv = vec![0.0; sk * d];
+        let mut dsink = 0.0;
         for (i, dq_row) in dq_head.chunks_exact_mut(d).enumerate() {
-            let n = self.p.visible_keys(i);
-            if n == 0 {
+            let range = p.visible_range(i);
+            if range.is_empty() {
                 continue; // fully masked: zero gradient
             }
             let off = shape.q_offset(b, h, i);
@@ -198,10 +256,23 @@ impl<T: Element> HeadInputs<'_, T> {
             let doi = widen(&self.d_o[off..][..d]);
             let di = dot(&doi, &self.o[off..][..d]);
             let lse_i = self.lse[shape.lse_offset(b, h, i)];
-            for j in 0..n {
+            if let Some(sink) = sink {
+                // The sink is one more logit of the softmax with no value: its dS is
+                // P_sink·(0 − D_i) (the dS formula with dP = 0).
+                dsink -= (sink - lse_i).exp() * di;
+            }
+            for j in range {
                 let (kj, vj) = (&k[j * d..][..d], &v[j * d..][..d]);
-                let pij = (dot(&qi, kj) * scale - lse_i).exp();
-                let ds = pij * (dot(&doi, vj) - di);
+                let x = dot(&qi, kj) * scale;
+                // P from the score the forward used (softcap, then ALiBi); the LSE already
+                // holds the sink's share of the denominator.
+                let pij = (p.score(b, h, i, j, x) - lse_i).exp();
+                let mut ds = pij * (dot(&doi, vj) - di);
+                if let Some(c) = softcap {
+                    // d/dx c·tanh(x/c) = 1 − tanh²(x/c); ALiBi is additive (derivative 1).
+                    let t = (x / c).tanh();
+                    ds *= 1.0 - t * t;
+                }
                 dq_row.iter_mut().zip(kj).for_each(|(a, x)| *a += ds * x);
                 let dk_j = &mut dk[j * d..][..d];
                 dk_j.iter_mut().zip(&qi).for_each(|(a, x)| *a += ds * x);
@@ -210,7 +281,7 @@ impl<T: Element> HeadInputs<'_, T> {
             }
             dq_row.iter_mut().for_each(|x| *x *= scale);
         }
-        (dk, dv)
+        HeadGrads { dk, dv, dsink }
     }
 }
 
@@ -232,8 +303,22 @@ impl<T: Element> HeadInputs<'_, T> {
 /// 5. `dQ = round(scale·dQaccum)`, `dK = round(scale·dK)`, `dV = round(dV)` in the storage
 ///    type.
 ///
+/// Features, as FlashAttention-2's backward (`flash_bwd_kernel.h`) applies them, mirroring
+/// [`forward_emulated`]:
+/// - window and causal mask: a row's keys are [`Problem::visible_range`] ∩ the tile, so
+///   tiles are 0-aligned and may be partly masked on either side;
+/// - softcap `c`: the raw score is `t = tanh(S·scale/c)` (f32) and the softmax scale becomes
+///   `c`; `dS = P·(dP − D)·(1 − t²)·(scale/c)` in f32 before its rounding (the kernel's
+///   `dtanh`), and the final factor of dQ and dK in step 5 is `c` instead of `scale`;
+/// - ALiBi: `(slope / softmax scale)·|i + Sk − Sq − j|` subtracted from the raw f32 score;
+/// - sinks: only through LSE (from the emulated forward, which holds the sink); their
+///   gradient `−Σ exp2(sink·log2 e − LSE₂)·D` is summed in f32 per head, batch by batch,
+///   and not rounded to the storage type (sinks are f32 parameters). How a particular kernel
+///   reduces it is not modelled.
+///
 /// Not emulated: `ex2.approx`, the tensor cores' and atomics' summation order (f32-level
-/// effects, far below the storage-type rounding of P, dS and the outputs).
+/// effects, far below the storage-type rounding of P, dS and the outputs). The workspace's
+/// GPU backward refuses features today; these rounding points are FlashAttention-2's.
 ///
 /// The returned `o` and `lse` are the emulated forward's. Fully masked rows give zero
 /// gradients.
@@ -261,30 +346,51 @@ pub fn backward_emulated(
         .zip(d_o.par_chunks(d))
         .map(|(oi, doi)| dot_f32(doi, oi))
         .collect();
-    let scale = p.scale() as f32;
-    let scale_log2 = (p.scale() * std::f64::consts::LOG2_E) as f32;
+    // FlashAttention-2's softcap folds the scale into the tanh: raw scores are
+    // tanh(q·k · scale/c) and the softmax scale becomes c (flash_api.cpp `params.softcap`,
+    // `params.scale_softmax`), as in [`forward_emulated`].
+    let features = p.features();
+    let (softcap_in, scale_softmax) = match features.softcap {
+        Some(c) => (Some((p.scale() / c) as f32), c),
+        None => (None, p.scale()),
+    };
+    let scale_out = scale_softmax as f32;
+    let scale_log2 = (scale_softmax * std::f64::consts::LOG2_E) as f32;
+    let hq = shape.q_heads();
 
     let mut dq = vec![0.0; shape.q_elems()];
     let mut dk = vec![0.0; shape.kv_elems()];
     let mut dv = vec![0.0; shape.kv_elems()];
+    let mut dsink_bh = vec![0.0f32; shape.batch() * hq];
     dq.par_chunks_mut(group * sq * d)
         .zip(dk.par_chunks_mut(sk * d))
         .zip(dv.par_chunks_mut(sk * d))
+        .zip(dsink_bh.par_chunks_mut(group))
         .enumerate()
-        .for_each(|(bkv, ((dq_group, dk_head), dv_head))| {
+        .for_each(|(bkv, (((dq_group, dk_head), dv_head), dsink_group))| {
             let (b, kvh) = (bkv / shape.kv_heads(), bkv % shape.kv_heads());
             let kv_base = shape.kv_offset(b, kvh, 0);
             let mut dq_acc = vec![0.0f32; group * sq * d];
             let mut dk_acc = vec![0.0f32; sk * d];
             let mut dv_acc = vec![0.0f32; sk * d];
             let mut dq_part = vec![0.0f32; d];
+            // ALiBi in raw-score units per query head of the group (`slope / scale_softmax`,
+            // as the kernel divides it).
+            let alibi: Vec<Option<f32>> = (0..group)
+                .map(|gi| {
+                    features.alibi.as_ref().map(|a| {
+                        (f64::from(a.slope(b, kvh * group + gi, hq)) / scale_softmax) as f32
+                    })
+                })
+                .collect();
             for c0 in (0..sk).step_by(EMU_BLOCK_N) {
-                let cols = EMU_BLOCK_N.min(sk - c0);
-                for gi in 0..group {
+                let c1 = (c0 + EMU_BLOCK_N).min(sk);
+                for (gi, &alibi_h) in alibi.iter().enumerate() {
                     let h = kvh * group + gi;
                     for i in 0..sq {
-                        let vis = p.visible_keys(i).saturating_sub(c0).min(cols);
-                        if vis == 0 {
+                        let range = p.visible_range(i);
+                        let (lo, hi) = (range.start.max(c0), range.end.min(c1));
+                        if lo >= hi {
                             continue; // tile masked for this row (or the row fully masked)
                         }
                         let off = shape.q_offset(b, h, i);
@@ -292,11 +398,23 @@ pub fn backward_emulated(
                         let li = shape.lse_offset(b, h, i);
                         let (lse_i, d_i) = (lse2[li], delta[li]);
                         dq_part.fill(0.0);
-                        for j in c0..c0 + vis {
+                        for j in lo..hi {
                             let kj = &k[kv_base + j * d..][..d];
                             let vj = &v[kv_base + j * d..][..d];
-                            let pf = dot_f32(qi, kj).mul_add(scale_log2, -lse_i).exp2();
-                            let ds = pf * (dot_f32(doi, vj) - d_i);
+                            let mut x = dot_f32(qi, kj);
+                            // FlashAttention-2's `calculate_dtanh`: (1 − t²)·(scale/c), taken
+                            // before masking and multiplied into dS before its rounding.
+                            let mut dtanh = 1.0f32;
+                            if let Some(f) = softcap_in {
+                                let t = (x * f).tanh();
+                                x = t;
+                                dtanh = (1.0 - t * t) * f;
+                            }
+                            if let Some(slope) = alibi_h {
+                                x -= slope * p.alibi_distance(i, j) as f32;
+                            }
+                            let pf = x.mul_add(scale_log2, -lse_i).exp2();
+                            let ds = pf * (dot_f32(doi, vj) - d_i) * dtanh;
                             let (pr, dsr) = (storage.round(pf), storage.round(ds));
                             let dv_j = &mut dv_acc[j * d..][..d];
                             dv_j.iter_mut().zip(doi).for_each(|(a, x)| *a += pr * x);
@@ -309,21 +427,40 @@ pub fn backward_emulated(
                     }
                 }
             }
+            // Sink gradient in f32 (a kernel reduces it per row): −Σ_i P_sink,i · D_i.
+            for (gi, ds) in dsink_group.iter_mut().enumerate() {
+                let h = kvh * group + gi;
+                let Some(sink) = p.sink(h) else { continue };
+                let sink_log2 = (sink * std::f64::consts::LOG2_E) as f32;
+                for i in (0..sq).filter(|&i| !p.visible_range(i).is_empty()) {
+                    let li = shape.lse_offset(b, h, i);
+                    *ds -= (sink_log2 - lse2[li]).exp2() * delta[li];
+                }
+            }
             let out = |dst: &mut [f64], src: &[f32], factor: f32| {
                 for (y, &x) in dst.iter_mut().zip(src) {
                     *y = f64::from(storage.round(x * factor));
                 }
             };
-            out(dq_group, &dq_acc, scale);
-            out(dk_head, &dk_acc, scale);
+            out(dq_group, &dq_acc, scale_out);
+            out(dk_head, &dk_acc, scale_out);
             out(dv_head, &dv_acc, 1.0);
         });
+    let dsinks = features.sinks.as_ref().map(|_| {
+        (0..hq)
+            .map(|h| {
+                let s: f32 = (0..shape.batch()).map(|b| dsink_bh[b * hq + h]).sum();
+                f64::from(s)
+            })
+            .collect()
+    });
     Ok(RefGrads {
         dq,
         dk,
         dv,
         o: fwd.o,
         lse: fwd.lse,
+        dsinks,
     })
 }
 
