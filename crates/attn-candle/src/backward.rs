@@ -4,10 +4,10 @@
 //!   recomputes O and LSE in f64), read through candle's own strided copies and narrowed to
 //!   the inputs' dtype once at the end.
 //! - CUDA (`cuda` feature): attn-kernels' backward kernels on candle's stream (`cuda.rs`).
-//! - Both implement plain attention with causal masks (both alignments) and GQA. Sliding
-//!   windows, softcap and ALiBi have no backward in either (attn-ref's reference backward
-//!   iterates the causal prefix of keys with unmodified scores, so it must not be handed
-//!   them): they are a candle error naming the feature, never a wrong gradient.
+//! - Both implement attention with causal masks (both alignments) and GQA. The CPU path
+//!   also takes sliding windows, softcap and ALiBi (attn-ref's backward applies every
+//!   forward feature); the CUDA backward kernels do not yet, so on CUDA those are a candle
+//!   error naming the feature, never a wrong gradient.
 //! - Varlen: per-sequence reference backward on the CPU; an error on CUDA (the backward
 //!   kernels have no varlen mode). The paged op: an error on both (a decode-time op).
 
@@ -22,8 +22,9 @@ use crate::{
 /// The three gradients of an op, shaped like its inputs.
 type Grads = (Tensor, Tensor, Tensor);
 
-/// Errors naming every feature of `p` that no backward implements.
-fn check_features(p: &Problem) -> Result<()> {
+/// Errors naming every feature of `p` that the CUDA backward kernels do not implement.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn check_gpu_features(p: &Problem) -> Result<()> {
     let f = p.features();
     let side = |w: i64| {
         if w < 0 {
@@ -53,7 +54,7 @@ fn check_features(p: &Problem) -> Result<()> {
         return Ok(());
     }
     Err(err(format!(
-        "{BACKWARD_UNSUPPORTED} {}: attn-ref's reference backward (CPU) and the CUDA backward kernels implement plain attention with causal masks (both alignments) and GQA only. A window wider than the keys, or (None, Some(0)) (the causal mask), has a backward",
+        "{BACKWARD_UNSUPPORTED} {} on CUDA: the CUDA backward kernels implement attention with causal masks (both alignments) and GQA only; the CPU device has gradients for every feature. A window wider than the keys, or (None, Some(0)) (the causal mask), has a backward on CUDA",
         names.join(", ")
     )))
 }
@@ -117,11 +118,13 @@ impl FlashAttn {
         }
         let shape = AttnShape::new(b, hq, hkv, sq, sk, d).map_err(err)?;
         let problem = self.problem(shape, sk)?;
-        check_features(&problem)?;
         match q.device() {
             Device::Cpu => cpu_dense(&problem, q, k, v, d_o),
             #[cfg(feature = "cuda")]
-            Device::Cuda(_) => self.cuda_backward(&problem, q, k, v, d_o),
+            Device::Cuda(_) => {
+                check_gpu_features(&problem)?;
+                self.cuda_backward(&problem, q, k, v, d_o)
+            }
             dev => Err(err(format!(
                 "backward on {:?} is not supported (the CPU device, or CUDA with the `cuda` feature)",
                 dev.location()
@@ -190,7 +193,6 @@ impl FlashAttnVarLen {
         }
         let template = AttnShape::new(batch, hq, hkv, 1, 1, d).map_err(err)?;
         let problem = self.attn.problem(template, self.max_seqlen_k)?;
-        check_features(&problem)?;
         if !q.device().is_cpu() {
             return Err(err(format!(
                 "{BACKWARD_UNSUPPORTED} varlen batches on {:?}: the CUDA backward kernels take dense batches only; run the backward on the CPU device, or pad the sequences to a dense batch",
