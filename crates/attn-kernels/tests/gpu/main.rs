@@ -11,6 +11,7 @@
 //! - `fp8`: the FP8 (E4M3) forward against the reference and its rounding model;
 //! - `features`: sliding window, softcap, ALiBi and sinks on both f16/bf16 engines;
 //! - `seqs`: varlen batches, KV-cache lengths and paged KV caches, sequence by sequence;
+//! - `kv_append`: writing new K/V rows into paged caches (f16/bf16 and E4M3);
 //! - `hopper`: the Hopper engine's every tile and head dim, its default use on sm_90, and its
 //!   refusals;
 //! - `stability`: bitwise determinism, 100k launches, concurrent streams;
@@ -46,6 +47,7 @@ mod family;
 mod features;
 mod fp8;
 mod hopper;
+mod kv_append;
 mod resources;
 mod sanitize;
 mod seqs;
