@@ -112,8 +112,8 @@ fn check_e4m3<T: StorageType>(
     let before_v: Vec<u8> = (0..BLOCKS * PAGE * hkv * d).map(|_| rng.random()).collect();
     // Small scales, so the tails of N(0,1) saturate at ±448.
     let n = if per_head { hkv } else { 1 };
-    let ks: Vec<f32> = (0..n).map(|_| rng.random_range(0.004..0.02)).collect();
-    let vs: Vec<f32> = (0..n).map(|_| rng.random_range(0.004..0.02)).collect();
+    let ks: Vec<f32> = (0..n).map(|_| rng.random_range(0.002..0.006)).collect();
+    let vs: Vec<f32> = (0..n).map(|_| rng.random_range(0.002..0.006)).collect();
     let sl = slots(rng, tokens);
     let e = |x: cudarc::driver::DriverError| x.to_string();
     let (dk, dv, dsl) = (
@@ -169,9 +169,6 @@ fn check_e4m3<T: StorageType>(
             }
         }
     }
-    if saturated == 0 {
-        return Err("the case saturated no value; the test needs some".into());
-    }
     for (name, got, want) in [("K", after_k, want_k), ("V", after_v, want_v)] {
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
             return Err(format!(
@@ -179,6 +176,10 @@ fn check_e4m3<T: StorageType>(
                 got[i], want[i]
             ));
         }
+    }
+    // Checked after the codes: a case without saturated values still compared them.
+    if saturated == 0 {
+        return Err("the case saturated no value; the test needs some".into());
     }
     Ok(())
 }
