@@ -13,6 +13,9 @@
 //! Llama-7B-sized block (32 query heads, 8 KV heads, head dim 128). `--cpu` forces the CPU;
 //! `--seq N` and `--batch N` set the shape; `--iters N` the timed repetitions.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::time::Instant;
 
 use candle_core::{DType, Device, Result, Tensor, D};
@@ -251,33 +254,18 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
         .to_scalar::<f32>()
 }
 
-fn arg(args: &[String], name: &str) -> Option<usize> {
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).and_then(|v| v.parse().ok())
-}
-
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let dev = if args.iter().any(|a| a == "--cpu") || !candle_core::utils::cuda_is_available() {
-        Device::Cpu
-    } else {
-        // Built with `cuda`: the GPU if there is one (a driver and a device), else the CPU.
-        Device::new_cuda(0).unwrap_or_else(|e| {
-            let e = e.to_string();
-            let reason = e.lines().next().unwrap_or("unknown error");
-            eprintln!("no usable CUDA device ({reason}); running on the CPU");
-            Device::Cpu
-        })
-    };
+    let dev = common::device(&args);
     let on_gpu = dev.is_cuda();
     let (cfg, dt) = if on_gpu {
         (Config::gpu(), DType::BF16)
     } else {
         (Config::cpu(), DType::F32)
     };
-    let batch = arg(&args, "--batch").unwrap_or(1);
-    let seq = arg(&args, "--seq").unwrap_or(if on_gpu { 4096 } else { 256 });
-    let iters = arg(&args, "--iters").unwrap_or(if on_gpu { 10 } else { 2 });
+    let batch = common::arg(&args, "--batch").unwrap_or(1);
+    let seq = common::arg(&args, "--seq").unwrap_or(if on_gpu { 4096 } else { 256 });
+    let iters = common::arg(&args, "--iters").unwrap_or(if on_gpu { 10 } else { 2 });
     println!(
         "decoder block on {}: batch {batch}, seq {seq}, hidden {}, {} query / {} KV heads of {}, ffn {}, {dt:?}",
         if on_gpu { "CUDA" } else { "the CPU" },

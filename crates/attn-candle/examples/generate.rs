@@ -25,6 +25,9 @@
 //! Options: `--cpu` (force the CPU), `--tokens N` (tokens generated per sequence),
 //! `--batch N` (sequences), `--layers N`.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::time::Instant;
 
 use candle_core::{DType, Device, Result, Tensor, D};
@@ -458,37 +461,22 @@ fn generate_dense(
     })
 }
 
-fn arg(args: &[String], name: &str) -> Option<usize> {
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).and_then(|v| v.parse().ok())
-}
-
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let dev = if args.iter().any(|a| a == "--cpu") || !candle_core::utils::cuda_is_available() {
-        Device::Cpu
-    } else {
-        // Built with `cuda`: the GPU if there is one (a driver and a device), else the CPU.
-        Device::new_cuda(0).unwrap_or_else(|e| {
-            let e = e.to_string();
-            let reason = e.lines().next().unwrap_or("unknown error");
-            eprintln!("no usable CUDA device ({reason}); running on the CPU");
-            Device::Cpu
-        })
-    };
+    let dev = common::device(&args);
     let on_gpu = dev.is_cuda();
     let (mut cfg, dt) = if on_gpu {
         (Config::gpu(), DType::BF16)
     } else {
         (Config::cpu(), DType::F32)
     };
-    if let Some(l) = arg(&args, "--layers") {
+    if let Some(l) = common::arg(&args, "--layers") {
         cfg.layers = l;
     }
-    let batch = arg(&args, "--batch")
+    let batch = common::arg(&args, "--batch")
         .unwrap_or(if on_gpu { 8 } else { 3 })
         .max(1);
-    let steps = arg(&args, "--tokens")
+    let steps = common::arg(&args, "--tokens")
         .unwrap_or(if on_gpu { 64 } else { 24 })
         .max(1);
     if on_gpu {
