@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <type_traits>
 
 namespace attn {
 
@@ -17,6 +18,9 @@ struct FwdFeatures {
     int window_right;       // keys j <= i + Sk - Sq + right are visible; -1: unbounded
     int alibi_batch_stride; // 0 (slopes [Hq]) or Hq (slopes [B, Hq])
     float softcap_in;       // scale / c: raw scores become tanh(s · scale / c); 0: off
+    const float* k_descale; // E4M3 KV cache (KV_FP8 entries): key scales, [Hkv] or [1]
+    const float* v_descale; // value scales, likewise
+    int descale_per_head;   // 1: scales [Hkv]; 0: one scale for every head
 };
 
 // The sequences of a batch whose entries differ in length (read only by the FEATURES entry

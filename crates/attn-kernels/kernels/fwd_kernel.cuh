@@ -7,6 +7,7 @@
 #pragma once
 #include "debug_dump.cuh"
 #include "epilogue.cuh"
+#include "kv_fp8.cuh"
 #include "load.cuh"
 #include "mask.cuh"
 #include "score_mod.cuh"
@@ -38,6 +39,9 @@ struct FwdConfig {
     static constexpr bool kQInRegs = kMT == 1 && DK <= 128;
     static constexpr int kSmemElems = (BM + 2 * STAGES * BN) * kPitch;
     static constexpr int kSmemBytes = kSmemElems * 2;
+    // An E4M3 KV cache (kv_fp8.cuh): Q, one widened K and V tile, and the byte stages of the
+    // ring (src/catalog.rs: fwd_smem_bytes mirrors both formulas).
+    static constexpr int kSmemBytesKvFp8 = (BM + 2 * BN) * kPitch * 2 + 2 * STAGES * BN * DK;
     static_assert(BM % (16 * WARPS) == 0 && (kMT == 1 || kMT == 2), "BM = 16 or 32 rows per warp");
     static_assert(BN % 16 == 0 && DK % 32 == 0 && DK <= 256, "tile sizes");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
@@ -48,25 +52,31 @@ struct FwdConfig {
 // FEATURES: sliding window, softcap, ALiBi and sinks as runtime values of p.feat
 // (score_mod.cuh); the key tiles outside the block's window are skipped. FEATURES entries
 // also run varlen batches and KV caches with per-sequence lengths (p.seqs, seqs.cuh), and
-// PAGED ones read K/V through a block table (load_tile_paged). Never with SPLIT (the
-// launcher does not split problems with features).
+// PAGED ones read K/V through a block table (load_tile_paged). FEATURES entries split only
+// without sinks (the launcher's rule: split_combine has no sink term), each split taking an
+// equal share of the block's visible key tiles. KV_FP8 (FEATURES only): K and V are E4M3
+// codes with per-KV-head scales p.feat.k_descale / v_descale (kv_fp8.cuh).
 template <typename T, int DK, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool BREAK_RESCALE,
-          bool SPLIT, bool FEATURES = false, bool PAGED = false>
-__device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __restrict__ k,
-                                           const T* __restrict__ v, T* __restrict__ o,
+          bool SPLIT, bool FEATURES = false, bool PAGED = false, bool KV_FP8 = false,
+          typename KV = std::conditional_t<KV_FP8, uint8_t, T>>
+__device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const KV* __restrict__ k,
+                                           const KV* __restrict__ v, T* __restrict__ o,
                                            float* __restrict__ lse, float* __restrict__ dump,
                                            const int* __restrict__ dump_tiles, float* __restrict__ ws_o,
                                            float* __restrict__ ws_ml, unsigned int* __restrict__ counters,
                                            const FwdParams& launch_p) {
     using Cfg = FwdConfig<T, DK, BM, BN, STAGES, WARPS>;
-    static_assert(!(FEATURES && (SPLIT || BREAK_RESCALE)), "features run unsplit, in release entries");
-    static_assert(FEATURES || !PAGED, "paged K/V runs in the FEATURES entries");
+    static_assert(!(FEATURES && BREAK_RESCALE), "features run in release entries");
+    static_assert(FEATURES || !(PAGED || KV_FP8), "paged and E4M3 K/V run in the FEATURES entries");
     constexpr int MT = Cfg::kMT;
     constexpr int DP = Cfg::kPitch;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T* sQ = reinterpret_cast<T*>(smem_raw);
     T* sK = sQ + BM * DP;
-    T* sV = sK + STAGES * BN * DP;
+    // KV_FP8: one widened K and V tile; the ring holds byte stages after them.
+    T* sV = sK + (KV_FP8 ? 1 : STAGES) * BN * DP;
+    uint8_t* stage_k = reinterpret_cast<uint8_t*>(sV + BN * DP);
+    uint8_t* stage_v = stage_k + STAGES * BN * DK;
 
     const int q_tile = SPLIT ? blockIdx.x / launch_p.n_splits : blockIdx.x;
     const int split = SPLIT ? blockIdx.x % launch_p.n_splits : 0;
@@ -94,8 +104,8 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     const T* q_head = head_ptr(q, p.q_stride, b, h);
     T* o_head = head_ptr(o, p.o_stride, b, h);
     float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * launch_p.q_len;
-    const T* k_head = head_ptr(k, p.k_stride, b, kvh);
-    const T* v_head = head_ptr(v, p.v_stride, b, kvh);
+    const KV* k_head = head_ptr(k, p.k_stride, b, kvh);
+    const KV* v_head = head_ptr(v, p.v_stride, b, kvh);
     if constexpr (FEATURES) {
         if (p.seqs.cu_q != nullptr) { // packed Q/O [total_q, Hq, D]; LSE [Hq, total_q]
             q_head = q + static_cast<int64_t>(rows.q_row0) * p.q_stride[2] + static_cast<int64_t>(h) * p.q_stride[1];
@@ -128,8 +138,9 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     }
     if constexpr (SPLIT) {
         const int per = (n_tiles + p.n_splits - 1) / p.n_splits;
-        t_begin = min(n_tiles, split * per);
-        n_tiles = min(n_tiles, t_begin + per) - t_begin;
+        const int first = min(n_tiles, split * per);
+        t_begin += first;
+        n_tiles = min(n_tiles, first + per) - first;
     }
     // Keys visible to this thread's rows (rows past q_len are computed and discarded).
     int lim_lo[MT], lim_hi[MT];
@@ -142,17 +153,35 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     const int lim_block = visible_keys<CAUSAL>(m0, p);
     // FEATURES: this head's ALiBi slope.
     const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f;
+    // KV_FP8: the keys' dequantization factor (the values' is applied to O at the end).
+    const float k_desc = KV_FP8 ? kv_descale(p.feat.k_descale, p.feat.descale_per_head, kvh) : 1.f;
 
     // Prologue: Q and the first STAGES-1 K/V tiles. One commit group per tile, always
     // committed (possibly empty) so that wait_group counts stay uniform.
     load_tile_async<T, DK, BM, Cfg::kThreads>(sQ, q_head, m0, p.q_len, p.q_stride[2], d_chunks, tid);
     // PAGED: the pages of the next tile to load, fetched one tile ahead (PageRows).
-    PageRows<DK, BN, Cfg::kThreads> pages;
+    PageRows<KV_FP8 ? DK / 2 : DK, BN, Cfg::kThreads> pages;
     const int* table = PAGED ? p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks : nullptr;
     const PageDiv div{p.seqs.page_size, p.seqs.page_mul, p.seqs.page_shift};
     if constexpr (PAGED) pages.fetch(table, t_begin * BN, p.kv_len, div, p.seqs.num_blocks, tid);
     auto load_kv = [&](int buf, int key0) {
-        if constexpr (PAGED) {
+        if constexpr (KV_FP8) {
+            const int code_chunks = p.head_dim >> 4;
+            if constexpr (PAGED) {
+                load_codes_paged<DK, BN, Cfg::kThreads>(stage_k + buf * BN * DK, k_head, pages, table, key0,
+                                                        p.kv_len, div, p.seqs.num_blocks, p.k_stride[0],
+                                                        p.k_stride[2], code_chunks, tid);
+                load_codes_paged<DK, BN, Cfg::kThreads>(stage_v + buf * BN * DK, v_head, pages, table, key0,
+                                                        p.kv_len, div, p.seqs.num_blocks, p.v_stride[0],
+                                                        p.v_stride[2], code_chunks, tid);
+                pages.fetch(table, key0 + BN, p.kv_len, div, p.seqs.num_blocks, tid);
+            } else {
+                load_codes_async<DK, BN, Cfg::kThreads>(stage_k + buf * BN * DK, k_head, key0, p.kv_len,
+                                                        p.k_stride[2], code_chunks, tid);
+                load_codes_async<DK, BN, Cfg::kThreads>(stage_v + buf * BN * DK, v_head, key0, p.kv_len,
+                                                        p.v_stride[2], code_chunks, tid);
+            }
+        } else if constexpr (PAGED) {
             load_tile_paged<T, DK, BN, Cfg::kThreads>(sK + buf * BN * DP, k_head, pages, table, key0, p.kv_len, div,
                                                       p.seqs.num_blocks, p.k_stride[0], p.k_stride[2], d_chunks,
                                                       tid);
@@ -160,12 +189,12 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
                                                       p.seqs.num_blocks, p.v_stride[0], p.v_stride[2], d_chunks,
                                                       tid);
             pages.fetch(table, key0 + BN, p.kv_len, div, p.seqs.num_blocks, tid);
-            return;
+        } else {
+            load_tile_async<T, DK, BN, Cfg::kThreads>(sK + buf * BN * DP, k_head, key0, p.kv_len, p.k_stride[2],
+                                                      d_chunks, tid);
+            load_tile_async<T, DK, BN, Cfg::kThreads>(sV + buf * BN * DP, v_head, key0, p.kv_len, p.v_stride[2],
+                                                      d_chunks, tid);
         }
-        load_tile_async<T, DK, BN, Cfg::kThreads>(sK + buf * BN * DP, k_head, key0, p.kv_len, p.k_stride[2],
-                                                  d_chunks, tid);
-        load_tile_async<T, DK, BN, Cfg::kThreads>(sV + buf * BN * DP, v_head, key0, p.kv_len, p.v_stride[2],
-                                                  d_chunks, tid);
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -203,8 +232,14 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
             }
         }
 
-        const T* tK = sK + (j % STAGES) * BN * DP;
-        const T* tV = sV + (j % STAGES) * BN * DP;
+        if constexpr (KV_FP8) {
+            // Widen this tile's codes; the trailing barrier of the last iteration freed sK/sV.
+            widen_codes<T, DK, BN, Cfg::kThreads>(sK, stage_k + (j % STAGES) * BN * DK, tid);
+            widen_codes<T, DK, BN, Cfg::kThreads>(sV, stage_v + (j % STAGES) * BN * DK, tid);
+            __syncthreads();
+        }
+        const T* tK = KV_FP8 ? sK : sK + (j % STAGES) * BN * DP;
+        const T* tV = KV_FP8 ? sV : sV + (j % STAGES) * BN * DP;
 
         // S = Q·Kᵀ (raw dot products, f32); each K fragment feeds all MT m-tiles.
         float acc_s[MT][Cfg::kNT][4];
@@ -243,6 +278,12 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
         const int key0 = (t_begin + j) * BN;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
+            if constexpr (KV_FP8) { // raw scores of the dequantized keys
+#pragma unroll
+                for (int n = 0; n < Cfg::kNT; ++n)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc_s[mt][n][i] *= k_desc;
+            }
             if constexpr (FEATURES) {
                 features_and_mask<Cfg::kNT, CAUSAL, BN>(acc_s[mt], key0, m0 + warp_row0 + mt * 16 + g, all_lo, all_hi,
                                                         slope, p, t);
@@ -295,6 +336,15 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
     }
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (KV_FP8) { // O of the dequantized values (linear, so before any merge)
+        const float v_desc = kv_descale(p.feat.v_descale, p.feat.descale_per_head, kvh);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int n = 0; n < Cfg::kNO; ++n)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc_o[mt][n][i] *= v_desc;
+    }
 
     if constexpr (SPLIT) {
         const int64_t block = (static_cast<int64_t>(b * p.q_heads + h) * gridDim.x) / p.n_splits + q_tile;
@@ -331,13 +381,15 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const T* __r
 #define ATTN_FWD_DEBUG_PARAMS
 #define ATTN_FWD_DEBUG_ARGS nullptr, nullptr
 #endif
-#define ATTN_FWD_ENTRY(NAME, T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES, PAGED)          \
+#define ATTN_FWD_ENTRY(NAME, T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES, PAGED, KV8)     \
     extern "C" __global__ void __launch_bounds__(W * 32)                                           \
-        NAME(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,            \
+        NAME(const T* __restrict__ q, const std::conditional_t<KV8, uint8_t, T>* __restrict__ k,   \
+             const std::conditional_t<KV8, uint8_t, T>* __restrict__ v,                            \
              T* __restrict__ o, float* __restrict__ lse, float* __restrict__ ws_o,                 \
              float* __restrict__ ws_ml, unsigned int* __restrict__ counters,                       \
              const attn::FwdParams p ATTN_FWD_DEBUG_PARAMS) {                                      \
-        attn::fwd_kernel<T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES, PAGED>(q, k, v, o,  \
+        attn::fwd_kernel<T, DK, BM, BN, ST, W, CAUSAL, BREAK, SPLIT, FEATURES, PAGED, KV8>(q, k, v,\
+                                                                    o,                             \
                                                                     lse, ATTN_FWD_DEBUG_ARGS,      \
                                                                     ws_o, ws_ml, counters, p);     \
     }

@@ -244,6 +244,30 @@ pub const fn fwd_smem_bytes(tile: &Tile, bucket: usize) -> usize {
     (tile.block_m + 2 * tile.stages * tile.block_n) * smem_pitch(bucket) * 2
 }
 
+/// Dynamic shared memory of a forward CTA reading an E4M3 KV cache ([`FwdMode::kv_fp8`]
+/// entries, kernels/kv_fp8.cuh): the Q tile, one widened K and V tile, and
+/// [`kv_fp8_stages`] byte stages of K and V codes.
+pub const fn fwd_kv_fp8_smem_bytes(tile: &Tile, bucket: usize) -> usize {
+    kv_fp8_smem_with(tile, bucket, kv_fp8_stages(tile, bucket))
+}
+
+const fn kv_fp8_smem_with(tile: &Tile, bucket: usize, stages: usize) -> usize {
+    (tile.block_m + 2 * tile.block_n) * smem_pitch(bucket) * 2 + 2 * stages * tile.block_n * bucket
+}
+
+/// The cp.async ring depth of the E4M3-cache entries of `tile`: the deepest of 4, 3, 2
+/// stages that fits sm_89's shared memory (the feature tile's own rule). A decode CTA
+/// streams its keys with the ring's tiles in flight, and a code tile is half an f16 tile:
+/// with the f16 entries' two stages it kept half the bytes in flight and read no faster than
+/// the f16 cache (run 27, docs/PERF.md), so the byte stages are deeper.
+pub const fn kv_fp8_stages(tile: &Tile, bucket: usize) -> usize {
+    let mut stages = 4;
+    while stages > 2 && kv_fp8_smem_with(tile, bucket, stages) > 101_376 {
+        stages -= 1;
+    }
+    stages
+}
+
 /// What one tile config of the f16/bf16 forward is compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FwdTileEntry {
@@ -704,6 +728,15 @@ pub enum FwdMode {
     FullFeaturesPaged,
     /// [`FwdMode::CausalFeatures`] reading K/V from a paged cache.
     CausalFeaturesPaged,
+    /// [`FwdMode::FullFeatures`] over an E4M3 KV cache (codes + per-head scales; Q and O
+    /// in the unit's type).
+    FullFeaturesKvFp8,
+    /// [`FwdMode::CausalFeatures`] over an E4M3 KV cache.
+    CausalFeaturesKvFp8,
+    /// [`FwdMode::FullFeaturesPaged`] over an E4M3 paged cache.
+    FullFeaturesPagedKvFp8,
+    /// [`FwdMode::CausalFeaturesPaged`] over an E4M3 paged cache.
+    CausalFeaturesPagedKvFp8,
 }
 
 impl FwdMode {
@@ -716,6 +749,63 @@ impl FwdMode {
             FwdMode::CausalFeatures => "causal_feat",
             FwdMode::FullFeaturesPaged => "full_feat_paged",
             FwdMode::CausalFeaturesPaged => "causal_feat_paged",
+            FwdMode::FullFeaturesKvFp8 => "full_feat_kv8",
+            FwdMode::CausalFeaturesKvFp8 => "causal_feat_kv8",
+            FwdMode::FullFeaturesPagedKvFp8 => "full_feat_paged_kv8",
+            FwdMode::CausalFeaturesPagedKvFp8 => "causal_feat_paged_kv8",
+        }
+    }
+
+    /// The general (features) entry of a mask, paging and KV cache type.
+    pub fn general(causal: bool, paged: bool, kv_fp8: bool) -> FwdMode {
+        match (causal, paged, kv_fp8) {
+            (false, false, false) => FwdMode::FullFeatures,
+            (true, false, false) => FwdMode::CausalFeatures,
+            (false, true, false) => FwdMode::FullFeaturesPaged,
+            (true, true, false) => FwdMode::CausalFeaturesPaged,
+            (false, false, true) => FwdMode::FullFeaturesKvFp8,
+            (true, false, true) => FwdMode::CausalFeaturesKvFp8,
+            (false, true, true) => FwdMode::FullFeaturesPagedKvFp8,
+            (true, true, true) => FwdMode::CausalFeaturesPagedKvFp8,
+        }
+    }
+
+    /// Every general entry ([`FwdMode::general`]'s eight), in the catalog's order.
+    pub const GENERAL: [FwdMode; 8] = [
+        FwdMode::FullFeatures,
+        FwdMode::CausalFeatures,
+        FwdMode::FullFeaturesPaged,
+        FwdMode::CausalFeaturesPaged,
+        FwdMode::FullFeaturesKvFp8,
+        FwdMode::CausalFeaturesKvFp8,
+        FwdMode::FullFeaturesPagedKvFp8,
+        FwdMode::CausalFeaturesPagedKvFp8,
+    ];
+
+    /// Whether the entry reads an E4M3 KV cache.
+    pub fn kv_fp8(self) -> bool {
+        matches!(
+            self,
+            FwdMode::FullFeaturesKvFp8
+                | FwdMode::CausalFeaturesKvFp8
+                | FwdMode::FullFeaturesPagedKvFp8
+                | FwdMode::CausalFeaturesPagedKvFp8
+        )
+    }
+
+    /// Whether a general entry also has a split-KV twin: the unmasked ones, which is what
+    /// decode runs (a single query row's bottom-right causal mask hides nothing, so the
+    /// launcher runs it unmasked).
+    pub fn general_split(self) -> bool {
+        self.features() && !self.causal()
+    }
+
+    /// Dynamic shared memory of this entry in `tile` at `bucket`.
+    pub fn smem_bytes(self, tile: &Tile, bucket: usize) -> usize {
+        if self.kv_fp8() {
+            fwd_kv_fp8_smem_bytes(tile, bucket)
+        } else {
+            fwd_smem_bytes(tile, bucket)
         }
     }
 
@@ -723,7 +813,11 @@ impl FwdMode {
     pub fn causal(self) -> bool {
         matches!(
             self,
-            FwdMode::Causal | FwdMode::CausalFeatures | FwdMode::CausalFeaturesPaged
+            FwdMode::Causal
+                | FwdMode::CausalFeatures
+                | FwdMode::CausalFeaturesPaged
+                | FwdMode::CausalFeaturesKvFp8
+                | FwdMode::CausalFeaturesPagedKvFp8
         )
     }
 
@@ -736,14 +830,17 @@ impl FwdMode {
                 | FwdMode::CausalFeatures
                 | FwdMode::FullFeaturesPaged
                 | FwdMode::CausalFeaturesPaged
-        )
+        ) || self.kv_fp8()
     }
 
     /// Whether the entry reads K/V through a block table.
     pub fn paged(self) -> bool {
         matches!(
             self,
-            FwdMode::FullFeaturesPaged | FwdMode::CausalFeaturesPaged
+            FwdMode::FullFeaturesPaged
+                | FwdMode::CausalFeaturesPaged
+                | FwdMode::FullFeaturesPagedKvFp8
+                | FwdMode::CausalFeaturesPagedKvFp8
         )
     }
 }
@@ -790,6 +887,15 @@ impl Fp8Mma {
 
 /// The extern "C" name of an f16/bf16 forward entry.
 pub fn fwd_entry_name(unit: &UnitKey, tile: &Tile, mode: FwdMode, split: bool) -> String {
+    // The E4M3-cache entries run their own ring depth; the name says which.
+    let tile = if mode.kv_fp8() {
+        Tile {
+            stages: kv_fp8_stages(tile, unit.head_dim),
+            ..*tile
+        }
+    } else {
+        *tile
+    };
     format!(
         "attn_fwd_{}_d{}_{}_{}{}",
         unit.elem.as_str(),
@@ -973,25 +1079,33 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     modes.push((FwdMode::Causal, true));
                 }
                 if !debug && fwd_feature_tile(d) == Some(*c) {
-                    modes.push((FwdMode::FullFeatures, false));
-                    modes.push((FwdMode::CausalFeatures, false));
-                    modes.push((FwdMode::FullFeaturesPaged, false));
-                    modes.push((FwdMode::CausalFeaturesPaged, false));
+                    for mode in FwdMode::GENERAL {
+                        modes.push((mode, false));
+                        if mode.general_split() {
+                            modes.push((mode, true));
+                        }
+                    }
                 }
                 for (mode, split) in modes {
+                    let stages = if mode.kv_fp8() {
+                        kv_fp8_stages(c, d)
+                    } else {
+                        c.stages
+                    };
                     let _ = writeln!(
                         s,
-                        "ATTN_FWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
+                        "ATTN_FWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {})",
                         fwd_entry_name(unit, c, mode, split),
                         c.block_m,
                         c.block_n,
-                        c.stages,
+                        stages,
                         c.warps,
                         mode.causal(),
                         mode == FwdMode::BrokenRescale,
                         split,
                         mode.features(),
-                        mode.paged()
+                        mode.paged(),
+                        mode.kv_fp8()
                     );
                 }
             }

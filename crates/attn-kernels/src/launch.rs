@@ -26,8 +26,9 @@ use crate::{
 };
 
 /// The score-modifying features of one launch, mirrored from `attn::FwdFeatures` in
-/// kernels/common.cuh (two device pointers, then four 4-byte fields). Read only by the
-/// features' entry points; [`FwdFeatures::OFF`] everywhere else.
+/// kernels/common.cuh (two device pointers, four 4-byte fields, two device pointers, one
+/// 4-byte field and padding: 56 bytes). Read only by the features' entry points;
+/// [`FwdFeatures::OFF`] everywhere else.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct FwdFeatures {
@@ -43,6 +44,14 @@ pub(crate) struct FwdFeatures {
     pub alibi_batch_stride: i32,
     /// `scale / c` with a softcap c, 0 without.
     pub softcap_in: f32,
+    /// E4M3 KV cache: device address of the key scales (0 elsewhere).
+    pub k_descale: u64,
+    /// E4M3 KV cache: device address of the value scales.
+    pub v_descale: u64,
+    /// 1 for scales `[Hkv]`, 0 for one scale `[1]`.
+    pub descale_per_head: i32,
+    /// Pads the C struct's tail to its 8-byte alignment.
+    pub _pad: i32,
 }
 
 impl FwdFeatures {
@@ -54,6 +63,10 @@ impl FwdFeatures {
         window_right: -1,
         alibi_batch_stride: 0,
         softcap_in: 0.0,
+        k_descale: 0,
+        v_descale: 0,
+        descale_per_head: 0,
+        _pad: 0,
     };
 }
 
@@ -122,8 +135,8 @@ pub(crate) struct FwdParams {
 
 // SAFETY: plain-old-data with the C layout of `attn::FwdParams` (twelve 4-byte fields, so the
 // 8-byte strides start 8-byte aligned at offset 48 in both languages; `FwdFeatures` starts at
-// 144 with its two 8-byte pointers, 32 bytes in both; `FwdSeqs` at 176 with four 8-byte
-// pointers and eight 4-byte fields, 64 bytes in both: 240 in all).
+// 144, 56 bytes in both (its pointers at 0, 8, 32, 40; the tail padded to 8); `FwdSeqs` at
+// 200 with four 8-byte pointers and eight 4-byte fields, 64 bytes in both: 264 in all).
 unsafe impl DeviceRepr for FwdParams {}
 
 impl FwdParams {
@@ -424,15 +437,15 @@ fn culib_present() -> bool {
 /// Q `[B, Hq, Sq, D]`, K and V `[B, Hkv, Sk, D]`, O like Q, each with any strides
 /// ([`Tensor`]); LSE `[B, Hq, Sq]` contiguous f32 when wanted.
 #[derive(Debug)]
-pub struct Forward<'a, T> {
+pub struct Forward<'a, T, K = T> {
     /// Shapes, mask and softmax scale.
     pub problem: &'a Problem,
     /// Queries.
     pub q: Tensor<'a, T>,
-    /// Keys.
-    pub k: Tensor<'a, T>,
-    /// Values.
-    pub v: Tensor<'a, T>,
+    /// Keys (in `T`; E4M3 codes `u8` through [`FlashAttention::forward_kv_fp8`]).
+    pub k: Tensor<'a, K>,
+    /// Values, like the keys.
+    pub v: Tensor<'a, K>,
     /// Output (written).
     pub o: TensorMut<'a, T>,
     /// Row log-sum-exp (natural log), `[B, Hq, Sq]`, when wanted.
@@ -496,12 +509,12 @@ pub(crate) struct BoundTensors<'a> {
 
 /// Takes the device pointers of Q, K, V, O (and LSE) on `stream` and validates them
 /// ([`check_tensors`]); the one place the f16/bf16 and FP8 launchers bind their tensors.
-pub(crate) fn bind_tensors<'a, T, U>(
+pub(crate) fn bind_tensors<'a, T, K, U>(
     stream: &'a CudaStream,
     expected: &Expected,
     q: &'a Tensor<'_, T>,
-    k: &'a Tensor<'_, T>,
-    v: &'a Tensor<'_, T>,
+    k: &'a Tensor<'_, K>,
+    v: &'a Tensor<'_, K>,
     o: &'a mut TensorMut<'_, U>,
     lse: Option<&'a mut CudaViewMut<'_, f32>>,
 ) -> Result<BoundTensors<'a>, KernelError> {
@@ -522,7 +535,11 @@ pub(crate) fn bind_tensors<'a, T, U>(
     };
     check_tensors(
         expected,
-        [std::mem::size_of::<T>(), std::mem::size_of::<U>()],
+        [
+            std::mem::size_of::<T>(),
+            std::mem::size_of::<K>(),
+            std::mem::size_of::<U>(),
+        ],
         (q.dims, q.strides, q.view.len(), q_ptr),
         (k.dims, k.strides, k.view.len(), k_ptr),
         (v.dims, v.strides, v.view.len(), v_ptr),
@@ -545,24 +562,24 @@ pub(crate) fn bind_tensors<'a, T, U>(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn check_tensors(
     expected: &Expected,
-    elem_bytes: [usize; 2],
+    elem_bytes: [usize; 3],
     q: ([usize; 4], Strides, usize, u64),
     k: ([usize; 4], Strides, usize, u64),
     v: ([usize; 4], Strides, usize, u64),
     o: ([usize; 4], Strides, usize, u64),
     lse: Option<(usize, u64)>,
 ) -> Result<(), KernelError> {
-    let [in_bytes, out_bytes] = elem_bytes;
+    let [q_bytes, kv_bytes, out_bytes] = elem_bytes;
     let (qd, kd) = (expected.q, expected.kv);
-    let cq = check_tensor("Q", qd, q.0, q.1, q.2, in_bytes, q.3, false)?;
-    let ck = check_tensor("K", kd, k.0, k.1, k.2, in_bytes, k.3, false)?;
-    let cv = check_tensor("V", kd, v.0, v.1, v.2, in_bytes, v.3, false)?;
+    let cq = check_tensor("Q", qd, q.0, q.1, q.2, q_bytes, q.3, false)?;
+    let ck = check_tensor("K", kd, k.0, k.1, k.2, kv_bytes, k.3, false)?;
+    let cv = check_tensor("V", kd, v.0, v.1, v.2, kv_bytes, v.3, false)?;
     let co = check_tensor("O", qd, o.0, o.1, o.2, out_bytes, o.3, true)?;
     let o_range = (o.3, (co.extent * out_bytes) as u64);
     let inputs = [
-        ("Q", q.3, (cq.extent * in_bytes) as u64),
-        ("K", k.3, (ck.extent * in_bytes) as u64),
-        ("V", v.3, (cv.extent * in_bytes) as u64),
+        ("Q", q.3, (cq.extent * q_bytes) as u64),
+        ("K", k.3, (ck.extent * kv_bytes) as u64),
+        ("V", v.3, (cv.extent * kv_bytes) as u64),
     ];
     for (name, addr, len) in inputs {
         if ranges_overlap(o_range.0, o_range.1, addr, len) {
@@ -710,9 +727,9 @@ impl FlashAttention {
         self.launch(args, LaunchExtras::default())
     }
 
-    pub(crate) fn launch<T: StorageType>(
+    pub(crate) fn launch<T: StorageType, K>(
         &self,
-        args: Forward<'_, T>,
+        args: Forward<'_, T, K>,
         extras: LaunchExtras<'_>,
     ) -> Result<LaunchInfo, KernelError> {
         let Forward {
@@ -746,12 +763,38 @@ impl FlashAttention {
             }
             None => problem,
         };
+        // One query row per sequence: a bottom-right causal mask hides no key, so the
+        // unmasked entries (which have split-KV twins) run it.
+        let unmasked = if planted_any {
+            None
+        } else {
+            single_row_unmasked(problem)
+        };
+        let problem = unmasked.as_ref().unwrap_or(problem);
+        // An E4M3 KV cache (`forward_kv_fp8`): K and V are one-byte codes.
+        let kv_fp8 = extras.kv_scales.is_some();
+        if kv_fp8 != (std::mem::size_of::<K>() == 1) {
+            return Err(KernelError::InvalidTensor {
+                tensor: "K",
+                reason: "E4M3 codes go through forward_kv_fp8, with their scales".into(),
+            });
+        }
         let shape = problem.shape();
         let d = shape.head_dim();
         let debug = extras.dump.is_some();
         let unit = unit_key(Arch::Sm80, T::DTYPE, d)?;
         let planted = debug || extras.mode.is_some();
         let features = !problem.features().is_empty();
+        if kv_fp8 && planted {
+            return Err(KernelError::UnsupportedFeature(
+                "an E4M3 KV cache in a debug launch (tile dumps, planted bugs)".into(),
+            ));
+        }
+        if kv_fp8 && d % 16 != 0 {
+            return Err(KernelError::UnsupportedFeature(format!(
+                "an E4M3 KV cache at head_dim {d} (rows are read in 16-byte chunks of codes: D must be a multiple of 16)"
+            )));
+        }
         if features && planted {
             return Err(KernelError::UnsupportedFeature(format!(
                 "{} in a debug launch (tile dumps, planted bugs)",
@@ -775,11 +818,19 @@ impl FlashAttention {
             }
             None => None,
         };
-        // The general entry points: features, and any sequence layout.
-        let general = features || seq_plan.is_some();
-        if let Some(tile) =
+        // The general entry points: features, any sequence layout, an E4M3 KV cache.
+        let general = features || seq_plan.is_some() || kv_fp8;
+        if kv_fp8 && matches!(opts.engine, Engine::Hopper(_)) {
+            return Err(KernelError::EngineUnavailable(
+                "the Hopper engine does not read E4M3 KV caches yet; use Engine::Auto or Engine::MmaSync".into(),
+            ));
+        }
+        let hopper = if kv_fp8 {
+            None
+        } else {
             self.hopper_choice(problem, T::DTYPE, &opts, planted, seq_plan.as_ref())?
-        {
+        };
+        if let Some(tile) = hopper {
             let seqs = seq_plan.zip(extras.seqs.as_ref());
             return self.launch_hopper(problem, &q, &k, &v, &mut o, lse.as_mut(), tile, seqs);
         }
@@ -788,29 +839,33 @@ impl FlashAttention {
             None if general => feature_config(d)?,
             None => self.default_config(problem),
         };
-        if seq_plan.is_some() {
+        // The general entries split unmasked launches without sinks (split_combine has no
+        // sink term).
+        let general_split =
+            general && problem.causal() == Causal::None && problem.features().sinks.is_none();
+        if general && !features {
             let want = feature_config(d)?;
             if config != want {
                 return Err(KernelError::UnsupportedFeature(format!(
-                    "varlen or paged KV with config {} (these launches run in config {} only)",
+                    "varlen, paged or E4M3 KV with config {} (these launches run in config {} only)",
                     config.name(),
                     want.name()
                 )));
             }
-            if opts.splits.is_some_and(|n| n != 1) {
+            if !general_split && opts.splits.is_some_and(|n| n != 1) {
                 return Err(KernelError::UnsupportedFeature(
-                    "varlen or paged KV with split-KV (use 1 or the default)".into(),
+                    "varlen, paged or E4M3 KV with split-KV under a causal mask (use 1 or the default)".into(),
                 ));
             }
         }
-        // Debug launches (tile dumps, planted bugs) and sequence layouts never split: dumps
-        // are per query block, and the general entry points have no split variant.
-        let splits = if planted || seq_plan.is_some() {
-            Some(1)
-        } else {
-            opts.splits
+        // Debug launches never split: dumps are per query block.
+        let splits = if planted { Some(1) } else { opts.splits };
+        let entry = GeneralEntry {
+            general,
+            split: general_split,
+            kv_fp8,
         };
-        let plan = plan_launch(problem, config, splits, self.sm_count())?;
+        let plan = plan_launch_entry(problem, config, splits, self.sm_count(), entry)?;
         let cfg = plan.config;
         if plan.smem_bytes as usize > self.max_smem_per_block() {
             return Err(KernelError::ConfigTooLarge {
@@ -820,14 +875,12 @@ impl FlashAttention {
             });
         }
         let paged = seq_plan.is_some_and(|s| s.paged);
-        let mode = match (extras.mode, problem.causal(), general, paged) {
-            (Some(m), ..) => m,
-            (None, Causal::None, false, _) => KernelMode::Full,
-            (None, _, false, _) => KernelMode::Causal,
-            (None, Causal::None, true, false) => KernelMode::FullFeatures,
-            (None, _, true, false) => KernelMode::CausalFeatures,
-            (None, Causal::None, true, true) => KernelMode::FullFeaturesPaged,
-            (None, _, true, true) => KernelMode::CausalFeaturesPaged,
+        let causal = problem.causal() != Causal::None;
+        let mode = match (extras.mode, general) {
+            (Some(m), _) => m,
+            (None, false) if causal => KernelMode::Causal,
+            (None, false) => KernelMode::Full,
+            (None, true) => KernelMode::general(causal, paged, kv_fp8),
         };
         let split = plan.params.n_splits > 1;
         let name = fwd_entry_name(&unit, &cfg, mode, split);
@@ -848,6 +901,12 @@ impl FlashAttention {
         }
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
         let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
+        let scale_guards = match &extras.kv_scales {
+            Some(scales) => {
+                crate::kv_fp8::bind_kv_scales(stream, scales, shape.kv_heads(), &mut params.feat)?
+            }
+            None => Vec::new(),
+        };
         let launch_cfg = LaunchConfig {
             grid_dim: plan.grid,
             block_dim: (cfg.threads() as u32, 1, 1),
@@ -921,6 +980,7 @@ impl FlashAttention {
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the kernel"))?;
         drop(ptrs);
         drop(feature_guard);
+        drop(scale_guards);
         drop(index_guards);
         Ok(LaunchInfo {
             kernel: name,
@@ -1061,12 +1121,12 @@ impl FlashAttention {
 
     /// Validates and launches the Hopper kernel (the rest of [`FlashAttention::forward`]).
     #[allow(clippy::too_many_arguments)]
-    fn launch_hopper<T: StorageType>(
+    fn launch_hopper<T: StorageType, K>(
         &self,
         problem: &Problem,
         q: &Tensor<'_, T>,
-        k: &Tensor<'_, T>,
-        v: &Tensor<'_, T>,
+        k: &Tensor<'_, K>,
+        v: &Tensor<'_, K>,
         o: &mut TensorMut<'_, T>,
         lse: Option<&mut CudaViewMut<'_, f32>>,
         tile: Option<HopperTile>,
@@ -1101,11 +1161,14 @@ impl FlashAttention {
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
         let elem = crate::config::elem_of(T::DTYPE).into();
         let rows_kv = plan.tile.block_n;
-        let geometry =
-            |t: &Tensor<'_, T>, rows| tma_geometry(t.dims, t.strides, 2, TMA_BOX_COLS, rows);
-        let tma_q = encode_tma(&geometry(q, plan.tile.block_m())?, ptrs.q, elem)?;
-        let tma_k = encode_tma(&geometry(k, rows_kv)?, ptrs.k, elem)?;
-        let tma_v = encode_tma(&geometry(v, rows_kv)?, ptrs.v, elem)?;
+        let geometry = |dims, strides, rows| tma_geometry(dims, strides, 2, TMA_BOX_COLS, rows);
+        let tma_q = encode_tma(
+            &geometry(q.dims, q.strides, plan.tile.block_m())?,
+            ptrs.q,
+            elem,
+        )?;
+        let tma_k = encode_tma(&geometry(k.dims, k.strides, rows_kv)?, ptrs.k, elem)?;
+        let tma_v = encode_tma(&geometry(v.dims, v.strides, rows_kv)?, ptrs.v, elem)?;
         let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
         let launch_cfg = LaunchConfig {
             grid_dim: plan.grid,
@@ -1194,6 +1257,8 @@ pub(crate) struct LaunchExtras<'a> {
     pub dump: Option<DumpArgs<'a>>,
     /// A varlen / KV-cache / paged launch ([`FlashAttention::forward_sequences`]).
     pub seqs: Option<Sequences<'a>>,
+    /// The scales of an E4M3 KV cache ([`FlashAttention::forward_kv_fp8`]).
+    pub kv_scales: Option<crate::kv_fp8::KvScales<'a>>,
 }
 
 pub(crate) struct DumpArgs<'a> {
@@ -1212,11 +1277,39 @@ pub(crate) struct LaunchPlan {
     pub params: FwdParams,
 }
 
+/// Which general entry a launch runs ([`FwdMode::general`]), for [`plan_launch_entry`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GeneralEntry {
+    /// The launch runs a general entry (features, a sequence layout or an E4M3 KV cache).
+    pub general: bool,
+    /// That entry has a split-KV twin ([`FwdMode::general_split`]) and the problem may split.
+    pub split: bool,
+    /// The E4M3 KV cache's entry (its shared memory differs).
+    pub kv_fp8: bool,
+}
+
+/// [`plan_launch_entry`] for a launch whose entry follows from the problem alone (the unit
+/// tests' shorthand).
+#[cfg(test)]
 pub(crate) fn plan_launch(
     problem: &Problem,
     config: KernelConfig,
     splits: Option<usize>,
     sm_count: usize,
+) -> Result<LaunchPlan, KernelError> {
+    let general = GeneralEntry {
+        general: !problem.features().is_empty(),
+        ..GeneralEntry::default()
+    };
+    plan_launch_entry(problem, config, splits, sm_count, general)
+}
+
+pub(crate) fn plan_launch_entry(
+    problem: &Problem,
+    config: KernelConfig,
+    splits: Option<usize>,
+    sm_count: usize,
+    entry: GeneralEntry,
 ) -> Result<LaunchPlan, KernelError> {
     let s = problem.shape();
     let d = s.head_dim();
@@ -1237,9 +1330,13 @@ pub(crate) fn plan_launch(
     let q_tiles = s.q_len().div_ceil(config.block_m);
     let key_tiles = s.kv_len().div_ceil(config.block_n);
     let n_splits = match splits {
-        // Features never split: the split combine has no sink and the feature entries no
-        // split variant (one instantiation per bucket keeps the build time).
-        None if features => 1,
+        // The general entries split only where they have a split twin (unmasked, no sinks).
+        None if entry.general && entry.split => choose_general_splits(
+            q_tiles * s.batch() * s.q_heads(),
+            key_tiles,
+            sm_count,
+        ),
+        None if entry.general => 1,
         None => choose_splits(
             &config,
             d,
@@ -1251,9 +1348,10 @@ pub(crate) fn plan_launch(
             return Err(AttnError::InvalidArgument("splits must be at least 1".into()).into())
         }
         Some(1) => 1,
-        Some(n) if features => {
+        Some(n) if entry.general && entry.split => n.min(MAX_SPLITS),
+        Some(n) if entry.general => {
             return Err(KernelError::UnsupportedFeature(format!(
-                "{} with split-KV ({n} splits asked; use 1 or the default)",
+                "{} with split-KV ({n} splits asked; the general entries split only unmasked launches without sinks: use 1 or the default)",
                 feature_names(problem)
             )))
         }
@@ -1279,9 +1377,41 @@ pub(crate) fn plan_launch(
             s.q_heads() as u32,
             s.batch() as u32,
         ),
-        smem_bytes: config.smem_bytes(d) as u32,
+        smem_bytes: if entry.kv_fp8 {
+            crate::catalog::fwd_kv_fp8_smem_bytes(&config, crate::config::bucket_for(d)?)
+        } else {
+            config.smem_bytes(d)
+        } as u32,
         params: fwd_params(problem, n_splits as i32),
     })
+}
+
+/// Key splits for a general entry's launch: [`crate::config::choose_splits`]'s rule (two
+/// CTAs per SM when the grid leaves SMs idle, at least
+/// [`crate::config::MIN_TILES_PER_SPLIT`] key tiles per split), for the entries whose split
+/// twin exists whatever the config table says.
+fn choose_general_splits(ctas: usize, key_tiles: usize, sm_count: usize) -> usize {
+    if ctas >= sm_count {
+        return 1;
+    }
+    (2 * sm_count)
+        .div_ceil(ctas.max(1))
+        .min(key_tiles / crate::config::MIN_TILES_PER_SPLIT)
+        .clamp(1, MAX_SPLITS)
+}
+
+/// `problem` without its causal mask when that mask hides nothing: one query row aligned
+/// bottom-right sees every key (the window is aligned bottom-right either way). `None` when
+/// the problem stays as it is.
+pub(crate) fn single_row_unmasked(problem: &Problem) -> Option<Problem> {
+    if problem.causal() != Causal::BottomRight || problem.shape().q_len() != 1 {
+        return None;
+    }
+    Problem::new(problem.shape().clone(), Causal::None)
+        .with_scale(problem.scale())
+        .ok()?
+        .with_features(problem.features().clone())
+        .ok()
 }
 
 /// The checks every forward launcher makes first: valid features (attn-ref's
@@ -1363,6 +1493,7 @@ pub(crate) fn fwd_features(problem: &Problem) -> FwdFeatures {
             _ => 0,
         },
         softcap_in: f.softcap.map_or(0.0, |c| (problem.scale() / c) as f32),
+        ..FwdFeatures::OFF
     }
 }
 
@@ -1613,6 +1744,99 @@ mod tests {
 
     fn problem(sq: usize, sk: usize, d: usize, causal: Causal) -> Problem {
         Problem::new(AttnShape::new(2, 8, 2, sq, sk, d).unwrap(), causal)
+    }
+
+    #[test]
+    fn general_entries_split_unmasked_launches_without_sinks() {
+        let cfg = crate::config::cfg(64, 64, 4, 2);
+        // Decode: 2 · 8 = 16 CTAs on 132 SMs, 8192 keys = 128 tiles.
+        let p = problem(1, 8192, 128, Causal::None)
+            .with_window(500, 0)
+            .unwrap();
+        let split = GeneralEntry {
+            general: true,
+            split: true,
+            kv_fp8: false,
+        };
+        let plan = plan_launch_entry(&p, cfg, None, 132, split).unwrap();
+        assert_eq!(plan.params.n_splits, 16); // min(264 / 16 → 17, 128 / 8 = 16)
+        assert_eq!(plan.grid, (16, 8, 2));
+        // No split twin (a causal mask, or sinks): one split, and asking for more is refused.
+        let single = GeneralEntry {
+            split: false,
+            ..split
+        };
+        assert_eq!(
+            plan_launch_entry(&p, cfg, None, 132, single)
+                .unwrap()
+                .params
+                .n_splits,
+            1
+        );
+        assert!(matches!(
+            plan_launch_entry(&p, cfg, Some(4), 132, single),
+            Err(KernelError::UnsupportedFeature(_))
+        ));
+        assert_eq!(
+            plan_launch_entry(&p, cfg, Some(4), 132, split)
+                .unwrap()
+                .params
+                .n_splits,
+            4
+        );
+        // A full grid does not split.
+        let big = problem(4096, 8192, 128, Causal::None);
+        let entry = GeneralEntry {
+            general: true,
+            split: true,
+            kv_fp8: false,
+        };
+        assert_eq!(
+            plan_launch_entry(&big, cfg, None, 132, entry)
+                .unwrap()
+                .params
+                .n_splits,
+            1
+        );
+    }
+
+    #[test]
+    fn e4m3_cache_entries_take_their_own_shared_memory() {
+        let cfg = crate::config::cfg(64, 64, 4, 2);
+        let p = problem(1, 1000, 128, Causal::None);
+        let entry = GeneralEntry {
+            general: true,
+            split: true,
+            kv_fp8: true,
+        };
+        let plan = plan_launch_entry(&p, cfg, Some(1), 132, entry).unwrap();
+        // Q 64 rows + one K and one V tile of 64 rows at pitch 128 (f16), + 3 stages of
+        // 64 × 128 codes for K and V (4 would not fit sm_89's 99 KiB).
+        assert_eq!(crate::catalog::kv_fp8_stages(&cfg, 128), 3);
+        assert_eq!(
+            plan.smem_bytes as usize,
+            (64 + 128) * 128 * 2 + 2 * 3 * 64 * 128
+        );
+    }
+
+    #[test]
+    fn a_single_bottom_right_row_runs_unmasked() {
+        let p = problem(1, 300, 64, Causal::BottomRight)
+            .with_window(40, 0)
+            .unwrap();
+        let u = single_row_unmasked(&p).expect("one bottom-right row");
+        assert_eq!(u.causal(), Causal::None);
+        assert_eq!(u.features(), p.features());
+        assert_eq!(u.scale(), p.scale());
+        // Every key stays visible to the row, as in the masked problem.
+        for j in 0..300 {
+            assert_eq!(
+                Causal::BottomRight.is_visible(0, j, 1, 300),
+                Causal::None.is_visible(0, j, 1, 300)
+            );
+        }
+        assert!(single_row_unmasked(&problem(1, 300, 64, Causal::TopLeft)).is_none());
+        assert!(single_row_unmasked(&problem(2, 300, 64, Causal::BottomRight)).is_none());
     }
 
     #[test]
@@ -1923,7 +2147,7 @@ mod tests {
         for layout in [Layout::Bhsd, Layout::Bshd] {
             let ok = check_tensors(
                 &Expected::dense(s),
-                [2, 2],
+                [2, 2, 2],
                 t(qd, layout, qn, 0x10000),
                 t(kd, layout, kn, 0x100000),
                 t(kd, layout, kn, 0x200000),
@@ -1935,7 +2159,7 @@ mod tests {
         // O over Q: an overlap error naming both.
         let e = check_tensors(
             &Expected::dense(s),
-            [2, 2],
+            [2, 2, 2],
             t(qd, Layout::Bhsd, qn, 0x10000),
             t(kd, Layout::Bhsd, kn, 0x100000),
             t(kd, Layout::Bhsd, kn, 0x200000),
@@ -1956,7 +2180,7 @@ mod tests {
         // LSE inside V.
         let e = check_tensors(
             &Expected::dense(s),
-            [2, 2],
+            [2, 2, 2],
             t(qd, Layout::Bhsd, qn, 0x10000),
             t(kd, Layout::Bhsd, kn, 0x100000),
             t(kd, Layout::Bhsd, kn, 0x200000),
@@ -1978,7 +2202,7 @@ mod tests {
         assert!(matches!(
             check_tensors(
                 &Expected::dense(s),
-                [2, 2],
+                [2, 2, 2],
                 t(qd, Layout::Bhsd, qn, 0x10000),
                 t(qd, Layout::Bhsd, qn, 0x100000),
                 t(kd, Layout::Bhsd, kn, 0x200000),
@@ -1990,7 +2214,7 @@ mod tests {
         assert!(matches!(
             check_tensors(
                 &Expected::dense(s),
-                [2, 2],
+                [2, 2, 2],
                 t(qd, Layout::Bhsd, qn, 0x10000),
                 t(kd, Layout::Bhsd, kn, 0x100000),
                 t(kd, Layout::Bhsd, kn, 0x200000),
@@ -2012,9 +2236,9 @@ mod tests {
         let st = Layout::Bshd.strides(dims_kv(s));
         let params = plan.params.with_strides(st, st, st, st);
         assert_eq!(params.k_stride, [300 * 2 * 64, 64, 2 * 64]);
-        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8 + 32 + 64);
+        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8 + 56 + 64);
         assert_eq!(std::mem::size_of::<FwdSeqs>(), 64);
-        assert_eq!(std::mem::size_of::<FwdFeatures>(), 32);
+        assert_eq!(std::mem::size_of::<FwdFeatures>(), 56);
     }
 
     #[test]

@@ -84,6 +84,7 @@ pub mod elite;
 pub mod fp8;
 pub mod hopper;
 pub mod kv_append;
+pub mod kv_fp8;
 mod launch;
 pub mod merge;
 pub mod seqs;
@@ -100,6 +101,7 @@ pub use config::{bucket_for, configs_for, Dtype, KernelConfig, KernelMode};
 pub use fp8::{Fp8Forward, Fp8Options, Fp8Scales, Fp8Variant};
 pub use hopper::{hopper_configs_for, Engine};
 pub use kv_append::{AppendKv, KvCache};
+pub use kv_fp8::{ForwardKvFp8, KvScales};
 pub use launch::{
     dims_kv, dims_q, driver_available, FlashAttention, Forward, ForwardOptions, FunctionResources,
     KernelCache, LaunchInfo, StorageType,
