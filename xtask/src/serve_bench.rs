@@ -9,13 +9,16 @@
 //!   shape), one query per sequence, through a shuffled block table, against the same keys in
 //!   a dense `[B, Hkv, S, D]` cache (dense `forward`, which may split) and through the dense
 //!   cache with `seqused_k`. Reported as K/V bytes read per µs.
+//! - **E4M3 KV cache**: the same paged decode (pages of 16) and its dense cache with K/V as
+//!   E4M3 codes (`forward_kv_fp8`, per-head scales), against the f16 paged run; and the
+//!   single-sequence decode (1, 32, 1 → 8192, 128) with an f16 and an E4M3 cache.
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use attn_kernels::{
-    dims_kv, dims_q, Engine, FlashAttention, Forward, ForwardOptions, Indices, KeyRows, Layout,
-    QueryRows, Sequences, Tensor, TensorMut,
+    dims_kv, dims_q, Engine, FlashAttention, Forward, ForwardKvFp8, ForwardOptions, Indices,
+    KeyRows, KvScales, Layout, QueryRows, Sequences, Tensor, TensorMut,
 };
 use attn_ref::{AttnShape, Causal, Problem};
 use cudarc::driver::CudaSlice;
@@ -107,6 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut json = Vec::new();
     varlen(&gpu, &args, &mut json)?;
     paged(&gpu, &args, &mut json)?;
+    decode(&gpu, &args, &mut json)?;
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -283,6 +287,7 @@ fn paged(
     let mut o = st.alloc_zeros::<f16>(b * hq * d)?;
     let kv_bytes = (2 * b * hkv * ctx * d * 2) as f64;
     let mut rows = Vec::new();
+    let mut fp8_rows = Vec::new();
     let p = Problem::new(AttnShape::new(b, hq, hkv, 1, ctx, d)?, Causal::BottomRight);
     let s = *p.shape();
     // Dense caches [B, Hkv, S, D] (bhsd) and [B, S, Hkv, D] (bshd): the plain forward (which
@@ -371,6 +376,71 @@ fn paged(
             kernel,
             samples,
         });
+        if ps == 16 {
+            fp8_rows.push(Timed {
+                name: "f16 paged cache, page 16".into(),
+                kernel: rows[rows.len() - 1].kernel.clone(),
+                samples: rows[rows.len() - 1].samples.clone(),
+            });
+            // The same pages as E4M3 codes (random codes of finite values, per-head scales).
+            let codes = |rng: &mut StdRng| -> anyhow::Result<CudaSlice<u8>> {
+                let host: Vec<u8> = (0..num_blocks * ps * hkv * d)
+                    .map(|_| rng.random_range(0u8..0x7E) | (rng.random::<u8>() & 0x80))
+                    .collect();
+                Ok(st.clone_htod(&host)?)
+            };
+            let (k8, v8) = (codes(&mut rng)?, codes(&mut rng)?);
+            let scales = st.clone_htod(&vec![0.01f32; hkv])?;
+            for paged in [true, false] {
+                let mut kernel = String::new();
+                let mut launch = |_: usize| -> anyhow::Result<()> {
+                    let (kd, layout, keys) = if paged {
+                        (
+                            [num_blocks, hkv, ps, d],
+                            Layout::Bshd,
+                            KeyRows::Paged {
+                                block_table: Indices::new(table.as_view()),
+                            },
+                        )
+                    } else {
+                        (dims_kv(&s), Layout::Bshd, KeyRows::Dense)
+                    };
+                    let info = gpu.forward_kv_fp8(
+                        ForwardKvFp8 {
+                            problem: &p,
+                            q: Tensor::bhsd(&q, dims_q(&s)),
+                            k: Tensor::contiguous(k8.as_view(), kd, layout),
+                            v: Tensor::contiguous(v8.as_view(), kd, layout),
+                            scales: KvScales {
+                                k: scales.as_view(),
+                                v: scales.as_view(),
+                            },
+                            o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                            lse: None,
+                            options: ForwardOptions::default(),
+                        },
+                        Some(Sequences {
+                            queries: QueryRows::Dense,
+                            keys,
+                            seqused_k: Some(Indices::new(used.as_view())),
+                        }),
+                    )?;
+                    kernel = info.kernel;
+                    Ok(())
+                };
+                let (samples, _) =
+                    time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+                fp8_rows.push(Timed {
+                    name: if paged {
+                        "E4M3 paged cache, page 16".into()
+                    } else {
+                        "E4M3 dense [B, S, Hkv, D] cache + seqused_k".into()
+                    },
+                    kernel,
+                    samples,
+                });
+            }
+        }
     }
     // The copy bandwidth of this device in the same process: a device-to-device copy of the
     // same K/V bytes. Its row's GB/s counts the bytes it reads, like the others; the copy
@@ -389,6 +459,22 @@ fn paged(
             samples,
         });
     }
+    // The copy bandwidth over the E4M3 cache's bytes (half the f16 cache's).
+    {
+        let n = s.kv_elems(); // two byte arrays of this many codes = 2 · n bytes
+        let src = st.alloc_zeros::<u8>(2 * n)?;
+        let mut dst = st.alloc_zeros::<u8>(2 * n)?;
+        let mut launch = |_: usize| -> anyhow::Result<()> {
+            st.memcpy_dtod(&src, &mut dst)?;
+            Ok(())
+        };
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        fp8_rows.push(Timed {
+            name: "device-to-device copy of the E4M3 bytes (also writes them)".into(),
+            kernel: "cuMemcpyDtoDAsync".into(),
+            samples,
+        });
+    }
     report(
         &format!(
             "paged decode: B {b}, Hq {hq} / Hkv {hkv}, {ctx} keys, D {d}, f16; GB/s of K/V read"
@@ -396,6 +482,106 @@ fn paged(
         &rows,
         kv_bytes / 1e3, // GB/s = bytes / (µs · 1e-6) / 1e9
         "GB/s",
+        json,
+    )?;
+    report(
+        &format!(
+            "paged decode, E4M3 KV cache: B {b}, Hq {hq} / Hkv {hkv}, {ctx} keys, D {d}; GB/s of E4M3 K/V read (the f16 row reads twice these bytes)"
+        ),
+        &fp8_rows,
+        kv_bytes / 2.0 / 1e3,
+        "GB/s",
+        json,
+    )?;
+    Ok(())
+}
+
+/// One sequence decoding against a long cache, DESIGN.md §7's decode shape (1, 32, 1 → 8192,
+/// 128; Hq = Hkv): the f16 cache through the plain forward (split-KV) and the same keys as
+/// an E4M3 cache (`forward_kv_fp8`, split-KV in the general entry), with the copy bandwidth.
+fn decode(
+    gpu: &Arc<FlashAttention>,
+    args: &Args,
+    json: &mut Vec<serde_json::Value>,
+) -> anyhow::Result<()> {
+    let (h, ctx, d) = (32usize, 8192usize, 128usize);
+    let mut rng = StdRng::seed_from_u64(args.seed + 1);
+    let st = gpu.stream().clone();
+    let p = Problem::new(AttnShape::new(1, h, h, 1, ctx, d)?, Causal::BottomRight);
+    let s = *p.shape();
+    let q = randn(&st, &mut rng, s.q_elems())?;
+    let k = randn(&st, &mut rng, s.kv_elems())?;
+    let v = randn(&st, &mut rng, s.kv_elems())?;
+    let mut o = st.alloc_zeros::<f16>(s.q_elems())?;
+    let codes = |rng: &mut StdRng| -> anyhow::Result<CudaSlice<u8>> {
+        let host: Vec<u8> = (0..s.kv_elems())
+            .map(|_| rng.random_range(0u8..0x7E) | (rng.random::<u8>() & 0x80))
+            .collect();
+        Ok(st.clone_htod(&host)?)
+    };
+    let (k8, v8) = (codes(&mut rng)?, codes(&mut rng)?);
+    let scales = st.clone_htod(&vec![0.01f32; h])?;
+    let mut rows = Vec::new();
+    for fp8 in [false, true] {
+        let mut kernel = String::new();
+        let mut launch = |_: usize| -> anyhow::Result<()> {
+            let info = if fp8 {
+                gpu.forward_kv_fp8(
+                    ForwardKvFp8 {
+                        problem: &p,
+                        q: Tensor::bhsd(&q, dims_q(&s)),
+                        k: Tensor::contiguous(k8.as_view(), dims_kv(&s), Layout::Bhsd),
+                        v: Tensor::contiguous(v8.as_view(), dims_kv(&s), Layout::Bhsd),
+                        scales: KvScales {
+                            k: scales.as_view(),
+                            v: scales.as_view(),
+                        },
+                        o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                        lse: None,
+                        options: ForwardOptions::default(),
+                    },
+                    None,
+                )?
+            } else {
+                gpu.forward(Forward {
+                    problem: &p,
+                    q: Tensor::bhsd(&q, dims_q(&s)),
+                    k: Tensor::bhsd(&k, dims_kv(&s)),
+                    v: Tensor::bhsd(&v, dims_kv(&s)),
+                    o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                    lse: None,
+                    options: ForwardOptions::default(),
+                })?
+            };
+            kernel = format!("{} ({} splits)", info.kernel, info.splits);
+            Ok(())
+        };
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        rows.push(Timed {
+            name: if fp8 { "E4M3 cache" } else { "f16 cache" }.into(),
+            kernel,
+            samples,
+        });
+    }
+    {
+        let src = randn(&st, &mut rng, 2 * s.kv_elems())?;
+        let mut dst = st.alloc_zeros::<f16>(2 * s.kv_elems())?;
+        let mut launch = |_: usize| -> anyhow::Result<()> {
+            st.memcpy_dtod(&src, &mut dst)?;
+            Ok(())
+        };
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        rows.push(Timed {
+            name: "device-to-device copy of the f16 cache's bytes (also writes them)".into(),
+            kernel: "cuMemcpyDtoDAsync".into(),
+            samples,
+        });
+    }
+    report(
+        &format!("decode: 1 × {h} heads × {ctx} keys, D {d}; time only (bytes differ per row)"),
+        &rows,
+        1.0,
+        "1/µs",
         json,
     )?;
     Ok(())

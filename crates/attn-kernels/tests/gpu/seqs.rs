@@ -11,9 +11,10 @@
 //! too.
 
 use attn_kernels::{
-    Engine, FlashAttention, Forward, ForwardOptions, Indices, KernelError, KeyRows, Layout,
-    QueryRows, Sequences, StorageType, Tensor, TensorMut,
+    Engine, FlashAttention, Forward, ForwardKvFp8, ForwardOptions, Indices, KernelError, KeyRows,
+    KvScales, Layout, QueryRows, Sequences, StorageType, Tensor, TensorMut,
 };
+use attn_quant::Fp8Format;
 use attn_ref::{
     reference::{self, emulate},
     Alibi, AttnShape, Causal, Dtype, Element, Features, Problem,
@@ -49,6 +50,37 @@ struct SeqCase {
     /// The engine asked for (`Auto` takes the Hopper kernel on sm_90 for unpaged layouts
     /// whose longest query sequence exceeds 64 rows).
     engine: Engine,
+    /// K/V as an E4M3 cache ([`FlashAttention::forward_kv_fp8`]) instead of in Q's type.
+    kv8: Option<KvScaleKind>,
+}
+
+/// How an E4M3 cache's scales are laid out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum KvScaleKind {
+    /// One scale per KV head (different for K and V).
+    PerHead,
+    /// One scale for the whole cache.
+    PerTensor,
+}
+
+/// Powers of two, so that `decode(code) · scale` is exact in f16 and bf16 and the reference
+/// can take the dequantized cache in the case's own type: per head 2^-(h mod 3) for K and
+/// 2^-(h mod 3) / 2 for V (so swapping K's and V's scales, or heads, shows), or 2^-1 / 2^-2
+/// for the whole cache.
+fn kv8_scales(kind: KvScaleKind, hkv: usize) -> (Vec<f32>, Vec<f32>) {
+    match kind {
+        KvScaleKind::PerHead => (
+            (0..hkv).map(|h| 0.5f32.powi((h % 3) as i32)).collect(),
+            (0..hkv).map(|h| 0.5f32.powi((h % 3) as i32 + 1)).collect(),
+        ),
+        KvScaleKind::PerTensor => (vec![0.5], vec![0.25]),
+    }
+}
+
+/// `x` through an E4M3 cache of scale `s`: decode(encode(x / s)) · s, exact in T.
+fn through_e4m3<T: StorageType>(x: T, s: f32) -> T {
+    let code = Fp8Format::E4M3.encode_f32(x.to_f32() / s);
+    T::from_f32(Fp8Format::E4M3.decode(code) * s)
 }
 
 /// The engines a case runs on: both kernels on an sm_90 device, mma.sync elsewhere.
@@ -86,13 +118,26 @@ fn run_case<T: StorageType + Element>(
     let d = c.d;
     let b = c.q_lens.len();
     let nan = T::from_f32(f32::NAN);
-    let seqs: Vec<SeqData<T>> = (0..b)
+    let mut seqs: Vec<SeqData<T>> = (0..b)
         .map(|i| SeqData {
             q: randn(rng, hq * c.q_lens[i] * d),
             k: randn(rng, hkv * c.k_lens[i] * d),
             v: randn(rng, hkv * c.k_lens[i] * d),
         })
         .collect();
+    // An E4M3 cache: the reference sees the cache's dequantized values.
+    let (k_scales, v_scales) = c.kv8.map_or((vec![], vec![]), |kind| kv8_scales(kind, hkv));
+    let head_scale = |scales: &[f32], h: usize| scales[if scales.len() == 1 { 0 } else { h }];
+    if c.kv8.is_some() {
+        for (i, s) in seqs.iter_mut().enumerate() {
+            let per_head = c.k_lens[i] * d;
+            for (j, (k, v)) in s.k.iter_mut().zip(s.v.iter_mut()).enumerate() {
+                let h = j / per_head.max(1);
+                *k = through_e4m3(*k, head_scale(&k_scales, h));
+                *v = through_e4m3(*v, head_scale(&v_scales, h));
+            }
+        }
+    }
     let max_q = c.q_lens.iter().copied().max().unwrap_or(0).max(1);
     let max_k = c.k_lens.iter().copied().max().unwrap_or(0).max(1);
     // Queries: packed [total_q, Hq, D] or dense [B, Hq, Sq, D].
@@ -208,6 +253,30 @@ fn run_case<T: StorageType + Element>(
         }
     };
     let used: Vec<i32> = c.k_lens.iter().map(|&l| l as i32).collect();
+    // E4M3 codes of the laid-out cache: the KV head of element j follows from the layout.
+    // Rows no launch may read hold the largest code (448 · scale), which would show in O.
+    let head_of = |j: usize| match c.keys {
+        Keys::Dense { cap } => j / (cap * d) % hkv,
+        _ => j / d % hkv,
+    };
+    let codes = |x: &[T], scales: &[f32]| -> Vec<u8> {
+        x.iter()
+            .enumerate()
+            .map(|(j, v)| {
+                let f = v.to_f32();
+                if f.is_nan() {
+                    0x7E
+                } else {
+                    Fp8Format::E4M3.encode_f32(f / head_scale(scales, head_of(j)))
+                }
+            })
+            .collect()
+    };
+    let (k_codes, v_codes) = if c.kv8.is_some() {
+        (codes(&k_host, &k_scales), codes(&v_host, &v_scales))
+    } else {
+        (vec![0u8], vec![0u8])
+    };
     let st = gpu.stream();
     let up = |x: &[i32]| st.clone_htod(x).map_err(|e| e.to_string());
     let dq = st.clone_htod(&q_host).map_err(|e| e.to_string())?;
@@ -252,8 +321,37 @@ fn run_case<T: StorageType + Element>(
             _ => Some(Indices::new(dused.as_view()).with_host(&used)),
         },
     };
-    let launch = gpu
-        .forward_sequences(
+    let options = ForwardOptions {
+        engine: c.engine,
+        ..ForwardOptions::default()
+    };
+    let launch = if c.kv8.is_some() {
+        let (dkc, dvc) = (
+            st.clone_htod(&k_codes).map_err(|e| e.to_string())?,
+            st.clone_htod(&v_codes).map_err(|e| e.to_string())?,
+        );
+        let (dks, dvs) = (
+            st.clone_htod(&k_scales).map_err(|e| e.to_string())?,
+            st.clone_htod(&v_scales).map_err(|e| e.to_string())?,
+        );
+        gpu.forward_kv_fp8(
+            ForwardKvFp8 {
+                problem: &template,
+                q: Tensor::contiguous(dq.as_view(), q_dims, q_layout),
+                k: Tensor::contiguous(dkc.as_view(), k_dims, k_layout),
+                v: Tensor::contiguous(dvc.as_view(), k_dims, k_layout),
+                scales: KvScales {
+                    k: dks.as_view(),
+                    v: dvs.as_view(),
+                },
+                o: TensorMut::contiguous(o.as_view_mut(), q_dims, q_layout),
+                lse: Some(lse.as_view_mut()),
+                options,
+            },
+            Some(seq_layout),
+        )
+    } else {
+        gpu.forward_sequences(
             Forward {
                 problem: &template,
                 q: Tensor::contiguous(dq.as_view(), q_dims, q_layout),
@@ -261,14 +359,12 @@ fn run_case<T: StorageType + Element>(
                 v: Tensor::contiguous(dv.as_view(), k_dims, k_layout),
                 o: TensorMut::contiguous(o.as_view_mut(), q_dims, q_layout),
                 lse: Some(lse.as_view_mut()),
-                options: ForwardOptions {
-                    engine: c.engine,
-                    ..ForwardOptions::default()
-                },
+                options,
             },
             seq_layout,
         )
-        .map_err(|e| format!("launch: {e}"))?;
+    }
+    .map_err(|e| format!("launch: {e}"))?;
     let o: Vec<T> = st.clone_dtoh(&o).map_err(|e| e.to_string())?;
     let lse: Vec<f32> = st.clone_dtoh(&lse).map_err(|e| e.to_string())?;
     let mut failures = Vec::new();
@@ -328,18 +424,21 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
         };
         match r {
             Ok(kernel) => {
-                let want = if matches!(c.keys, Keys::Paged { .. }) {
-                    "_paged"
-                } else {
-                    "_feat"
+                let want = match (c.keys, c.kv8.is_some()) {
+                    (Keys::Paged { .. }, false) => "_paged",
+                    (Keys::Paged { .. }, true) => "_paged_kv8",
+                    (_, false) => "_feat",
+                    (_, true) => "_feat_kv8",
                 };
-                if !kernel.ends_with(want) {
+                let name = kernel.strip_suffix("_split").unwrap_or(&kernel);
+                if !name.ends_with(want) {
                     failures.push(format!("{c:?}: ran {kernel}, not a `{want}` entry"));
                 }
                 // The engine that ran: Hopper when asked, and Auto's choice on sm_90.
                 let max_q = c.q_lens.iter().copied().max().unwrap_or(0);
                 let hopper = matches!(c.engine, Engine::Hopper(_))
                     || (c.engine == Engine::Auto
+                        && c.kv8.is_none()
                         && gpu.compute_capability() == (9, 0)
                         && !matches!(c.keys, Keys::Paged { .. })
                         && max_q > 64);
@@ -396,6 +495,7 @@ fn correctness_seqs_varlen() {
                         q_packed: true,
                         keys: Keys::Packed,
                         engine,
+                        kv8: None,
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
@@ -415,6 +515,7 @@ fn correctness_seqs_varlen() {
                 q_packed: false,
                 keys: Keys::Packed,
                 engine,
+                kv8: None,
             };
             run_dtypes(&gpu, &c, &mut rng, &mut failures);
         }
@@ -457,6 +558,7 @@ fn correctness_seqs_paged() {
                             num_blocks: 5 * 333usize.div_ceil(page_size) + 3,
                         },
                         engine: Engine::Auto,
+                        kv8: None,
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
@@ -493,6 +595,7 @@ fn correctness_seqs_kv_cache_lengths() {
                         q_packed: false,
                         keys: Keys::Dense { cap: 256 },
                         engine,
+                        kv8: None,
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
@@ -500,6 +603,177 @@ fn correctness_seqs_kv_cache_lengths() {
         }
     }
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// An E4M3 KV cache ([`FlashAttention::forward_kv_fp8`]) in every layout: dense caches with
+/// `seqused_k`, packed (varlen) and paged keys; decode (one row, GQA-packed, split over the
+/// keys) and prefill, all three masks, the serving features, per-head and per-cache scales,
+/// D 64/128/256 and a D of no bucket (96 → the 128 bucket's columns past D), f16 and bf16
+/// queries. The reference runs on the cache's dequantized values.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_seqs_kv_fp8() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for d in [64, 128, 96, 256] {
+        for kind in [KvScaleKind::PerHead, KvScaleKind::PerTensor] {
+            for causal in CAUSALS {
+                // Decode over a dense cache: 6 CTAs after GQA packing, so the keys split.
+                let decode = SeqCase {
+                    heads: (8, 2),
+                    d,
+                    causal,
+                    features: Features::default(),
+                    q_lens: vec![1; 3],
+                    k_lens: vec![1500, 777, 1],
+                    q_packed: false,
+                    keys: Keys::Dense { cap: 1536 },
+                    engine: Engine::Auto,
+                    kv8: Some(kind),
+                };
+                run_dtypes(&gpu, &decode, &mut rng, &mut failures);
+                // Varlen prefill over packed keys, with every feature.
+                let q_lens = vec![0, 1, 77, 130, 3];
+                let k_lens = vec![5, 1, 300, 0, 250];
+                let prefill = SeqCase {
+                    heads: (4, 2),
+                    d,
+                    causal,
+                    features: all_features(q_lens.len(), 4),
+                    q_lens,
+                    k_lens,
+                    q_packed: true,
+                    keys: Keys::Packed,
+                    engine: Engine::Auto,
+                    kv8: Some(kind),
+                };
+                run_dtypes(&gpu, &prefill, &mut rng, &mut failures);
+                // Paged decode, pages straddling tiles; with a window and softcap (no
+                // sinks, so it may split).
+                let paged = SeqCase {
+                    heads: (8, 2),
+                    d,
+                    causal,
+                    features: Features {
+                        window: Some((300, 0)),
+                        softcap: Some(8.0),
+                        ..Features::default()
+                    },
+                    q_lens: vec![1; 4],
+                    k_lens: vec![900, 17, 0, 1200],
+                    q_packed: false,
+                    keys: Keys::Paged {
+                        page_size: 48,
+                        num_blocks: 4 * 1200usize.div_ceil(48) + 3,
+                    },
+                    engine: Engine::Auto,
+                    kv8: Some(kind),
+                };
+                run_dtypes(&gpu, &paged, &mut rng, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// Split-KV in the general entries (f16/bf16 caches): single-row launches with a window and
+/// softcap over dense and paged caches split their keys (the grid is small), and the result
+/// equals the reference; with sinks they do not split.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_seqs_general_split() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for d in [64, 128] {
+        for keys in [
+            Keys::Dense { cap: 4096 },
+            Keys::Paged {
+                page_size: 16,
+                num_blocks: 2 * 4096 / 16 + 1,
+            },
+        ] {
+            for features in [
+                Features::default(),
+                Features {
+                    window: Some((1000, 0)),
+                    softcap: Some(10.0),
+                    ..Features::default()
+                },
+                all_features(2, 4),
+            ] {
+                let c = SeqCase {
+                    heads: (4, 4),
+                    d,
+                    causal: Causal::BottomRight,
+                    features,
+                    q_lens: vec![1; 2],
+                    k_lens: vec![4096, 2500],
+                    q_packed: false,
+                    keys,
+                    engine: Engine::MmaSync,
+                    kv8: None,
+                };
+                run_dtypes(&gpu, &c, &mut rng, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// What an E4M3 cache's launch refuses, before writing anything: scales of the wrong
+/// length, K and V scales of different layouts, a head dim that is no multiple of 16, the
+/// Hopper engine, and a K/V code tensor of the wrong dims.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn validation_kv_fp8() {
+    let gpu = gpu();
+    let st = gpu.stream();
+    let try_launch = |d: usize, nk: usize, nv: usize, engine: Engine, kdims_sk: usize| {
+        let p = Problem::new(AttnShape::new(2, 4, 2, 1, 64, d).unwrap(), Causal::None);
+        let q = st.clone_htod(&vec![f16::from_f32(0.5); 2 * 4 * d]).unwrap();
+        let kc = st.clone_htod(&vec![0x38u8; 2 * 2 * 64 * d]).unwrap();
+        let ks = st.clone_htod(&vec![1f32; nk]).unwrap();
+        let vs = st.clone_htod(&vec![1f32; nv]).unwrap();
+        let mut o = st.clone_htod(&vec![f16::from_f32(7.0); 2 * 4 * d]).unwrap();
+        let r = gpu.forward_kv_fp8(
+            ForwardKvFp8 {
+                problem: &p,
+                q: Tensor::contiguous(q.as_view(), [2, 4, 1, d], Layout::Bhsd),
+                k: Tensor::contiguous(kc.as_view(), [2, 2, kdims_sk, d], Layout::Bhsd),
+                v: Tensor::contiguous(kc.as_view(), [2, 2, 64, d], Layout::Bhsd),
+                scales: KvScales {
+                    k: ks.as_view(),
+                    v: vs.as_view(),
+                },
+                o: TensorMut::contiguous(o.as_view_mut(), [2, 4, 1, d], Layout::Bhsd),
+                lse: None,
+                options: ForwardOptions {
+                    engine,
+                    ..ForwardOptions::default()
+                },
+            },
+            None,
+        );
+        let o: Vec<f16> = st.clone_dtoh(&o).unwrap();
+        (r, o.iter().all(|x| x.to_f32() == 7.0))
+    };
+    let (ok, _) = try_launch(64, 2, 2, Engine::Auto, 64);
+    ok.expect("a valid launch");
+    for (what, d, nk, nv, engine, sk) in [
+        ("3 scales for 2 heads", 64, 3, 3, Engine::Auto, 64),
+        ("per-head K, per-cache V", 64, 2, 1, Engine::Auto, 64),
+        ("D = 40", 40, 2, 2, Engine::Auto, 64),
+        ("the Hopper engine", 64, 2, 2, Engine::Hopper(None), 64),
+        ("K of 32 rows", 64, 2, 2, Engine::Auto, 32),
+    ] {
+        let (r, untouched) = try_launch(d, nk, nv, engine, sk);
+        assert!(r.is_err(), "{what}: launched");
+        assert!(untouched, "{what}: O was written");
+    }
 }
 
 /// Device-resident indices the host never saw: cu_seqlens past the tensors, seqused_k past
@@ -582,6 +856,7 @@ fn sanitize_seqs_corrupt_device_indices() {
             num_blocks: 8,
         },
         engine: Engine::Auto,
+        kv8: None,
     };
     run_dtypes(&gpu, &c, &mut rng, &mut failures);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -640,7 +915,10 @@ fn validation_seqs_refusals_write_nothing() {
     let gpu = gpu();
     let st = gpu.stream();
     let (b, hq, hkv, d) = (2, 4, 2, 64);
-    let p = Problem::new(AttnShape::new(b, hq, hkv, 8, 8, d).unwrap(), Causal::None);
+    let p = Problem::new(
+        AttnShape::new(b, hq, hkv, 8, 8, d).unwrap(),
+        Causal::BottomRight,
+    );
     let q = st
         .clone_htod(&vec![f16::from_f32(1.0); 12 * hq * d])
         .unwrap();
@@ -705,7 +983,7 @@ fn validation_seqs_refusals_write_nothing() {
             run(&mut o, &good_cu, false, [2, hq, 6, d], Default::default()),
         ),
         (
-            "split-KV",
+            "split-KV under a causal mask",
             run(
                 &mut o,
                 &good_cu,
