@@ -522,7 +522,16 @@ fn decode(
     let (k8, v8) = (codes(&mut rng)?, codes(&mut rng)?);
     let scales = st.clone_htod(&vec![0.01f32; h])?;
     let mut rows = Vec::new();
-    for fp8 in [false, true] {
+    // The heuristic's split count first, then a sweep (one wave of 2 CTAs per SM is 8 splits
+    // here; the heuristic asks for 9).
+    let variants = [false, true]
+        .into_iter()
+        .flat_map(|fp8| [None, Some(4), Some(8), Some(16)].map(|n| (fp8, n)));
+    for (fp8, splits) in variants {
+        let options = ForwardOptions {
+            splits,
+            ..ForwardOptions::default()
+        };
         let mut kernel = String::new();
         let mut launch = |_: usize| -> anyhow::Result<()> {
             let info = if fp8 {
@@ -538,7 +547,7 @@ fn decode(
                         },
                         o: TensorMut::bhsd(&mut o, dims_q(&s)),
                         lse: None,
-                        options: ForwardOptions::default(),
+                        options: options.clone(),
                     },
                     None,
                 )?
@@ -550,7 +559,7 @@ fn decode(
                     v: Tensor::bhsd(&v, dims_kv(&s)),
                     o: TensorMut::bhsd(&mut o, dims_q(&s)),
                     lse: None,
-                    options: ForwardOptions::default(),
+                    options: options.clone(),
                 })?
             };
             kernel = format!("{} ({} splits)", info.kernel, info.splits);
@@ -558,7 +567,11 @@ fn decode(
         };
         let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
         rows.push(Timed {
-            name: if fp8 { "E4M3 cache" } else { "f16 cache" }.into(),
+            name: format!(
+                "{}{}",
+                if fp8 { "E4M3 cache" } else { "f16 cache" },
+                splits.map_or(String::new(), |n| format!(", {n} splits forced"))
+            ),
             kernel,
             samples,
         });

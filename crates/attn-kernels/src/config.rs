@@ -68,11 +68,22 @@ pub fn choose_splits(
     key_tiles: usize,
     sm_count: usize,
 ) -> usize {
-    if !has_split(config, head_dim) || ctas >= sm_count {
+    if !has_split(config, head_dim) {
         return 1;
     }
-    (2 * sm_count)
-        .div_ceil(ctas.max(1))
+    one_wave_splits(ctas, key_tiles, sm_count)
+}
+
+/// The split count that fills one wave of two CTAs per SM without spilling into a second:
+/// `⌊2·SMs / ctas⌋`, at most [`MAX_SPLITS`], each split keeping [`MIN_TILES_PER_SPLIT`] key
+/// tiles; 1 when the grid already covers the SMs. Rounding up instead (9 splits of 32 decode
+/// CTAs on 132 SMs: 288 CTAs for 264 slots) left a 24-CTA second wave that cost 17 % (run
+/// 28: 67.4 µs against 57.7 at 8 splits, docs/PERF.md).
+pub fn one_wave_splits(ctas: usize, key_tiles: usize, sm_count: usize) -> usize {
+    if ctas >= sm_count {
+        return 1;
+    }
+    ((2 * sm_count) / ctas.max(1))
         .min(key_tiles / MIN_TILES_PER_SPLIT)
         .clamp(1, MAX_SPLITS)
 }
@@ -260,8 +271,10 @@ mod tests {
         let small = cfg(64, 64, 4, 2);
         // (1,8,512,64): 64 CTAs on 132 SMs but only 8 key tiles: no split (measured slower).
         assert_eq!(choose_splits(&small, 64, 64, 8, 132), 1);
-        // Decode (1,32,1→8192): 32 CTAs, 128 key tiles → 9 splits (two CTAs per SM).
-        assert_eq!(choose_splits(&cfg(32, 64, 2, 2), 128, 32, 128, 132), 9);
+        // Decode (1,32,1→8192): 32 CTAs, 128 key tiles → 8 splits (one wave of two CTAs
+        // per SM: 256 of 264 slots; 9 would spill 24 CTAs into a second wave).
+        assert_eq!(choose_splits(&cfg(32, 64, 2, 2), 128, 32, 128, 132), 8);
+        assert_eq!(one_wave_splits(100, 128, 132), 2);
         assert_eq!(
             choose_splits(&cfg(32, 64, 2, 2), 256, 1, 1024, 132),
             MAX_SPLITS

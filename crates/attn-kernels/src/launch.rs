@@ -1331,7 +1331,7 @@ pub(crate) fn plan_launch_entry(
     let key_tiles = s.kv_len().div_ceil(config.block_n);
     let n_splits = match splits {
         // The general entries split only where they have a split twin (unmasked, no sinks).
-        None if entry.general && entry.split => choose_general_splits(
+        None if entry.general && entry.split => crate::config::one_wave_splits(
             q_tiles * s.batch() * s.q_heads(),
             key_tiles,
             sm_count,
@@ -1384,20 +1384,6 @@ pub(crate) fn plan_launch_entry(
         } as u32,
         params: fwd_params(problem, n_splits as i32),
     })
-}
-
-/// Key splits for a general entry's launch: [`crate::config::choose_splits`]'s rule (two
-/// CTAs per SM when the grid leaves SMs idle, at least
-/// [`crate::config::MIN_TILES_PER_SPLIT`] key tiles per split), for the entries whose split
-/// twin exists whatever the config table says.
-fn choose_general_splits(ctas: usize, key_tiles: usize, sm_count: usize) -> usize {
-    if ctas >= sm_count {
-        return 1;
-    }
-    (2 * sm_count)
-        .div_ceil(ctas.max(1))
-        .min(key_tiles / crate::config::MIN_TILES_PER_SPLIT)
-        .clamp(1, MAX_SPLITS)
 }
 
 /// `problem` without its causal mask when that mask hides nothing: one query row aligned

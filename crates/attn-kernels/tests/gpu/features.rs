@@ -440,12 +440,13 @@ fn correctness_features_auto_engine_and_repeat_launches() {
 }
 
 /// What the launcher refuses with features, before anything runs: a Hopper tile other than
-/// the default, an mma.sync config without feature entries, split-KV. O stays poisoned.
+/// the default, an mma.sync config without feature entries, split-KV under a causal mask
+/// (the general entries split unmasked launches only). O stays poisoned.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn validation_features_refusals_write_nothing() {
     let gpu = gpu();
-    let p = problem((1, 2, 2, 100, 100, 128), Causal::None)
+    let p = problem((1, 2, 2, 100, 100, 128), Causal::BottomRight)
         .with_softcap(10.0)
         .unwrap();
     let s = p.shape();
