@@ -203,16 +203,31 @@ pub fn shape_set(set: ShapeSet) -> Vec<BenchShape> {
             BenchShape::mha(1, 16, 16384, 128, false),
         ]
     };
+    // DESIGN.md §7's decode shape, and serve-bench's paged decode (B 64, Hq 32 / Hkv 8, 4096
+    // keys) on a dense cache: SDPA has no paged input, so its gathered dense cache is the
+    // paged decode's baseline (FlashInfer's cubin wheel, 458 MB, does not fit the GPU host's
+    // 64 MiB transfer).
     let decode = || {
-        vec![BenchShape {
-            b: 1,
-            hq: 32,
-            hkv: 32,
-            sq: 1,
-            sk: 8192,
-            d: 128,
-            causal: Causal::None,
-        }]
+        vec![
+            BenchShape {
+                b: 1,
+                hq: 32,
+                hkv: 32,
+                sq: 1,
+                sk: 8192,
+                d: 128,
+                causal: Causal::None,
+            },
+            BenchShape {
+                b: 64,
+                hq: 32,
+                hkv: 8,
+                sq: 1,
+                sk: 4096,
+                d: 128,
+                causal: Causal::None,
+            },
+        ]
     };
     match set {
         ShapeSet::Seed => seed(),

@@ -113,6 +113,11 @@ impl FlashAttn {
             d,
         } = check_dims(q.layout(), k.layout(), v.layout())?;
         check_grad_shape(d_o, q)?;
+        if self.kv_scales.is_some() {
+            return Err(err(format!(
+                "{BACKWARD_UNSUPPORTED} an E4M3 KV cache (flash_attn_kv_fp8): it is an inference format; train with f16/bf16 k and v"
+            )));
+        }
         if b == 0 || sq == 0 || hq == 0 || d == 0 || sk == 0 {
             return zeros(q, k, v);
         }

@@ -24,9 +24,9 @@ use std::{
 };
 
 use attn_kernels::{
-    Backward, BackwardOptions, FlashAttention, Forward, ForwardOptions, Indices, KernelCache,
-    KernelError, KeyRows, Layout as KLayout, QueryRows, Sequences, StorageType, Strides,
-    Tensor as KTensor, TensorMut,
+    Backward, BackwardOptions, FlashAttention, Forward, ForwardKvFp8, ForwardOptions, Fp8Forward,
+    Fp8Options, Fp8Scales, Indices, KernelCache, KernelError, KeyRows, KvScales, Layout as KLayout,
+    QueryRows, Sequences, StorageType, Strides, Tensor as KTensor, TensorMut,
 };
 use attn_ref::AttnShape;
 use candle_core::backend::BackendStorage;
@@ -131,6 +131,11 @@ fn kernel_cache(stream: &Arc<CudaStream>) -> Result<Arc<KernelCache>> {
 /// An input `(b, s, h, d)` over candle's buffer: dims `[b, h, s, d]`, candle's strides, from
 /// the layout's start offset. No copy.
 fn input<'a, T>(name: &str, slice: &'a CudaSlice<T>, l: &Layout) -> Result<KTensor<'a, T>> {
+    input_view(name, slice.as_view(), l)
+}
+
+/// [`input`] over a view (an E4M3 cache's codes as bytes).
+fn input_view<'a, T>(name: &str, slice: CudaView<'a, T>, l: &Layout) -> Result<KTensor<'a, T>> {
     let (dims, st) = (l.dims(), l.stride());
     if dims[3] > 1 && st[3] != 1 {
         bail!(
@@ -170,6 +175,47 @@ fn storage_dtype(q: &CudaStorage, k: &CudaStorage, v: &CudaStorage) -> Result<DT
     }
 }
 
+/// An `F8E4M3` storage's codes as bytes, in place.
+fn codes<'a>(name: &str, s: &'a CudaStorage) -> Result<CudaView<'a, u8>> {
+    let slice = s.as_cuda_slice::<float8::F8E4M3>()?;
+    // SAFETY: F8E4M3 is `#[repr(transparent)]` over its one-byte code, so the buffer holds
+    // exactly `len` valid u8s.
+    unsafe { slice.transmute::<u8>(slice.len()) }
+        .ok_or_else(|| err(format!("{name}'s buffer could not be viewed as bytes")))
+}
+
+/// A scale tensor's f32s on the device: contiguous, no copy.
+fn scale_view<'a>(name: &str, storage: &'a Storage, l: &Layout) -> Result<CudaView<'a, f32>> {
+    let Storage::Cuda(s) = storage else {
+        bail!("attn-candle: {name} must be on the CUDA device, like q");
+    };
+    let n = l.shape().elem_count();
+    if !l.is_contiguous() {
+        bail!(
+            "attn-candle: {name} must be contiguous, got strides {:?}",
+            l.stride()
+        );
+    }
+    let slice = s.as_cuda_slice::<f32>()?;
+    let start = l.start_offset();
+    slice.try_slice(start..start + n).ok_or_else(|| {
+        err(format!(
+            "{name}'s layout reaches past its {}-element buffer",
+            slice.len()
+        ))
+    })
+}
+
+/// Q's type for an E4M3 cache on CUDA.
+fn kv_fp8_query_dtype(q: &CudaStorage) -> Result<DType> {
+    match q.dtype() {
+        dt @ (DType::F16 | DType::BF16) => Ok(dt),
+        dt => Err(err(format!(
+            "an E4M3 KV cache takes q in f16 or bf16 on CUDA, got {dt:?} (convert with to_dtype)"
+        ))),
+    }
+}
+
 fn address<T>(view: &CudaView<'_, T>, stream: &CudaStream) -> u64 {
     view.device_ptr(stream).0
 }
@@ -185,13 +231,20 @@ impl FlashAttn {
         v: &CudaStorage,
         vl: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
+        if self.kv_fp8(k.dtype(), v.dtype())? {
+            return match kv_fp8_query_dtype(q)? {
+                DType::F16 => self.cuda_typed::<f16, true>(q, ql, k, kl, v, vl),
+                _ => self.cuda_typed::<bf16, true>(q, ql, k, kl, v, vl),
+            };
+        }
         match storage_dtype(q, k, v)? {
-            DType::F16 => self.cuda_typed::<f16>(q, ql, k, kl, v, vl),
-            _ => self.cuda_typed::<bf16>(q, ql, k, kl, v, vl),
+            DType::F16 => self.cuda_typed::<f16, false>(q, ql, k, kl, v, vl),
+            _ => self.cuda_typed::<bf16, false>(q, ql, k, kl, v, vl),
         }
     }
 
-    fn cuda_typed<T>(
+    /// KV_FP8: K and V are an E4M3 cache (`forward_kv_fp8`, the op's scales).
+    fn cuda_typed<T, const KV_FP8: bool>(
         &self,
         q: &CudaStorage,
         ql: &Layout,
@@ -236,16 +289,7 @@ impl FlashAttn {
         let problem = self.problem(shape, sk)?;
         let (stream, gpu) = launcher(&dev)?;
 
-        let (qs, ks, vs) = (
-            q.as_cuda_slice::<T>()?,
-            k.as_cuda_slice::<T>()?,
-            v.as_cuda_slice::<T>()?,
-        );
-        let (qt, kt, vt) = (
-            input("q", qs, ql)?,
-            input("k", ks, kl)?,
-            input("v", vs, vl)?,
-        );
+        let qt = input("q", q.as_cuda_slice::<T>()?, ql)?;
         let mut o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
         let mut lse = if self.wants_lse() {
             Some(dev.alloc_zeros::<f32>(lse_len)?)
@@ -254,26 +298,60 @@ impl FlashAttn {
         };
         let mut record = CudaLaunchRecord {
             q: address(qt.view(), &stream),
-            k: address(kt.view(), &stream),
-            v: address(vt.view(), &stream),
+            k: 0,
+            v: 0,
             o: o.device_ptr(&stream).0,
             lse: lse.as_ref().map(|l| l.device_ptr(&stream).0),
             stream: stream.cu_stream() as usize,
             kernel: String::new(),
         };
-        let qd = [b, hq, sq, d];
-        let info = gpu
-            .forward(Forward {
+        // (b, s, h, d) contiguous, like candle-flash-attn's output.
+        let ot = TensorMut::contiguous(o.as_view_mut(), [b, hq, sq, d], KLayout::Bshd);
+        let lse_view = lse.as_mut().map(|l| l.as_view_mut());
+        let info = if KV_FP8 {
+            let (kt, vt) = (
+                input_view("k", codes("k", k)?, kl)?,
+                input_view("v", codes("v", v)?, vl)?,
+            );
+            (record.k, record.v) = (address(kt.view(), &stream), address(vt.view(), &stream));
+            let scales = self
+                .kv_scales
+                .as_ref()
+                .ok_or_else(|| err(crate::KV_FP8_NEEDS_SCALES))?;
+            let (kg, vg) = (scales.k.storage_and_layout(), scales.v.storage_and_layout());
+            gpu.forward_kv_fp8(
+                ForwardKvFp8 {
+                    problem: &problem,
+                    q: qt,
+                    k: kt,
+                    v: vt,
+                    scales: KvScales {
+                        k: scale_view("k_scale", &kg.0, kg.1)?,
+                        v: scale_view("v_scale", &vg.0, vg.1)?,
+                    },
+                    o: ot,
+                    lse: lse_view,
+                    options: ForwardOptions::default(),
+                },
+                None,
+            )
+        } else {
+            let (kt, vt) = (
+                input("k", k.as_cuda_slice::<T>()?, kl)?,
+                input("v", v.as_cuda_slice::<T>()?, vl)?,
+            );
+            (record.k, record.v) = (address(kt.view(), &stream), address(vt.view(), &stream));
+            gpu.forward(Forward {
                 problem: &problem,
                 q: qt,
                 k: kt,
                 v: vt,
-                // (b, s, h, d) contiguous, like candle-flash-attn's output.
-                o: TensorMut::contiguous(o.as_view_mut(), qd, KLayout::Bshd),
-                lse: lse.as_mut().map(|l| l.as_view_mut()),
+                o: ot,
+                lse: lse_view,
                 options: ForwardOptions::default(),
             })
-            .map_err(kernel_error)?;
+        }
+        .map_err(kernel_error)?;
         record.kernel = info.kernel;
         record_launch(record);
         if let Some(lse) = lse {
@@ -433,13 +511,20 @@ impl crate::FlashAttnVarLenPaged {
         v: &CudaStorage,
         vl: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
+        if self.attn.kv_fp8(k.dtype(), v.dtype())? {
+            return match kv_fp8_query_dtype(q)? {
+                DType::F16 => self.cuda_typed::<f16, true>(q, ql, k, kl, v, vl),
+                _ => self.cuda_typed::<bf16, true>(q, ql, k, kl, v, vl),
+            };
+        }
         match storage_dtype(q, k, v)? {
-            DType::F16 => self.cuda_typed::<f16>(q, ql, k, kl, v, vl),
-            _ => self.cuda_typed::<bf16>(q, ql, k, kl, v, vl),
+            DType::F16 => self.cuda_typed::<f16, false>(q, ql, k, kl, v, vl),
+            _ => self.cuda_typed::<bf16, false>(q, ql, k, kl, v, vl),
         }
     }
 
-    fn cuda_typed<T>(
+    /// KV_FP8: the caches are E4M3 (`forward_kv_fp8`, the op's scales).
+    fn cuda_typed<T, const KV_FP8: bool>(
         &self,
         q: &CudaStorage,
         ql: &Layout,
@@ -469,47 +554,68 @@ impl crate::FlashAttnVarLenPaged {
             .map_err(err)?;
         let problem = self.attn.problem(shape, self.max_seqlen_k)?;
         let (stream, gpu) = launcher(&dev)?;
-        let (qs, ks, vs) = (
-            q.as_cuda_slice::<T>()?,
-            k.as_cuda_slice::<T>()?,
-            v.as_cuda_slice::<T>()?,
-        );
-        let (qt, kt, vt) = (
-            packed_input("q", qs, ql)?,
-            input("k_cache", ks, kl)?,
-            input("v_cache", vs, vl)?,
-        );
-        let (qa, ka, va) = (
-            address(qt.view(), &stream),
-            address(kt.view(), &stream),
-            address(vt.view(), &stream),
-        );
+        let qt = packed_input("q", q.as_cuda_slice::<T>()?, ql)?;
+        let qa = address(qt.view(), &stream);
         let cu_q = dev.clone_htod(&self.cu_q)?;
         let table = dev.clone_htod(&self.block_table)?;
         let used = dev.clone_htod(&self.seqused_k)?;
         let mut o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
-        let info = gpu
-            .forward_sequences(
+        let ot = TensorMut::contiguous(o.as_view_mut(), [1, hq, total_q, d], KLayout::Bshd);
+        let seqs = Sequences {
+            queries: QueryRows::Packed {
+                cu_seqlens: Indices::new(cu_q.as_view()).with_host(&self.cu_q),
+            },
+            keys: KeyRows::Paged {
+                block_table: Indices::new(table.as_view()).with_host(&self.block_table),
+            },
+            seqused_k: Some(Indices::new(used.as_view()).with_host(&self.seqused_k)),
+        };
+        let (ka, va);
+        let info = if KV_FP8 {
+            let (kt, vt) = (
+                input_view("k_cache", codes("k_cache", k)?, kl)?,
+                input_view("v_cache", codes("v_cache", v)?, vl)?,
+            );
+            (ka, va) = (address(kt.view(), &stream), address(vt.view(), &stream));
+            let scales =
+                (self.attn.kv_scales.as_ref()).ok_or_else(|| err(crate::KV_FP8_NEEDS_SCALES))?;
+            let (kg, vg) = (scales.k.storage_and_layout(), scales.v.storage_and_layout());
+            gpu.forward_kv_fp8(
+                ForwardKvFp8 {
+                    problem: &problem,
+                    q: qt,
+                    k: kt,
+                    v: vt,
+                    scales: KvScales {
+                        k: scale_view("k_scale", &kg.0, kg.1)?,
+                        v: scale_view("v_scale", &vg.0, vg.1)?,
+                    },
+                    o: ot,
+                    lse: None,
+                    options: ForwardOptions::default(),
+                },
+                Some(seqs),
+            )
+        } else {
+            let (kt, vt) = (
+                input("k_cache", k.as_cuda_slice::<T>()?, kl)?,
+                input("v_cache", v.as_cuda_slice::<T>()?, vl)?,
+            );
+            (ka, va) = (address(kt.view(), &stream), address(vt.view(), &stream));
+            gpu.forward_sequences(
                 Forward {
                     problem: &problem,
                     q: qt,
                     k: kt,
                     v: vt,
-                    o: TensorMut::contiguous(o.as_view_mut(), [1, hq, total_q, d], KLayout::Bshd),
+                    o: ot,
                     lse: None,
                     options: ForwardOptions::default(),
                 },
-                Sequences {
-                    queries: QueryRows::Packed {
-                        cu_seqlens: Indices::new(cu_q.as_view()).with_host(&self.cu_q),
-                    },
-                    keys: KeyRows::Paged {
-                        block_table: Indices::new(table.as_view()).with_host(&self.block_table),
-                    },
-                    seqused_k: Some(Indices::new(used.as_view()).with_host(&self.seqused_k)),
-                },
+                seqs,
             )
-            .map_err(kernel_error)?;
+        }
+        .map_err(kernel_error)?;
         record_launch(CudaLaunchRecord {
             q: qa,
             k: ka,
@@ -649,4 +755,82 @@ where
         wrap(dk, (b, sk, hkv, d)),
         wrap(dv, (b, sk, hkv, d)),
     ))
+}
+
+impl crate::fp8::FlashAttnFp8 {
+    /// `cuda_fwd` with the output type chosen: `FlashAttention::forward_fp8` on candle's
+    /// stream over the codes and scales in place; the output from candle's device,
+    /// `(b, s, h, d)` contiguous. The caller checked the dtypes and the scales' shapes.
+    pub(crate) fn cuda_typed<T>(
+        &self,
+        q: &CudaStorage,
+        ql: &Layout,
+        k: &CudaStorage,
+        kl: &Layout,
+        v: &CudaStorage,
+        vl: &Layout,
+    ) -> Result<(CudaStorage, Shape)>
+    where
+        T: StorageType + CudaDType + DeviceRepr + ValidAsZeroBits,
+    {
+        let Dims {
+            b,
+            sq,
+            sk,
+            hq,
+            hkv,
+            d,
+        } = check_dims(ql, kl, vl)?;
+        let dev = q.device().clone();
+        let out_shape = Shape::from((b, sq, hq, d));
+        if b == 0 || sq == 0 || hq == 0 || d == 0 || sk == 0 {
+            if !self.attn.softmax_scale.is_finite() || self.attn.softmax_scale <= 0.0 {
+                return Err(err(format!(
+                    "softmax scale must be finite and > 0, got {}",
+                    self.attn.softmax_scale
+                )));
+            }
+            let o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
+            return Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape));
+        }
+        let shape = AttnShape::new(b, hq, hkv, sq, sk, d).map_err(err)?;
+        let problem = self.attn.problem(shape, sk)?;
+        let (stream, gpu) = launcher(&dev)?;
+        let (qt, kt, vt) = (
+            input_view("q", codes("q", q)?, ql)?,
+            input_view("k", codes("k", k)?, kl)?,
+            input_view("v", codes("v", v)?, vl)?,
+        );
+        let [qg, kg, vg] = self.scales.each_ref().map(|t| t.storage_and_layout());
+        let scales = Fp8Scales {
+            q: scale_view("q_scale", &qg.0, qg.1)?,
+            k: scale_view("k_scale", &kg.0, kg.1)?,
+            v: scale_view("v_scale", &vg.0, vg.1)?,
+        };
+        let mut o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
+        let mut record = CudaLaunchRecord {
+            q: address(qt.view(), &stream),
+            k: address(kt.view(), &stream),
+            v: address(vt.view(), &stream),
+            o: o.device_ptr(&stream).0,
+            lse: None,
+            stream: stream.cu_stream() as usize,
+            kernel: String::new(),
+        };
+        let info = gpu
+            .forward_fp8(Fp8Forward {
+                problem: &problem,
+                q: qt,
+                k: kt,
+                v: vt,
+                scales,
+                o: TensorMut::contiguous(o.as_view_mut(), [b, hq, sq, d], KLayout::Bshd),
+                lse: None,
+                options: Fp8Options::default(),
+            })
+            .map_err(kernel_error)?;
+        record.kernel = info.kernel;
+        record_launch(record);
+        Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
+    }
 }

@@ -15,6 +15,11 @@
 //! copies), f16 and bf16, with windows, softcap, ALiBi and varlen batches; anything the kernels
 //! lack is a candle error naming it.
 //!
+//! FP8: [`flash_attn_kv_fp8`] and [`flash_attn_varlen_paged_kv_fp8`] read an E4M3 KV cache
+//! (candle `F8E4M3` codes with f32 scales per KV head or per cache; Q and the output f16/bf16),
+//! and [`flash_attn_fp8`] takes Q, K and V all as E4M3 with scales per (batch, head). The CPU
+//! path decodes the codes exactly and runs the reference; CUDA reads them in place.
+//!
 //! `Tensor::backward` runs through the ops (`CustomOp3::bwd`): on the CPU through attn-ref's
 //! f64 reference backward ([`attn_ref::reference::backward()`]), gradients in the inputs'
 //! dtype; on CUDA through attn-kernels' backward kernels on candle's stream, after
@@ -84,13 +89,20 @@ pub use attn_ref::Causal;
 mod backward;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod fp8;
+
 #[cfg(feature = "cuda")]
 #[doc(hidden)]
 pub use cuda::{last_cuda_launch, CudaLaunchRecord};
+pub use fp8::flash_attn_fp8;
 
 /// The error `cuda_fwd` returns when the crate was built without its `cuda` feature.
 pub const CUDA_FEATURE_DISABLED: &str =
     "attn-candle was built without the `cuda` feature: enable it (README: the build story) or use the CPU device";
+
+/// The error for E4M3 K/V given without scales.
+const KV_FP8_NEEDS_SCALES: &str =
+    "k and v are F8E4M3 codes but the op has no scales: use flash_attn_kv_fp8 or FlashAttn::kv_fp8_scales";
 
 /// In the error `bwd` returns for what no backward implements (sliding windows, softcap,
 /// ALiBi; the paged op; varlen on CUDA), after the `attn-candle: ` prefix; the message goes
@@ -139,7 +151,16 @@ pub struct FlashAttn {
     window_size_right: Option<usize>,
     softcap: Option<f32>,
     alibi: Option<Alibi>,
+    kv_scales: Option<KvFp8Scales>,
     lse: Option<LseSlot>,
+}
+
+/// The dequantization scales of an E4M3 KV cache ([`FlashAttn::kv_fp8_scales`]): f32
+/// tensors `(heads_kv,)` (per KV head) or `(1,)` (one for the cache), on the inputs' device.
+#[derive(Debug, Clone)]
+struct KvFp8Scales {
+    k: Tensor,
+    v: Tensor,
 }
 
 impl FlashAttn {
@@ -152,6 +173,7 @@ impl FlashAttn {
             window_size_right: None,
             softcap: None,
             alibi: None,
+            kv_scales: None,
             lse: None,
         }
     }
@@ -199,6 +221,72 @@ impl FlashAttn {
             }
         });
         Ok(self)
+    }
+
+    /// An E4M3 KV cache: K and V are candle `F8E4M3` tensors holding codes, element =
+    /// `code · scale` with `k_scale` / `v_scale` f32 tensors `(heads_kv,)` (one scale per KV
+    /// head) or `(1,)` (one per cache), like vLLM's `kv_cache_dtype="fp8"`. Q and the output
+    /// stay f16/bf16 (f32 too on the CPU). On CUDA the kernels read the codes in place (half
+    /// the bytes of an f16 cache) and fold the scales into the scores and the output; the CPU
+    /// path dequantizes exactly (attn-quant's decoding) and runs the f64 reference. Composes
+    /// with causal masks, windows, softcap, ALiBi, GQA and the paged op; no backward. The
+    /// scale values are not checked (a zero or non-finite scale gives zero or non-finite
+    /// outputs). Errors on another dtype or rank; lengths are checked when the op runs.
+    pub fn kv_fp8_scales(mut self, k_scale: &Tensor, v_scale: &Tensor) -> Result<Self> {
+        for (name, t) in [("k_scale", k_scale), ("v_scale", v_scale)] {
+            if t.dtype() != DType::F32 || t.rank() != 1 {
+                return Err(err(format!(
+                    "{name} must be an f32 tensor (heads_kv,) or (1,), got {:?} of shape {:?}",
+                    t.dtype(),
+                    t.dims()
+                )));
+            }
+        }
+        if k_scale.dims() != v_scale.dims() {
+            return Err(err(format!(
+                "k_scale {:?} and v_scale {:?} must have the same length (both per KV head or both per cache)",
+                k_scale.dims(),
+                v_scale.dims()
+            )));
+        }
+        self.kv_scales = Some(KvFp8Scales {
+            k: k_scale.clone(),
+            v: v_scale.clone(),
+        });
+        Ok(self)
+    }
+
+    /// Whether K and V are an E4M3 cache (`F8E4M3` codes, with scales); an error when the
+    /// codes and the scales do not come together.
+    fn kv_fp8(&self, k: DType, v: DType) -> Result<bool> {
+        let codes = (k == DType::F8E4M3, v == DType::F8E4M3);
+        match (codes, self.kv_scales.is_some()) {
+            ((true, true), true) => Ok(true),
+            ((false, false), false) => Ok(false),
+            ((true, true), false) => Err(err(KV_FP8_NEEDS_SCALES)),
+            ((false, false), true) => Err(err(format!(
+                "the op has E4M3 KV scales but k and v are {k:?}: scales go with F8E4M3 k and v"
+            ))),
+            _ => Err(err(format!(
+                "k is {k:?} and v is {v:?}: an E4M3 KV cache has both as F8E4M3"
+            ))),
+        }
+    }
+
+    /// The E4M3 cache's scales on the host, checked against `heads_kv` (the CPU path).
+    fn host_kv_scales(&self, heads_kv: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        let s = self
+            .kv_scales
+            .as_ref()
+            .ok_or_else(|| err(KV_FP8_NEEDS_SCALES))?;
+        let (k, v) = (s.k.to_vec1::<f32>()?, s.v.to_vec1::<f32>()?);
+        if k.len() != heads_kv && k.len() != 1 {
+            return Err(err(format!(
+                "the KV scales have {} entries: give one per KV head ({heads_kv}) or one for the cache",
+                k.len()
+            )));
+        }
+        Ok((k, v))
     }
 
     /// Runs the op on `(b, s, h, d)` tensors; the output is `(b, seq_q, heads_q, d)`.
@@ -502,9 +590,58 @@ impl FlashAttn {
     }
 }
 
+/// E4M3 codes dequantized exactly to f64 (attn-quant's decoding times a scale), contiguous in
+/// the layout's dims; returns them with their contiguous layout. `scales` holds one value,
+/// one per head (the axis before the last), or one per (batch, head) of a rank-4 tensor.
+fn dequantize(
+    name: &str,
+    codes: &[float8::F8E4M3],
+    layout: &Layout,
+    scales: &[f32],
+) -> Result<(Vec<f64>, Layout)> {
+    let dims = layout.dims();
+    let order: Vec<usize> = (0..dims.len()).collect();
+    let codes = gather(name, codes, layout, &order)?;
+    let (heads, d) = (dims[dims.len() - 2].max(1), dims[dims.len() - 1].max(1));
+    // Elements per batch entry (rank 4: seq · heads · d).
+    let per_batch = dims[1..].iter().product::<usize>().max(1);
+    let table = attn_quant::Fp8Format::E4M3.decode_table();
+    let index = |i: usize| {
+        match scales.len() {
+        1 => Ok(0),
+        n if n == heads => Ok((i / d) % heads),
+        n if dims.len() == 4 && n == dims[0] * heads => Ok((i / per_batch) * heads + (i / d) % heads),
+        n => Err(err(format!(
+            "{name}'s scales have {n} entries for dims {dims:?}: one, one per head or one per (batch, head)"
+        ))),
+    }
+    };
+    let out = codes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Ok(f64::from(table[usize::from(c.to_bits())]) * f64::from(scales[index(i)?])))
+        .collect::<Result<Vec<f64>>>()?;
+    Ok((out, Layout::contiguous(dims)))
+}
+
+/// The f64 output storage of the CPU reference narrowed to `T`.
+fn narrow_storage<T: Storage>(out: CpuStorage) -> Result<CpuStorage> {
+    match out {
+        CpuStorage::F64(o) => Ok(T::wrap(narrow(&o))),
+        other => Err(err(format!(
+            "internal: the f64 reference returned {:?}",
+            other.dtype()
+        ))),
+    }
+}
+
 fn dtype_error(q: &CpuStorage, k: &CpuStorage, v: &CpuStorage) -> candle_core::Error {
     let (qt, kt, vt) = (q.dtype(), k.dtype(), v.dtype());
-    if qt != kt || qt != vt {
+    if kt == DType::F8E4M3 && vt == DType::F8E4M3 {
+        err(format!(
+            "an E4M3 KV cache takes q in f32, f16 or bf16 on the CPU, got {qt:?}"
+        ))
+    } else if qt != kt || qt != vt {
         err(format!(
             "q, k and v must have the same dtype, got {qt:?}, {kt:?}, {vt:?}"
         ))
@@ -534,11 +671,17 @@ macro_rules! attention_op {
                 vl: &Layout,
             ) -> Result<(CpuStorage, Shape)> {
                 use CpuStorage as S;
+                self.attn().kv_fp8(k.dtype(), v.dtype())?;
                 match (q, k, v) {
                     (S::F32(q), S::F32(k), S::F32(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
                     (S::F16(q), S::F16(k), S::F16(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
                     (S::BF16(q), S::BF16(k), S::BF16(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
                     (S::F64(q), S::F64(k), S::F64(v)) => self.cpu_typed(q, ql, k, kl, v, vl),
+                    (S::F32(q), S::F8E4M3(k), S::F8E4M3(v)) => self.cpu_kv_fp8(q, ql, k, kl, v, vl),
+                    (S::F16(q), S::F8E4M3(k), S::F8E4M3(v)) => self.cpu_kv_fp8(q, ql, k, kl, v, vl),
+                    (S::BF16(q), S::F8E4M3(k), S::F8E4M3(v)) => {
+                        self.cpu_kv_fp8(q, ql, k, kl, v, vl)
+                    }
                     _ => Err(dtype_error(q, k, v)),
                 }
             }
@@ -567,10 +710,40 @@ macro_rules! attention_op {
                 Ok((Some(dq), Some(dk), Some(dv)))
             }
         }
+
+        impl $op {
+            /// The CPU path over an E4M3 KV cache: K and V dequantized exactly to f64, Q
+            /// widened to f64, the f64 reference, the output narrowed to Q's type.
+            fn cpu_kv_fp8<T: Storage>(
+                &self,
+                q: &[T],
+                ql: &Layout,
+                k: &[float8::F8E4M3],
+                kl: &Layout,
+                v: &[float8::F8E4M3],
+                vl: &Layout,
+            ) -> Result<(CpuStorage, Shape)> {
+                let kd = kl.dims();
+                let heads_kv = kd.get(kd.len().wrapping_sub(2)).copied().unwrap_or(0);
+                let (k_scales, v_scales) = self.attn().host_kv_scales(heads_kv)?;
+                let (k, kl) = dequantize("k", k, kl, &k_scales)?;
+                let (v, vl) = dequantize("v", v, vl, &v_scales)?;
+                let q: Vec<f64> = q.iter().map(|&x| x.to_f64()).collect();
+                let (out, shape) = self.cpu_typed::<f64>(&q, ql, &k, &kl, &v, &vl)?;
+                Ok((narrow_storage::<T>(out)?, shape))
+            }
+        }
     };
 }
 
 attention_op!(FlashAttn, "attn-candle-flash-attn");
+
+impl FlashAttn {
+    /// The attention settings every op carries.
+    fn attn(&self) -> &FlashAttn {
+        self
+    }
+}
 
 #[cfg(not(feature = "cuda"))]
 impl FlashAttn {
@@ -599,6 +772,11 @@ struct FlashAttnVarLen {
 }
 
 impl FlashAttnVarLen {
+    /// The attention settings every op carries.
+    fn attn(&self) -> &FlashAttn {
+        &self.attn
+    }
+
     /// `(total_q, Hq, D, total_k, Hkv)` of rank-3 q, k, v, checked against each other and the
     /// prefix sums (both paths).
     fn dims(
@@ -703,6 +881,11 @@ struct FlashAttnVarLenPaged {
 type PagedDims = (usize, usize, usize, usize, usize, usize);
 
 impl FlashAttnVarLenPaged {
+    /// The attention settings every op carries.
+    fn attn(&self) -> &FlashAttn {
+        &self.attn
+    }
+
     /// Checks q, the caches, the table and the lengths against each other (both paths).
     fn dims(&self, ql: &Layout, kl: &Layout, vl: &Layout) -> Result<PagedDims> {
         let (qd, kd, vd) = (ql.dims(), kl.dims(), vl.dims());
@@ -948,6 +1131,59 @@ pub fn flash_attn_varlen_paged_windowed(
     window_size_right: Option<usize>,
 ) -> Result<Tensor> {
     let attn = FlashAttn::new(softmax_scale).window(window_size_left, window_size_right);
+    let op = FlashAttnVarLenPaged {
+        attn,
+        cu_q: read_seqlens("seqlens_q", seqlens_q, max_seqlen_q)?,
+        block_table: read_indices("block_table", block_table, 2)?,
+        seqused_k: read_indices("seqused_k", seqused_k, 1)?,
+        max_seqlen_k,
+    };
+    q.apply_op3(k_cache, v_cache, op)
+}
+
+/// [`flash_attn`] over an E4M3 KV cache: `k` and `v` are `F8E4M3` tensors
+/// `(batch, seq_k, heads_kv, head_dim)` of codes, `k_scale` and `v_scale` f32 `(heads_kv,)` or
+/// `(1,)` ([`FlashAttn::kv_fp8_scales`]); q f16 or bf16 (f32 too on the CPU), the output in
+/// q's dtype. No backward.
+pub fn flash_attn_kv_fp8(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    k_scale: &Tensor,
+    v_scale: &Tensor,
+    softmax_scale: f32,
+    causal: bool,
+) -> Result<Tensor> {
+    let right = if causal { Some(0) } else { None };
+    FlashAttn::new(softmax_scale)
+        .window(None, right)
+        .kv_fp8_scales(k_scale, v_scale)?
+        .forward(q, k, v)
+}
+
+/// [`flash_attn_varlen_paged_windowed`] over an E4M3 paged cache: `k_cache` and `v_cache`
+/// `F8E4M3` `(num_blocks, page_size, Hkv, D)`, with `k_scale` and `v_scale` as in
+/// [`flash_attn_kv_fp8`] (the cache [`FlashAttn::kv_fp8_scales`] describes; attn-kernels'
+/// `append_kv` writes it on CUDA).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen_paged_kv_fp8(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    k_scale: &Tensor,
+    v_scale: &Tensor,
+    block_table: &Tensor,
+    seqlens_q: &Tensor,
+    seqused_k: &Tensor,
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    window_size_left: Option<usize>,
+    window_size_right: Option<usize>,
+) -> Result<Tensor> {
+    let attn = FlashAttn::new(softmax_scale)
+        .window(window_size_left, window_size_right)
+        .kv_fp8_scales(k_scale, v_scale)?;
     let op = FlashAttnVarLenPaged {
         attn,
         cu_q: read_seqlens("seqlens_q", seqlens_q, max_seqlen_q)?,

@@ -1305,3 +1305,281 @@ fn feature_gradients_match_finite_differences_on_cpu() -> R<()> {
     }
     Ok(())
 }
+
+/// Random E4M3 codes `(b, s, h, d)` as a strided view (`(b, h, s, d)` storage transposed),
+/// from normal values times `spread` (so some codes are subnormal or saturate).
+fn e4m3_codes(b: usize, s: usize, h: usize, d: usize, spread: f32, seed: u64) -> R<Tensor> {
+    let x: Vec<f32> = randn(b * h * s * d, seed)
+        .iter()
+        .map(|v| v * spread)
+        .collect();
+    Ok(Tensor::from_vec(x, (b, h, s, d), &Device::Cpu)?
+        .to_dtype(DType::F8E4M3)?
+        .transpose(1, 2)?)
+}
+
+/// `codes · scale` in f64, the scale of each element's KV head (dim 2 of `(.., .., h, d)`),
+/// contiguous. Decoded from the bits with attn-quant (float8 0.7's `to_f64`, which candle's
+/// `to_dtype` uses, does not return on some codes).
+fn dequantized(codes: &Tensor, scales: &[f32]) -> R<Tensor> {
+    let (h, d) = (codes.dims()[2], codes.dims()[3]);
+    let bits = codes.flatten_all()?.to_vec1::<float8::F8E4M3>()?;
+    let table = attn_quant::Fp8Format::E4M3.decode_table();
+    let x: Vec<f64> = bits
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let scale = scales[if scales.len() == 1 { 0 } else { (i / d) % h }];
+            f64::from(table[usize::from(c.to_bits())]) * f64::from(scale)
+        })
+        .collect();
+    Ok(Tensor::from_vec(x, codes.dims(), &Device::Cpu)?)
+}
+
+#[test]
+fn kv_fp8_equals_flash_attn_on_the_dequantized_cache() -> R<()> {
+    let dev = Device::Cpu;
+    let (b, sq, sk, hq, hkv, d) = (2, 5, 23, 4, 2, 16);
+    for (i, dt) in DTYPES.into_iter().enumerate() {
+        let (q, _) = tensor((b, sq, hq, d), dt, Layout::Narrowed, 300 + i as u64)?;
+        let k = e4m3_codes(b, sk, hkv, d, 40.0, 310 + i as u64)?;
+        let v = e4m3_codes(b, sk, hkv, d, 3.0, 320 + i as u64)?;
+        for (ks, vs) in [
+            (vec![0.05f32, 0.02], vec![0.5f32, 0.25]),
+            (vec![0.03], vec![0.7]),
+        ] {
+            let (kt, vt) = (
+                Tensor::new(ks.as_slice(), &dev)?,
+                Tensor::new(vs.as_slice(), &dev)?,
+            );
+            let (kd, vd) = (dequantized(&k, &ks)?, dequantized(&v, &vs)?);
+            for causal in [false, true] {
+                let got = flash_attn_kv_fp8(&q, &k, &v, &kt, &vt, 0.3, causal)?;
+                assert_eq!(got.dtype(), dt);
+                let want =
+                    flash_attn(&q.to_dtype(DType::F64)?, &kd, &vd, 0.3, causal)?.to_dtype(dt)?;
+                // The same f64 reference on the same f64 values: bitwise equal.
+                assert_eq!(
+                    values(&got)?,
+                    values(&want)?,
+                    "{dt:?}, {} scales, causal {causal}",
+                    ks.len()
+                );
+            }
+            // The builder composes with the other features (window, softcap) and the LSE.
+            let op = FlashAttn::new(0.3)
+                .window(Some(4), Some(1))
+                .softcap(5.0)
+                .kv_fp8_scales(&kt, &vt)?;
+            let (got, lse) = op.forward_with_lse(&q, &k, &v)?;
+            let plain = FlashAttn::new(0.3).window(Some(4), Some(1)).softcap(5.0);
+            let (want, want_lse) = plain.forward_with_lse(&q.to_dtype(DType::F64)?, &kd, &vd)?;
+            assert_eq!(values(&got)?, values(&want.to_dtype(dt)?)?);
+            assert_eq!(values(&lse)?, values(&want_lse)?);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn paged_kv_fp8_equals_the_paged_op_on_the_dequantized_cache() -> R<()> {
+    let dev = Device::Cpu;
+    let (hq, hkv, d, ps, num_blocks) = (4, 2, 16, 16, 6);
+    let table: [u32; 6] = [4, 0, 999, 2, 5, 1];
+    let (cu_q, used) = ([0u32, 1, 4], [20u32, 41]);
+    // (num_blocks, page_size, hkv, d) codes: the (b, s, h, d) helper with b = pages.
+    let kc = e4m3_codes(num_blocks, ps, hkv, d, 30.0, 330)?;
+    let vc = e4m3_codes(num_blocks, ps, hkv, d, 2.0, 331)?;
+    let (ks, vs) = (vec![0.04f32, 0.06], vec![0.3f32, 0.9]);
+    let (kt, vt) = (
+        Tensor::new(ks.as_slice(), &dev)?,
+        Tensor::new(vs.as_slice(), &dev)?,
+    );
+    let (kd, vd) = (dequantized(&kc, &ks)?, dequantized(&vc, &vs)?);
+    let tab = Tensor::new(&table, &dev)?.reshape((2, 3))?;
+    let (sq, su) = (Tensor::new(&cu_q, &dev)?, Tensor::new(&used, &dev)?);
+    for dt in [DType::F16, DType::BF16] {
+        let q = Tensor::from_vec(randn(4 * hq * d, 332), (4, hq, d), &dev)?.to_dtype(dt)?;
+        for (left, right) in [(None, None), (None, Some(0)), (Some(7), Some(0))] {
+            let got = flash_attn_varlen_paged_kv_fp8(
+                &q, &kc, &vc, &kt, &vt, &tab, &sq, &su, 3, 41, 0.25, left, right,
+            )?;
+            let want = flash_attn_varlen_paged_windowed(
+                &q.to_dtype(DType::F64)?,
+                &kd,
+                &vd,
+                &tab,
+                &sq,
+                &su,
+                3,
+                41,
+                0.25,
+                left,
+                right,
+            )?
+            .to_dtype(dt)?;
+            assert_eq!(
+                values(&got)?,
+                values(&want)?,
+                "{dt:?} window {left:?},{right:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn kv_fp8_misuse_is_a_named_error() -> R<()> {
+    let dev = Device::Cpu;
+    let (q, _) = tensor((1, 3, 4, 16), DType::F16, Layout::Contiguous, 340)?;
+    let k = e4m3_codes(1, 7, 2, 16, 10.0, 341)?;
+    let v = e4m3_codes(1, 7, 2, 16, 1.0, 342)?;
+    let two = Tensor::new(&[0.1f32, 0.2], &dev)?;
+    // Codes without scales, scales without codes, one of K/V as codes.
+    assert!(err_msg(flash_attn(&q, &k, &v, 0.3, false)).contains("no scales"));
+    let kf = k.to_dtype(DType::F16)?;
+    let vf = v.to_dtype(DType::F16)?;
+    assert!(
+        err_msg(flash_attn_kv_fp8(&q, &kf, &vf, &two, &two, 0.3, false))
+            .contains("scales go with F8E4M3")
+    );
+    assert!(
+        err_msg(flash_attn_kv_fp8(&q, &k, &vf, &two, &two, 0.3, false)).contains("both as F8E4M3")
+    );
+    // Scale lengths, dtypes and ranks.
+    let three = Tensor::new(&[0.1f32, 0.2, 0.3], &dev)?;
+    assert!(
+        err_msg(flash_attn_kv_fp8(&q, &k, &v, &three, &three, 0.3, false))
+            .contains("one per KV head (2)")
+    );
+    assert!(err_msg(flash_attn_kv_fp8(
+        &q,
+        &k,
+        &v,
+        &two,
+        &Tensor::new(&[0.1f32], &dev)?,
+        0.3,
+        false
+    ))
+    .contains("same length"));
+    assert!(err_msg(flash_attn_kv_fp8(
+        &q,
+        &k,
+        &v,
+        &two.to_dtype(DType::F16)?,
+        &two,
+        0.3,
+        false
+    ))
+    .contains("must be an f32 tensor"));
+    // Q as codes too.
+    let q8 = q.to_dtype(DType::F8E4M3)?;
+    assert!(
+        err_msg(flash_attn_kv_fp8(&q8, &k, &v, &two, &two, 0.3, false))
+            .contains("takes q in f32, f16 or bf16")
+    );
+    // No backward through the E4M3 cache.
+    let qv = candle_core::Var::from_tensor(&q.to_dtype(DType::F32)?)?;
+    let out = flash_attn_kv_fp8(qv.as_tensor(), &k, &v, &two, &two, 0.3, false)?;
+    assert!(err_msg(out.sum_all()?.backward()).contains(BACKWARD_UNSUPPORTED));
+    Ok(())
+}
+
+/// `codes · scale[b, h]` in f64 for `(b, s, h, d)` codes and `(b, h)` scales.
+fn dequantized_per_batch_head(codes: &Tensor, scales: &[f32]) -> R<Tensor> {
+    let (b, s, h, d) = codes.dims4()?;
+    let per_head: Vec<Tensor> = (0..b)
+        .map(|bi| {
+            let t = codes.narrow(0, bi, 1)?;
+            dequantized(&t, &scales[bi * h..(bi + 1) * h])
+        })
+        .collect::<R<_>>()?;
+    let out = Tensor::cat(&per_head, 0)?;
+    assert_eq!(out.dims(), &[b, s, h, d]);
+    Ok(out)
+}
+
+#[test]
+fn all_e4m3_equals_flash_attn_on_the_decoded_inputs() -> R<()> {
+    let dev = Device::Cpu;
+    let (b, sq, sk, hq, hkv, d) = (2, 6, 19, 4, 2, 16);
+    let q = e4m3_codes(b, sq, hq, d, 20.0, 350)?;
+    let k = e4m3_codes(b, sk, hkv, d, 20.0, 351)?;
+    let v = e4m3_codes(b, sk, hkv, d, 3.0, 352)?;
+    let scales =
+        |n: usize, base: f32| -> Vec<f32> { (0..n).map(|i| base * (1.0 + i as f32)).collect() };
+    let (qs, ks, vs) = (
+        scales(b * hq, 0.01),
+        scales(b * hkv, 0.02),
+        scales(b * hkv, 0.3),
+    );
+    let t = |x: &[f32], h: usize| Tensor::from_vec(x.to_vec(), (b, h), &dev);
+    let (qt, kt, vt) = (t(&qs, hq)?, t(&ks, hkv)?, t(&vs, hkv)?);
+    let (qd, kd, vd) = (
+        dequantized_per_batch_head(&q, &qs)?,
+        dequantized_per_batch_head(&k, &ks)?,
+        dequantized_per_batch_head(&v, &vs)?,
+    );
+    for dt in DTYPES {
+        for causal in [false, true] {
+            let got = flash_attn_fp8(&q, &k, &v, &qt, &kt, &vt, 0.25, causal, dt)?;
+            assert_eq!(got.dtype(), dt);
+            let want = flash_attn(&qd, &kd, &vd, 0.25, causal)?.to_dtype(dt)?;
+            assert_eq!(values(&got)?, values(&want)?, "{dt:?} causal {causal}");
+        }
+    }
+    // Misuse: f16 q, scales of the wrong shape, an output dtype the op does not write, and
+    // no backward.
+    let qh = Tensor::from_vec(randn(b * sq * hq * d, 353), (b, sq, hq, d), &dev)?
+        .to_dtype(DType::F16)?;
+    assert!(err_msg(flash_attn_fp8(
+        &qh,
+        &k,
+        &v,
+        &qt,
+        &kt,
+        &vt,
+        0.25,
+        false,
+        DType::F16
+    ))
+    .contains("takes q, k and v as F8E4M3"));
+    assert!(err_msg(flash_attn_fp8(
+        &q,
+        &k,
+        &v,
+        &kt,
+        &kt,
+        &vt,
+        0.25,
+        false,
+        DType::F16
+    ))
+    .contains("q_scale must be f32 (batch = 2, heads = 4)"));
+    assert!(err_msg(flash_attn_fp8(
+        &q,
+        &k,
+        &v,
+        &qt,
+        &kt,
+        &vt,
+        0.25,
+        false,
+        DType::U8
+    ))
+    .contains("writes f16 or bf16"));
+    let qv = candle_core::Var::from_tensor(&q)?;
+    let out = flash_attn_fp8(
+        qv.as_tensor(),
+        &k,
+        &v,
+        &qt,
+        &kt,
+        &vt,
+        0.25,
+        false,
+        DType::F32,
+    )?;
+    assert!(err_msg(out.sum_all()?.backward()).contains(BACKWARD_UNSUPPORTED));
+    Ok(())
+}

@@ -262,6 +262,13 @@ fn address(t: &Tensor) -> u64 {
         DType::BF16 => (s.as_cuda_slice::<bf16>().unwrap().device_ptr(&stream).0, 2),
         DType::F16 => (s.as_cuda_slice::<f16>().unwrap().device_ptr(&stream).0, 2),
         DType::F32 => (s.as_cuda_slice::<f32>().unwrap().device_ptr(&stream).0, 4),
+        DType::F8E4M3 => (
+            s.as_cuda_slice::<float8::F8E4M3>()
+                .unwrap()
+                .device_ptr(&stream)
+                .0,
+            1,
+        ),
         dt => panic!("unexpected dtype {dt:?}"),
     };
     base + (layout.start_offset() * elem) as u64
@@ -799,6 +806,185 @@ fn broadcast_output_gradients_and_the_unsupported_features() -> R<()> {
             m.contains(BACKWARD_UNSUPPORTED) && m.contains("varlen"),
             "{m}"
         );
+    }
+    Ok(())
+}
+
+/// E4M3 codes of normal values times `spread` (some saturate, some are subnormal), made on
+/// the CPU as `dims` and moved to `dev`.
+fn e4m3_codes(dims: &[usize], spread: f32, seed: u64, dev: &Device) -> R<Tensor> {
+    let n: usize = dims.iter().product();
+    let x: Vec<f32> = randn(n, seed).iter().map(|v| v * spread).collect();
+    Ok(Tensor::from_vec(x, dims, &Device::Cpu)?
+        .to_dtype(DType::F8E4M3)?
+        .to_device(dev)?)
+}
+
+/// Per-KV-head scales `base·(1 + j)` and one scale for the cache.
+fn kv_scale_sets(hkv: usize, base: f32, dev: &Device) -> R<[Tensor; 2]> {
+    let per_head: Vec<f32> = (0..hkv).map(|j| base * (1.0 + j as f32)).collect();
+    Ok([
+        Tensor::new(per_head.as_slice(), dev)?,
+        Tensor::new(&[base * 1.5], dev)?,
+    ])
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn kv_fp8_matches_the_cpu_path_reading_the_codes_in_place() -> R<()> {
+    let dev = gpu();
+    for (i, dt) in DTYPES.into_iter().enumerate() {
+        for (b, sq, sk, hq, hkv) in SHAPES {
+            let q = tensor((b, sq, hq, D), dt, Layout::Narrowed, 70 + i as u64, &dev)?;
+            // (b, hkv, sk, D) storage viewed as (b, sk, hkv, D): strided codes.
+            let k = e4m3_codes(&[b, hkv, sk, D], 30.0, 71, &dev)?.transpose(1, 2)?;
+            let v = e4m3_codes(&[b, hkv, sk, D], 2.0, 72, &dev)?.transpose(1, 2)?;
+            let [kh, kt] = kv_scale_sets(hkv, 0.01, &dev)?;
+            let [vh, vt] = kv_scale_sets(hkv, 0.3, &dev)?;
+            for (ks, vs) in [(&kh, &vh), (&kt, &vt)] {
+                for causal in [false, true] {
+                    let what = format!(
+                        "{dt:?} {:?} {} scales causal {causal}",
+                        (b, sq, sk, hq, hkv),
+                        ks.dims()[0]
+                    );
+                    let g = flash_attn_kv_fp8(&q, &k, &v, ks, vs, 0.09, causal)?;
+                    let rec = last_cuda_launch().expect("a CUDA launch");
+                    assert!(rec.kernel.contains("_kv8"), "{what}: ran {}", rec.kernel);
+                    assert_eq!(rec.k, address(&k), "{what}: K's codes read in place");
+                    assert_eq!(rec.v, address(&v), "{what}: V's codes read in place");
+                    let c = flash_attn_kv_fp8(
+                        &to_cpu(&q)?,
+                        &to_cpu(&k)?,
+                        &to_cpu(&v)?,
+                        &to_cpu(ks)?,
+                        &to_cpu(vs)?,
+                        0.09,
+                        causal,
+                    )?;
+                    assert_close(&g, &c, dt, &what)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn paged_kv_fp8_matches_the_cpu_path() -> R<()> {
+    let dev = gpu();
+    let (hq, hkv, ps, num_blocks, max_blocks) = (8, 2, 16, 40, 8);
+    let cu_q = [0u32, 1, 1, 38, 39, 40];
+    let used = [100u32, 5, 128, 0, 17];
+    let table: Vec<u32> = (0..(5 * max_blocks) as u32)
+        .map(|i| (i * 7 + 3) % num_blocks as u32)
+        .collect();
+    let kc = e4m3_codes(&[num_blocks, ps, hkv, D], 30.0, 80, &dev)?;
+    let vc = e4m3_codes(&[num_blocks, ps, hkv, D], 2.0, 81, &dev)?;
+    let [ks, _] = kv_scale_sets(hkv, 0.01, &dev)?;
+    let [vs, _] = kv_scale_sets(hkv, 0.3, &dev)?;
+    let tab = Tensor::new(table.as_slice(), &dev)?.reshape((5, max_blocks))?;
+    let (sq, su) = (Tensor::new(&cu_q, &dev)?, Tensor::new(&used, &dev)?);
+    for dt in DTYPES {
+        let q = Tensor::from_vec(randn(40 * hq * D, 82), (40, hq, D), &dev)?.to_dtype(dt)?;
+        for (left, right) in [(None, Some(0)), (None, None), (Some(31), Some(0))] {
+            let what = format!("{dt:?} window {left:?},{right:?}");
+            let g = flash_attn_varlen_paged_kv_fp8(
+                &q, &kc, &vc, &ks, &vs, &tab, &sq, &su, 37, 128, 0.09, left, right,
+            )?;
+            let rec = last_cuda_launch().expect("a CUDA launch");
+            assert!(
+                rec.kernel.ends_with("_paged_kv8"),
+                "{what}: ran {}",
+                rec.kernel
+            );
+            assert_eq!(rec.k, address(&kc), "{what}: the cache is read in place");
+            let c = flash_attn_varlen_paged_kv_fp8(
+                &to_cpu(&q)?,
+                &to_cpu(&kc)?,
+                &to_cpu(&vc)?,
+                &to_cpu(&ks)?,
+                &to_cpu(&vs)?,
+                &to_cpu(&tab)?,
+                &to_cpu(&sq)?,
+                &to_cpu(&su)?,
+                37,
+                128,
+                0.09,
+                left,
+                right,
+            )?;
+            assert_close(&g, &c, dt, &what)?;
+        }
+    }
+    // Scales on the wrong device are a named error, and nothing is launched for them.
+    let cpu_scale = Tensor::new(&[0.1f32, 0.2], &Device::Cpu)?;
+    let q = Tensor::from_vec(randn(40 * hq * D, 83), (40, hq, D), &dev)?.to_dtype(DType::F16)?;
+    let r = flash_attn_varlen_paged_kv_fp8(
+        &q, &kc, &vc, &cpu_scale, &cpu_scale, &tab, &sq, &su, 37, 128, 0.09, None, None,
+    );
+    assert!(err_msg(r).contains("k_scale must be on the CUDA device"));
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn all_e4m3_matches_the_cpu_path_within_the_fp8_cap() -> R<()> {
+    let dev = gpu();
+    // The CPU path is exact f64 on the decoded codes; the kernel rounds P to E4M3 (and O to
+    // the output type). attn-oracle's FP8 rel-L2 cap bounds what that rounding may cost.
+    let cap = attn_oracle::Caps::for_storage(attn_oracle::Storage::Fp8E4m3).rel_l2;
+    for (i, dt) in DTYPES.into_iter().enumerate() {
+        for (b, sq, sk, hq, hkv) in SHAPES {
+            let seed = 90 + 10 * i as u64;
+            // (b, h, s, d) storage viewed as (b, s, h, d).
+            let q = e4m3_codes(&[b, hq, sq, D], 20.0, seed, &dev)?.transpose(1, 2)?;
+            let k = e4m3_codes(&[b, hkv, sk, D], 20.0, seed + 1, &dev)?.transpose(1, 2)?;
+            let v = e4m3_codes(&[b, hkv, sk, D], 2.0, seed + 2, &dev)?.transpose(1, 2)?;
+            let scales = |h: usize, base: f32| -> R<Tensor> {
+                let x: Vec<f32> = (0..b * h).map(|j| base * (1.0 + (j % 3) as f32)).collect();
+                Ok(Tensor::from_vec(x, (b, h), &dev)?)
+            };
+            let (qs, ks, vs) = (scales(hq, 0.01)?, scales(hkv, 0.01)?, scales(hkv, 0.3)?);
+            for causal in [false, true] {
+                let what = format!("{dt:?} {:?} causal {causal}", (b, sq, sk, hq, hkv));
+                let g = flash_attn_fp8(&q, &k, &v, &qs, &ks, &vs, 0.09, causal, dt)?;
+                let rec = last_cuda_launch().expect("a CUDA launch");
+                assert_eq!(rec.q, address(&q), "{what}: Q's codes read in place");
+                assert_eq!(rec.k, address(&k), "{what}: K's codes read in place");
+                let c = flash_attn_fp8(
+                    &to_cpu(&q)?,
+                    &to_cpu(&k)?,
+                    &to_cpu(&v)?,
+                    &to_cpu(&qs)?,
+                    &to_cpu(&ks)?,
+                    &to_cpu(&vs)?,
+                    0.09,
+                    causal,
+                    dt,
+                )?;
+                assert_eq!(g.dims(), c.dims());
+                let (gv, cv) = (values(&g)?, values(&c)?);
+                assert!(
+                    gv.iter().all(|x| x.is_finite()),
+                    "{what}: non-finite output"
+                );
+                let num: f64 = gv
+                    .iter()
+                    .zip(&cv)
+                    .map(|(a, b)| f64::from(a - b).powi(2))
+                    .sum();
+                let den: f64 = cv.iter().map(|b| f64::from(*b).powi(2)).sum();
+                let rel = (num / den.max(f64::MIN_POSITIVE)).sqrt();
+                assert!(
+                    rel <= cap,
+                    "{what}: rel L2 {rel:.3e} > the FP8 cap {cap:.1e} ({})",
+                    rec.kernel
+                );
+                eprintln!("{what}: {} rel L2 {rel:.3e}", rec.kernel);
+            }
+        }
     }
     Ok(())
 }
