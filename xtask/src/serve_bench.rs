@@ -526,7 +526,7 @@ fn decode(
     // here; the heuristic asks for 9).
     let variants = [false, true]
         .into_iter()
-        .flat_map(|fp8| [None, Some(4), Some(8), Some(16)].map(|n| (fp8, n)));
+        .flat_map(|fp8| [None, Some(4), Some(8), Some(12), Some(16)].map(|n| (fp8, n)));
     for (fp8, splits) in variants {
         let options = ForwardOptions {
             splits,
