@@ -6,7 +6,10 @@
 //!
 //! With `--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy` (all four together) the backward
 //! pass runs too ([`reference::backward_with`] on this forward's O and LSE): dO is shaped
-//! like O, dQ is written like Q and dK, dV like K, in `--out-dtype` and `--layout`.
+//! like O, dQ is written like Q and dK, dV like K, in `--out-dtype` and `--layout`. Every
+//! serving feature has gradients; with `--sinks`, `--dsinks` writes dL/d(sink) `[Hq]`. Varlen
+//! batches run the backward per sequence (dO, dQ `[total_q, Hq, D]`, dK, dV
+//! `[total_k, Hkv, D]`); a paged KV cache has no backward here (it is an inference layout).
 //! Serving features ([`FeatureArgs`]): `--window L,R`, `--softcap F`, `--alibi A.npy`,
 //! `--sinks S.npy`; variable-length batches (`--cu-seqlens-q`/`--cu-seqlens-k`: Q, K, V and
 //! O are `[total, H, D]`, LSE `[Hq, total_q]`); a paged KV cache (`--block-table`/
@@ -73,6 +76,9 @@ pub struct Args {
     /// Where to write dV, shaped like V (with --do).
     #[arg(long)]
     pub dv: Option<PathBuf>,
+    /// Where to write the sink logits' gradient, `[Hq]` (with --do and --sinks).
+    #[arg(long)]
+    pub dsinks: Option<PathBuf>,
     /// Serving features, varlen and paged KV.
     #[command(flatten)]
     pub features: FeatureArgs,
@@ -327,9 +333,32 @@ fn run_varlen(args: &Args, cu_q: &Path, cu_k: &Path) -> anyhow::Result<()> {
         template = template.with_scale(scale)?;
     }
     let template = apply_features(template, &args.features)?;
-    let out = varlen::forward_varlen(&template, &cu_q, &cu_k, &q.data, &k.data, &v.data)
-        .context("varlen inputs (--cu-seqlens-q, --cu-seqlens-k)")?;
-    write_outputs(args, &out.o, &[tq, hq, dq], &out.lse, &[hq, tq])
+    let Some(paths) = args.backward_paths()? else {
+        let out = varlen::forward_varlen(&template, &cu_q, &cu_k, &q.data, &k.data, &v.data)
+            .context("varlen inputs (--cu-seqlens-q, --cu-seqlens-k)")?;
+        return write_outputs(args, &out.o, &[tq, hq, dq], &out.lse, &[hq, tq]);
+    };
+    let d_o = read_float(&paths.d_o, "dO")?;
+    if d_o.shape != q.shape {
+        bail!(
+            "dO has shape {:?} but O has shape {:?}; they must be equal ([total_q, Hq, D])",
+            d_o.shape,
+            q.shape
+        );
+    }
+    let g = varlen::backward_varlen(
+        &template, &cu_q, &cu_k, &q.data, &k.data, &v.data, &d_o.data,
+    )
+    .context("varlen inputs (--cu-seqlens-q, --cu-seqlens-k)")?;
+    write_outputs(args, &g.o, &[tq, hq, dq], &g.lse, &[hq, tq])?;
+    for (path, data, dims) in [
+        (&paths.dq, &g.dq, &q.shape),
+        (&paths.dk, &g.dk, &k.shape),
+        (&paths.dv, &g.dv, &k.shape),
+    ] {
+        write_out(path, dims, data, args.out_dtype)?;
+    }
+    write_dsinks(args, &g)
 }
 
 /// `--block-table/--seqused-k`: Q `[B, Hq, Sq, D]` (or bshd), K and V the paged caches.
@@ -422,12 +451,11 @@ fn problem_shape(q: [usize; 4], k: [usize; 4], v: [usize; 4]) -> anyhow::Result<
 pub fn run(args: Args) -> anyhow::Result<()> {
     let backward = args.backward_paths()?;
     let f = &args.features;
-    let sparse = f.cu_seqlens_q.is_some()
-        || f.cu_seqlens_k.is_some()
-        || f.block_table.is_some()
-        || f.seqused_k.is_some();
-    if backward.is_some() && sparse {
-        bail!("--do/--dq/--dk/--dv: the backward reference takes dense problems, not varlen or paged KV");
+    if backward.is_some() && (f.block_table.is_some() || f.seqused_k.is_some()) {
+        bail!("--do/--dq/--dk/--dv: the backward reference takes dense and varlen problems, not a paged KV cache (an inference layout)");
+    }
+    if args.dsinks.is_some() && (backward.is_none() || f.sinks.is_none()) {
+        bail!("--dsinks is the gradient of the sink logits: it needs --do (with --dq, --dk, --dv) and --sinks");
     }
     match (
         &f.cu_seqlens_q,
@@ -483,9 +511,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
-    if d_o.is_some() && !problem.features().is_empty() {
-        bail!("--do/--dq/--dk/--dv: the backward reference does not take --window, --softcap, --alibi or --sinks yet");
-    }
     let out = reference::forward(&problem, &q, &k, &v)?;
     let grads = d_o
         .map(|d_o| reference::backward_with(&problem, &q, &k, &v, &out.o, &out.lse, &d_o))
@@ -511,6 +536,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ] {
             write_out(path, &dims, &layout.from_bhsd(data, bhsd), args.out_dtype)?;
         }
+        write_dsinks(&args, g)?;
+    }
+    Ok(())
+}
+
+/// `--dsinks`: the sink logits' gradient `[Hq]`, when asked (run checked it has sinks).
+fn write_dsinks(args: &Args, g: &reference::RefGrads) -> anyhow::Result<()> {
+    if let (Some(path), Some(ds)) = (&args.dsinks, &g.dsinks) {
+        write_out(path, &[ds.len()], ds, args.out_dtype)?;
     }
     Ok(())
 }
@@ -562,6 +596,7 @@ mod tests {
             dq: None,
             dk: None,
             dv: None,
+            dsinks: None,
             features: FeatureArgs::default(),
         }
     }
@@ -810,6 +845,88 @@ mod tests {
         .expect("backward flags parse");
         assert_eq!(cli.args.d_o, Some(PathBuf::from("g")));
         assert_eq!(cli.args.dv, Some(PathBuf::from("c")));
+    }
+
+    #[test]
+    fn backward_with_features_varlen_and_dsinks() {
+        let dir = temp_dir("backward-features");
+        let shape = AttnShape::new(1, 4, 2, 5, 7, 8).unwrap();
+        let (qd, kd) = ([1, 4, 5, 8], [1, 2, 7, 8]);
+        let [(_, q), (_, k), (_, v)] = write_qkv(&dir, qd, kd);
+        let d_o = normal(shape.q_elems(), 78);
+        npy::write(&dir.join("do.npy"), &qd, &d_o).unwrap();
+        let sinks = normal(4, 79);
+        npy::write(&dir.join("sinks.npy"), &[4], &sinks).unwrap();
+        let mut a = backward_args(&dir, "bottom-right");
+        a.out_dtype = OutDtype::F64;
+        a.features.window = Some("3,0".parse().unwrap());
+        a.features.softcap = Some(2.0);
+        a.features.sinks = Some(dir.join("sinks.npy"));
+        a.dsinks = Some(dir.join("dsinks.npy"));
+        run(a).unwrap();
+        let p = Problem::new(shape, Causal::BottomRight)
+            .with_window(3, 0)
+            .unwrap()
+            .with_softcap(2.0)
+            .unwrap()
+            .with_sinks(sinks.clone())
+            .unwrap();
+        let want = reference::backward(&p, &q, &k, &v, &d_o).unwrap();
+        for (name, w) in [("dq", &want.dq), ("dk", &want.dk), ("dv", &want.dv)] {
+            let got = npy::read(&dir.join(format!("{name}.npy"))).unwrap();
+            assert_eq!(&got.data, w, "{name}");
+        }
+        let ds = npy::read(&dir.join("dsinks.npy")).unwrap();
+        assert_eq!(
+            (ds.shape.as_slice(), &ds.data),
+            ([4usize].as_slice(), want.dsinks.as_ref().unwrap())
+        );
+
+        // Varlen: [total, H, D] files, the per-sequence backward.
+        let (cu_q, cu_k) = ([0i32, 2, 5], [0i32, 4, 7]);
+        npy::write(&dir.join("cuq.npy"), &[3], &cu_q).unwrap();
+        npy::write(&dir.join("cuk.npy"), &[3], &cu_k).unwrap();
+        let (pq, pk) = (normal(5 * 4 * 8, 80), normal(7 * 2 * 8, 81));
+        let (pv, pdo) = (normal(7 * 2 * 8, 82), normal(5 * 4 * 8, 83));
+        for (name, data, dims) in [
+            ("q", &pq, [5, 4, 8]),
+            ("k", &pk, [7, 2, 8]),
+            ("v", &pv, [7, 2, 8]),
+            ("do", &pdo, [5, 4, 8]),
+        ] {
+            npy::write(&dir.join(format!("{name}.npy")), &dims, data).unwrap();
+        }
+        let mut a = backward_args(&dir, "bottom-right");
+        a.out_dtype = OutDtype::F64;
+        a.features.cu_seqlens_q = Some(dir.join("cuq.npy"));
+        a.features.cu_seqlens_k = Some(dir.join("cuk.npy"));
+        run(a).unwrap();
+        let template = Problem::new(
+            AttnShape::new(2, 4, 2, 1, 1, 8).unwrap(),
+            Causal::BottomRight,
+        );
+        let want = varlen::backward_varlen(&template, &cu_q, &cu_k, &pq, &pk, &pv, &pdo).unwrap();
+        for (name, w, dims) in [
+            ("dq", &want.dq, [5, 4, 8]),
+            ("dk", &want.dk, [7, 2, 8]),
+            ("dv", &want.dv, [7, 2, 8]),
+        ] {
+            let got = npy::read(&dir.join(format!("{name}.npy"))).unwrap();
+            assert_eq!(
+                (got.shape.as_slice(), &got.data),
+                (dims.as_slice(), w),
+                "varlen {name}"
+            );
+        }
+
+        // --dsinks without --sinks, and a paged cache with --do: named errors.
+        let mut a = backward_args(&dir, "none");
+        a.dsinks = Some(dir.join("x.npy"));
+        assert!(run_err(a).contains("--dsinks is the gradient of the sink logits"));
+        let mut a = backward_args(&dir, "none");
+        a.features.block_table = Some(dir.join("cuq.npy"));
+        a.features.seqused_k = Some(dir.join("cuq.npy"));
+        assert!(run_err(a).contains("not a paged KV cache"));
     }
 
     fn run_err(a: Args) -> String {

@@ -476,3 +476,98 @@ proptest! {
         check((b, hkv * group, hkv, sq, sk, d), causal, scale, &set, seed);
     }
 }
+
+/// `[B, H, S, D]` → packed `[B·S, H, D]` (every sequence of length `s`).
+fn bhsd_to_packed(x: &[f64], b: usize, h: usize, s: usize, d: usize) -> Vec<f64> {
+    let mut out = vec![0.0; x.len()];
+    for bi in 0..b {
+        for hi in 0..h {
+            for si in 0..s {
+                let from = ((bi * h + hi) * s + si) * d;
+                let to = ((bi * s + si) * h + hi) * d;
+                out[to..to + d].copy_from_slice(&x[from..from + d]);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn varlen_backward_is_the_dense_backward_of_each_sequence() {
+    use attn_ref::reference::varlen::backward_varlen;
+    // Two sequences of equal lengths are the dense batch B = 2: the same gradients, with
+    // per-(batch, head) ALiBi slopes, sinks (dsinks summed over the sequences), a window and
+    // GQA.
+    let (b, hq, hkv, sq, sk, d) = (2, 4, 2, 5, 7, 3);
+    let shape = AttnShape::new(b, hq, hkv, sq, sk, d).unwrap();
+    let p = Problem::new(shape, Causal::BottomRight)
+        .with_window(4, 0)
+        .unwrap()
+        .with_softcap(2.5)
+        .unwrap()
+        .with_alibi(Alibi::PerBatchHead(
+            normal_f32(b * hq, 81).iter().map(|x| x.abs()).collect(),
+        ))
+        .unwrap()
+        .with_sinks(normal_f32(hq, 82))
+        .unwrap();
+    let (q, k, v) = qkv(&shape, 83);
+    let g = normal(shape.o_elems(), 84);
+    let dense = backward(&p, &q, &k, &v, &g).unwrap();
+    let pack_q = |x: &[f64]| bhsd_to_packed(x, b, hq, sq, d);
+    let pack_k = |x: &[f64]| bhsd_to_packed(x, b, hkv, sk, d);
+    let cu_q = [0, sq as i32, 2 * sq as i32];
+    let cu_k = [0, sk as i32, 2 * sk as i32];
+    let var = backward_varlen(
+        &p,
+        &cu_q,
+        &cu_k,
+        &pack_q(&q),
+        &pack_k(&k),
+        &pack_k(&v),
+        &pack_q(&g),
+    )
+    .unwrap();
+    assert!(max_abs_diff(&var.dq, &pack_q(&dense.dq)) < 1e-12);
+    assert!(max_abs_diff(&var.dk, &pack_k(&dense.dk)) < 1e-12);
+    assert!(max_abs_diff(&var.dv, &pack_k(&dense.dv)) < 1e-12);
+    assert!(max_abs_diff(&var.o, &pack_q(&dense.o)) < 1e-12);
+    let (vs, ds) = (var.dsinks.unwrap(), dense.dsinks.unwrap());
+    assert!(max_abs_diff(&vs, &ds) < 1e-12 && max_abs(&ds) > 0.0);
+
+    // An empty sequence and one without keys: zero gradients there, the others unchanged.
+    let cu_q = [0, sq as i32, sq as i32, 2 * sq as i32];
+    let cu_k = [0, sk as i32, 2 * sk as i32, 2 * sk as i32];
+    let p3 = Problem::new(
+        AttnShape::new(3, hq, hkv, 1, 1, d).unwrap(),
+        Causal::BottomRight,
+    );
+    let plain = Problem::new(
+        AttnShape::new(1, hq, hkv, sq, sk, d).unwrap(),
+        Causal::BottomRight,
+    );
+    let q3: Vec<f64> = pack_q(&q);
+    let (k3, v3, g3) = (pack_k(&k), pack_k(&v), pack_q(&g));
+    let var = backward_varlen(&p3, &cu_q, &cu_k, &q3, &k3, &v3, &g3).unwrap();
+    let first = backward(
+        &plain,
+        &q[..hq * sq * d],
+        &k[..hkv * sk * d],
+        &v[..hkv * sk * d],
+        &g[..hq * sq * d],
+    )
+    .unwrap();
+    let first_dq = bhsd_to_packed(&first.dq, 1, hq, sq, d);
+    assert!(max_abs_diff(&var.dq[..sq * hq * d], &first_dq) < 1e-12);
+    assert!(
+        var.dq[sq * hq * d..].iter().all(|&x| x == 0.0),
+        "rows without keys: dQ = 0"
+    );
+    assert!(
+        var.dk[sk * hkv * d..].iter().all(|&x| x == 0.0),
+        "keys without rows: dK = 0"
+    );
+    assert!(var.dsinks.is_none());
+    // A dO of the wrong length is an error.
+    assert!(backward_varlen(&p3, &cu_q, &cu_k, &q3, &k3, &v3, &g3[1..]).is_err());
+}

@@ -8,7 +8,8 @@
 //! and window alignment computed per sequence: [`forward_varlen`] builds it
 //! ([`Problem::sequence`]) and runs the dense [`forward`] on it, so there is
 //! one definition of attention. A sequence with no query rows produces nothing; one with
-//! query rows but no keys gives O = 0 and LSE = −∞ for its rows.
+//! query rows but no keys gives O = 0 and LSE = −∞ for its rows. [`backward_varlen`] is the
+//! backward pass the same way: each sequence's dense [`backward`].
 //!
 //! ```
 //! use attn_ref::{AttnShape, Causal, Problem};
@@ -28,7 +29,7 @@
 //! # Ok::<(), attn_ref::AttnError>(())
 //! ```
 
-use super::{forward, RefOutput};
+use super::{backward, forward, RefGrads, RefOutput};
 use crate::{check_len, AttnError, Element, Problem};
 
 /// Validates one `cu_seqlens` array for `batch` sequences and returns it as offsets.
@@ -105,28 +106,113 @@ pub fn forward_varlen<T: Element>(
             continue; // no rows, or rows that see no key: O = 0, LSE = −∞ as initialized
         }
         let p = template.sequence(b, sq, sk)?;
-        // [S, H, D] rows → [1, H, S, D].
-        let to_bhsd = |x: &[T], s0: usize, len: usize, heads: usize| -> Vec<T> {
-            let mut out = Vec::with_capacity(heads * len * d);
-            for h in 0..heads {
-                for s in 0..len {
-                    out.extend_from_slice(&x[((s0 + s) * heads + h) * d..][..d]);
-                }
-            }
-            out
-        };
         let out = forward(
             &p,
-            &to_bhsd(q, q0, sq, hq),
-            &to_bhsd(k, k0, sk, hkv),
-            &to_bhsd(v, k0, sk, hkv),
+            &packed_to_bhsd(q, q0, sq, hq, d),
+            &packed_to_bhsd(k, k0, sk, hkv, d),
+            &packed_to_bhsd(v, k0, sk, hkv, d),
         )?;
+        bhsd_to_packed(&out.o, &mut o, q0, sq, hq, d);
         for h in 0..hq {
             for s in 0..sq {
-                o[((q0 + s) * hq + h) * d..][..d].copy_from_slice(&out.o[(h * sq + s) * d..][..d]);
                 lse[h * total_q + q0 + s] = out.lse[h * sq + s];
             }
         }
     }
     Ok(RefOutput { o, lse })
+}
+
+/// `[S, H, D]` rows `s0..s0 + len` of a packed tensor as `[1, H, S, D]`.
+fn packed_to_bhsd<T: Copy>(x: &[T], s0: usize, len: usize, heads: usize, d: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(heads * len * d);
+    for h in 0..heads {
+        for s in 0..len {
+            out.extend_from_slice(&x[((s0 + s) * heads + h) * d..][..d]);
+        }
+    }
+    out
+}
+
+/// `[1, H, S, D]` back into rows `s0..` of a packed `[total, H, D]` tensor.
+fn bhsd_to_packed(src: &[f64], dst: &mut [f64], s0: usize, len: usize, heads: usize, d: usize) {
+    for h in 0..heads {
+        for s in 0..len {
+            dst[((s0 + s) * heads + h) * d..][..d].copy_from_slice(&src[(h * len + s) * d..][..d]);
+        }
+    }
+}
+
+/// The backward pass of a variable-length batch: each sequence's dense [`backward`] (so every
+/// feature, causal alignment and GQA as there), with `d_o` packed like Q (`[total_q, Hq, D]`).
+///
+/// Returns dQ and O `[total_q, Hq, D]`, dK and dV `[total_k, Hkv, D]`, LSE `[Hq, total_q]`
+/// and, with sinks, dsinks `[Hq]` summed over the sequences. A sequence without query rows or
+/// keys contributes zeros. Errors as [`forward_varlen`], and for a dO of the wrong length.
+pub fn backward_varlen<T: Element>(
+    template: &Problem,
+    cu_seqlens_q: &[i32],
+    cu_seqlens_k: &[i32],
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    d_o: &[T],
+) -> Result<RefGrads, AttnError> {
+    let shape = template.shape();
+    let (batch, hq, hkv, d) = (
+        shape.batch(),
+        shape.q_heads(),
+        shape.kv_heads(),
+        shape.head_dim(),
+    );
+    let cu_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch)?;
+    let cu_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch)?;
+    let (total_q, total_k) = (cu_q[batch], cu_k[batch]);
+    let elems = |rows: usize, heads: usize| {
+        rows.checked_mul(heads)
+            .and_then(|x| x.checked_mul(d))
+            .ok_or(AttnError::TooLarge)
+    };
+    check_len("Q", elems(total_q, hq)?, q.len())?;
+    check_len("K", elems(total_k, hkv)?, k.len())?;
+    check_len("V", elems(total_k, hkv)?, v.len())?;
+    check_len("dO", elems(total_q, hq)?, d_o.len())?;
+
+    let mut g = RefGrads {
+        dq: vec![0.0; total_q * hq * d],
+        dk: vec![0.0; total_k * hkv * d],
+        dv: vec![0.0; total_k * hkv * d],
+        o: vec![0.0; total_q * hq * d],
+        lse: vec![f64::NEG_INFINITY; hq * total_q],
+        dsinks: template.features().sinks.as_ref().map(|_| vec![0.0; hq]),
+    };
+    for b in 0..batch {
+        let (q0, sq) = (cu_q[b], cu_q[b + 1] - cu_q[b]);
+        let (k0, sk) = (cu_k[b], cu_k[b + 1] - cu_k[b]);
+        if sq == 0 || sk == 0 {
+            continue; // nothing to differentiate: zero gradients, O = 0, LSE = −∞
+        }
+        let p = template.sequence(b, sq, sk)?;
+        let one = backward(
+            &p,
+            &packed_to_bhsd(q, q0, sq, hq, d),
+            &packed_to_bhsd(k, k0, sk, hkv, d),
+            &packed_to_bhsd(v, k0, sk, hkv, d),
+            &packed_to_bhsd(d_o, q0, sq, hq, d),
+        )?;
+        bhsd_to_packed(&one.dq, &mut g.dq, q0, sq, hq, d);
+        bhsd_to_packed(&one.o, &mut g.o, q0, sq, hq, d);
+        bhsd_to_packed(&one.dk, &mut g.dk, k0, sk, hkv, d);
+        bhsd_to_packed(&one.dv, &mut g.dv, k0, sk, hkv, d);
+        for h in 0..hq {
+            for s in 0..sq {
+                g.lse[h * total_q + q0 + s] = one.lse[h * sq + s];
+            }
+        }
+        if let (Some(total), Some(part)) = (g.dsinks.as_mut(), one.dsinks.as_ref()) {
+            for (t, x) in total.iter_mut().zip(part) {
+                *t += x;
+            }
+        }
+    }
+    Ok(g)
 }
