@@ -1393,7 +1393,7 @@ pub(crate) fn single_row_unmasked(problem: &Problem) -> Option<Problem> {
     if problem.causal() != Causal::BottomRight || problem.shape().q_len() != 1 {
         return None;
     }
-    Problem::new(problem.shape().clone(), Causal::None)
+    Problem::new(*problem.shape(), Causal::None)
         .with_scale(problem.scale())
         .ok()?
         .with_features(problem.features().clone())
