@@ -269,12 +269,7 @@ impl FlashAttn {
         let lse_len = b * hq * sq;
         if b == 0 || sq == 0 || hq == 0 || d == 0 || sk == 0 {
             // Nothing to compute, or rows that see no key: O = 0, LSE = −∞ (as on the CPU).
-            if !self.softmax_scale.is_finite() || self.softmax_scale <= 0.0 {
-                return Err(err(format!(
-                    "softmax scale must be finite and > 0, got {}",
-                    self.softmax_scale
-                )));
-            }
+            self.check_scale()?;
             if self.wants_lse() {
                 let lse = dev.clone_htod(&vec![f32::NEG_INFINITY; lse_len])?;
                 self.store_lse_value(LseValue::Device(DeviceLse {
@@ -784,12 +779,7 @@ impl crate::fp8::FlashAttnFp8 {
         let dev = q.device().clone();
         let out_shape = Shape::from((b, sq, hq, d));
         if b == 0 || sq == 0 || hq == 0 || d == 0 || sk == 0 {
-            if !self.attn.softmax_scale.is_finite() || self.attn.softmax_scale <= 0.0 {
-                return Err(err(format!(
-                    "softmax scale must be finite and > 0, got {}",
-                    self.attn.softmax_scale
-                )));
-            }
+            self.attn.check_scale()?;
             let o = dev.alloc_zeros::<T>(out_shape.elem_count())?;
             return Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape));
         }

@@ -256,6 +256,18 @@ impl FlashAttn {
         Ok(self)
     }
 
+    /// The softmax scale's own check, for the empty problems that never reach attn-ref's
+    /// validation (the same rule: finite and > 0).
+    fn check_scale(&self) -> Result<()> {
+        if !self.softmax_scale.is_finite() || self.softmax_scale <= 0.0 {
+            return Err(err(format!(
+                "softmax scale must be finite and > 0, got {}",
+                self.softmax_scale
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether K and V are an E4M3 cache (`F8E4M3` codes, with scales); an error when the
     /// codes and the scales do not come together.
     fn kv_fp8(&self, k: DType, v: DType) -> Result<bool> {
@@ -558,12 +570,7 @@ impl FlashAttn {
         let out_shape = Shape::from((b, sq, hq, d));
         if b == 0 || sq == 0 || hq == 0 || d == 0 || sk == 0 {
             // Nothing to compute, or rows that see no key: O = 0, LSE = −∞.
-            if !self.softmax_scale.is_finite() || self.softmax_scale <= 0.0 {
-                return Err(err(format!(
-                    "softmax scale must be finite and > 0, got {}",
-                    self.softmax_scale
-                )));
-            }
+            self.check_scale()?;
             self.store_lse(vec![f32::NEG_INFINITY; b * hq * sq])?;
             let zeros = vec![T::from_f64(0.0); out_shape.elem_count()];
             return Ok((T::wrap(zeros), out_shape));

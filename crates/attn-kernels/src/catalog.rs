@@ -255,13 +255,14 @@ const fn kv_fp8_smem_with(tile: &Tile, bucket: usize, stages: usize) -> usize {
     (tile.block_m + 2 * tile.block_n) * smem_pitch(bucket) * 2 + 2 * stages * tile.block_n * bucket
 }
 
-/// The cp.async ring depth of the E4M3-cache entries of `tile`: the deepest of 4, 3, 2
-/// stages that fits sm_89's shared memory (the feature tile's own rule). A decode CTA
-/// streams its keys with the ring's tiles in flight, and a code tile is half an f16 tile:
-/// with the f16 entries' two stages it kept half the bytes in flight and read no faster than
-/// the f16 cache (run 27, docs/PERF.md), so the byte stages are deeper.
+/// The cp.async ring depth of the E4M3-cache entries of `tile`: the deeper of 3 and 2
+/// stages that fits sm_89's shared memory (the feature tile's own rule). A code tile is half
+/// an f16 tile, so two stages keep half the f16 ring's bytes in flight; three were tried
+/// against two at D = 128 (runs 27, 28: 1 % faster, docs/PERF.md). Four stages made ptxas
+/// 13.0 spill 16-68 bytes in the D = 32/64/96 entries (at 128-168 registers, no cap set) for
+/// no measured gain, so the ring stops at three.
 pub const fn kv_fp8_stages(tile: &Tile, bucket: usize) -> usize {
-    let mut stages = 4;
+    let mut stages = 3;
     while stages > 2 && kv_fp8_smem_with(tile, bucket, stages) > 101_376 {
         stages -= 1;
     }

@@ -1797,8 +1797,9 @@ mod tests {
         };
         let plan = plan_launch_entry(&p, cfg, Some(1), 132, entry).unwrap();
         // Q 64 rows + one K and one V tile of 64 rows at pitch 128 (f16), + 3 stages of
-        // 64 × 128 codes for K and V (4 would not fit sm_89's 99 KiB).
+        // 64 × 128 codes for K and V (the ring's depth; 2 where 3 would not fit 99 KiB).
         assert_eq!(crate::catalog::kv_fp8_stages(&cfg, 128), 3);
+        assert_eq!(crate::catalog::kv_fp8_stages(&cfg, 64), 3);
         assert_eq!(
             plan.smem_bytes as usize,
             (64 + 128) * 128 * 2 + 2 * 3 * 64 * 128

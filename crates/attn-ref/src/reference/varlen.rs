@@ -61,6 +61,60 @@ pub fn check_cu_seqlens(
     Ok(cu.iter().map(|&x| x as usize).collect())
 }
 
+/// A varlen batch's dimensions and checked offsets (both passes' validation).
+struct Packed {
+    batch: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    cu_q: Vec<usize>,
+    cu_k: Vec<usize>,
+    total_q: usize,
+    total_k: usize,
+}
+
+impl Packed {
+    /// Checks the prefix sums and that Q, K, V hold `total × H × D` elements.
+    fn check(
+        template: &Problem,
+        cu_seqlens_q: &[i32],
+        cu_seqlens_k: &[i32],
+        [q_len, k_len, v_len]: [usize; 3],
+    ) -> Result<Self, AttnError> {
+        let shape = template.shape();
+        let (batch, hq, hkv, d) = (
+            shape.batch(),
+            shape.q_heads(),
+            shape.kv_heads(),
+            shape.head_dim(),
+        );
+        let cu_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch)?;
+        let cu_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch)?;
+        let (total_q, total_k) = (cu_q[batch], cu_k[batch]);
+        let p = Self {
+            batch,
+            hq,
+            hkv,
+            d,
+            cu_q,
+            cu_k,
+            total_q,
+            total_k,
+        };
+        check_len("Q", p.elems(total_q, hq)?, q_len)?;
+        check_len("K", p.elems(total_k, hkv)?, k_len)?;
+        check_len("V", p.elems(total_k, hkv)?, v_len)?;
+        Ok(p)
+    }
+
+    /// `rows × heads × D`, or TooLarge.
+    fn elems(&self, rows: usize, heads: usize) -> Result<usize, AttnError> {
+        rows.checked_mul(heads)
+            .and_then(|x| x.checked_mul(self.d))
+            .ok_or(AttnError::TooLarge)
+    }
+}
+
 /// The reference on a variable-length batch (see the module documentation).
 ///
 /// `template` gives the heads (Hq, Hkv), head dim, causal mode, scale and features; its
@@ -78,24 +132,21 @@ pub fn forward_varlen<T: Element>(
     k: &[T],
     v: &[T],
 ) -> Result<RefOutput, AttnError> {
-    let shape = template.shape();
-    let (batch, hq, hkv, d) = (
-        shape.batch(),
-        shape.q_heads(),
-        shape.kv_heads(),
-        shape.head_dim(),
-    );
-    let cu_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch)?;
-    let cu_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch)?;
-    let (total_q, total_k) = (cu_q[batch], cu_k[batch]);
-    let elems = |rows: usize, heads: usize| {
-        rows.checked_mul(heads)
-            .and_then(|x| x.checked_mul(d))
-            .ok_or(AttnError::TooLarge)
-    };
-    check_len("Q", elems(total_q, hq)?, q.len())?;
-    check_len("K", elems(total_k, hkv)?, k.len())?;
-    check_len("V", elems(total_k, hkv)?, v.len())?;
+    let Packed {
+        batch,
+        hq,
+        hkv,
+        d,
+        cu_q,
+        cu_k,
+        total_q,
+        ..
+    } = Packed::check(
+        template,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        [q.len(), k.len(), v.len()],
+    )?;
 
     let mut o = vec![0.0; total_q * hq * d];
     let mut lse = vec![f64::NEG_INFINITY; hq * total_q];
@@ -157,25 +208,26 @@ pub fn backward_varlen<T: Element>(
     v: &[T],
     d_o: &[T],
 ) -> Result<RefGrads, AttnError> {
-    let shape = template.shape();
-    let (batch, hq, hkv, d) = (
-        shape.batch(),
-        shape.q_heads(),
-        shape.kv_heads(),
-        shape.head_dim(),
-    );
-    let cu_q = check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch)?;
-    let cu_k = check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch)?;
-    let (total_q, total_k) = (cu_q[batch], cu_k[batch]);
-    let elems = |rows: usize, heads: usize| {
-        rows.checked_mul(heads)
-            .and_then(|x| x.checked_mul(d))
-            .ok_or(AttnError::TooLarge)
-    };
-    check_len("Q", elems(total_q, hq)?, q.len())?;
-    check_len("K", elems(total_k, hkv)?, k.len())?;
-    check_len("V", elems(total_k, hkv)?, v.len())?;
-    check_len("dO", elems(total_q, hq)?, d_o.len())?;
+    let Packed {
+        batch,
+        hq,
+        hkv,
+        d,
+        cu_q,
+        cu_k,
+        total_q,
+        total_k,
+    } = Packed::check(
+        template,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        [q.len(), k.len(), v.len()],
+    )?;
+    let d_o_len = total_q
+        .checked_mul(hq)
+        .and_then(|x| x.checked_mul(d))
+        .ok_or(AttnError::TooLarge)?;
+    check_len("dO", d_o_len, d_o.len())?;
 
     let mut g = RefGrads {
         dq: vec![0.0; total_q * hq * d],
