@@ -258,9 +258,9 @@ const fn kv_fp8_smem_with(tile: &Tile, bucket: usize, stages: usize) -> usize {
 /// The cp.async ring depth of the E4M3-cache entries of `tile`: the deeper of 3 and 2
 /// stages that fits sm_89's shared memory (the feature tile's own rule). A code tile is half
 /// an f16 tile, so two stages keep half the f16 ring's bytes in flight; three were tried
-/// against two at D = 128 (runs 27, 28: 1 % faster, docs/PERF.md). Four stages made ptxas
-/// 13.0 spill 16-68 bytes in the D = 32/64/96 entries (at 128-168 registers, no cap set) for
-/// no measured gain, so the ring stops at three.
+/// against two at D = 128 (runs 27, 28: 1 % faster, docs/PERF.md); a fourth would add shared
+/// memory for nothing measured, so the ring stops at three. (A few D = 32/64/96/256 entries
+/// spill a few scalars with three stages or four alike: ptxas-budget.json says which.)
 pub const fn kv_fp8_stages(tile: &Tile, bucket: usize) -> usize {
     let mut stages = 3;
     while stages > 2 && kv_fp8_smem_with(tile, bucket, stages) > 101_376 {
