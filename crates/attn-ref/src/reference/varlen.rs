@@ -9,7 +9,7 @@
 //! ([`Problem::sequence`]) and runs the dense [`forward`] on it, so there is
 //! one definition of attention. A sequence with no query rows produces nothing; one with
 //! query rows but no keys gives O = 0 and LSE = −∞ for its rows. [`backward_varlen`] is the
-//! backward pass the same way: each sequence's dense [`backward`].
+//! backward pass the same way: each sequence's dense [`backward()`].
 //!
 //! ```
 //! use attn_ref::{AttnShape, Causal, Problem};
@@ -193,7 +193,7 @@ fn bhsd_to_packed(src: &[f64], dst: &mut [f64], s0: usize, len: usize, heads: us
     }
 }
 
-/// The backward pass of a variable-length batch: each sequence's dense [`backward`] (so every
+/// The backward pass of a variable-length batch: each sequence's dense [`backward()`] (so every
 /// feature, causal alignment and GQA as there), with `d_o` packed like Q (`[total_q, Hq, D]`).
 ///
 /// Returns dQ and O `[total_q, Hq, D]`, dK and dV `[total_k, Hkv, D]`, LSE `[Hq, total_q]`
