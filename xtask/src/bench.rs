@@ -878,8 +878,14 @@ mod tests {
         assert_eq!(seed.len(), 8);
         assert_eq!(seed[0].name(), "1,8,512,64");
         assert_eq!(seed[1].name(), "1,8,512,64-causal");
-        assert_eq!(shape_set(ShapeSet::Decode)[0].name(), "1,32,1x8192,128");
-        assert_eq!(shape_set(ShapeSet::All).len(), 8 + 5 + 1);
+        let decode = shape_set(ShapeSet::Decode);
+        assert_eq!(decode[0].name(), "1,32,1x8192,128");
+        // serve-bench's paged decode on a dense cache (the SDPA baseline of paged decode).
+        assert_eq!(
+            (decode[1].b, decode[1].hq, decode[1].hkv, decode[1].sk),
+            (64, 32, 8, 4096)
+        );
+        assert_eq!(shape_set(ShapeSet::All).len(), 8 + 5 + 2);
         assert!(<ShapeSet as clap::ValueEnum>::from_str("tiny", false).is_err());
     }
 
