@@ -1138,6 +1138,29 @@ pub fn flash_attn_varlen_paged_windowed(
     window_size_right: Option<usize>,
 ) -> Result<Tensor> {
     let attn = FlashAttn::new(softmax_scale).window(window_size_left, window_size_right);
+    let indices = [block_table, seqlens_q, seqused_k];
+    paged(
+        attn,
+        q,
+        k_cache,
+        v_cache,
+        indices,
+        max_seqlen_q,
+        max_seqlen_k,
+    )
+}
+
+/// The paged op with `attn`'s settings: reads and checks the indices (`[block_table,
+/// seqlens_q, seqused_k]`) on the host, then runs it on `(q, k_cache, v_cache)`.
+fn paged(
+    attn: FlashAttn,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    [block_table, seqlens_q, seqused_k]: [&Tensor; 3],
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+) -> Result<Tensor> {
     let op = FlashAttnVarLenPaged {
         attn,
         cu_q: read_seqlens("seqlens_q", seqlens_q, max_seqlen_q)?,
@@ -1191,14 +1214,16 @@ pub fn flash_attn_varlen_paged_kv_fp8(
     let attn = FlashAttn::new(softmax_scale)
         .window(window_size_left, window_size_right)
         .kv_fp8_scales(k_scale, v_scale)?;
-    let op = FlashAttnVarLenPaged {
+    let indices = [block_table, seqlens_q, seqused_k];
+    paged(
         attn,
-        cu_q: read_seqlens("seqlens_q", seqlens_q, max_seqlen_q)?,
-        block_table: read_indices("block_table", block_table, 2)?,
-        seqused_k: read_indices("seqused_k", seqused_k, 1)?,
+        q,
+        k_cache,
+        v_cache,
+        indices,
+        max_seqlen_q,
         max_seqlen_k,
-    };
-    q.apply_op3(k_cache, v_cache, op)
+    )
 }
 
 /// Attention on `(batch, seq, heads, head_dim)` tensors: `softmax(Q·Kᵀ·softmax_scale)·V`,
