@@ -338,7 +338,14 @@ fn paged(
         }
     }
     // Paged caches [num_blocks, page_size, Hkv, D], pages shuffled.
-    for ps in [16usize, 64, 256] {
+    // The default engine (the decode kernel) at every page size; mma.sync's paged entry at
+    // pages of 16 for comparison.
+    for (ps, engine) in [
+        (16usize, Engine::Auto),
+        (16, Engine::MmaSync),
+        (64, Engine::Auto),
+        (256, Engine::Auto),
+    ] {
         let max_blocks = ctx / ps;
         let num_blocks = b * max_blocks;
         let mut pages: Vec<i32> = (0..num_blocks as i32).collect();
@@ -357,7 +364,10 @@ fn paged(
                     v: Tensor::contiguous(vc.as_view(), kd, Layout::Bshd),
                     o: TensorMut::bhsd(&mut o, dims_q(&s)),
                     lse: None,
-                    options: ForwardOptions::default(),
+                    options: ForwardOptions {
+                        engine,
+                        ..ForwardOptions::default()
+                    },
                 },
                 Sequences {
                     queries: QueryRows::Dense,
@@ -372,11 +382,18 @@ fn paged(
         };
         let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
         rows.push(Timed {
-            name: format!("paged, page {ps}"),
+            name: format!(
+                "paged, page {ps}{}",
+                if engine == Engine::MmaSync {
+                    ", mma.sync"
+                } else {
+                    ""
+                }
+            ),
             kernel,
             samples,
         });
-        if ps == 16 {
+        if ps == 16 && engine == Engine::Auto {
             fp8_rows.push(Timed {
                 name: "f16 paged cache, page 16".into(),
                 kernel: rows[rows.len() - 1].kernel.clone(),
@@ -391,7 +408,11 @@ fn paged(
             };
             let (k8, v8) = (codes(&mut rng)?, codes(&mut rng)?);
             let scales = st.clone_htod(&vec![0.01f32; hkv])?;
-            for paged in [true, false] {
+            for (paged, engine) in [
+                (true, Engine::Auto),
+                (true, Engine::MmaSync),
+                (false, Engine::Auto),
+            ] {
                 let mut kernel = String::new();
                 let mut launch = |_: usize| -> anyhow::Result<()> {
                     let (kd, layout, keys) = if paged {
@@ -417,7 +438,10 @@ fn paged(
                             },
                             o: TensorMut::bhsd(&mut o, dims_q(&s)),
                             lse: None,
-                            options: ForwardOptions::default(),
+                            options: ForwardOptions {
+                                engine,
+                                ..ForwardOptions::default()
+                            },
                         },
                         Some(Sequences {
                             queries: QueryRows::Dense,
@@ -430,11 +454,16 @@ fn paged(
                 };
                 let (samples, _) =
                     time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+                let mma = if engine == Engine::MmaSync {
+                    ", mma.sync"
+                } else {
+                    ""
+                };
                 fp8_rows.push(Timed {
                     name: if paged {
-                        "E4M3 paged cache, page 16".into()
+                        format!("E4M3 paged cache, page 16{mma}")
                     } else {
-                        "E4M3 dense [B, S, Hkv, D] cache + seqused_k".into()
+                        format!("E4M3 dense [B, S, Hkv, D] cache + seqused_k{mma}")
                     },
                     kernel,
                     samples,
@@ -497,8 +526,9 @@ fn paged(
 }
 
 /// One sequence decoding against a long cache, DESIGN.md §7's decode shape (1, 32, 1 → 8192,
-/// 128; Hq = Hkv): the f16 cache through the plain forward (split-KV) and the same keys as
-/// an E4M3 cache (`forward_kv_fp8`, split-KV in the general entry), with the copy bandwidth.
+/// 128; Hq = Hkv): the f16 cache through the plain forward and the same keys as an E4M3
+/// cache (`forward_kv_fp8`), each on the decode kernel and on mma.sync's split entries, with
+/// the copy bandwidth.
 fn decode(
     gpu: &Arc<FlashAttention>,
     args: &Args,
@@ -522,14 +552,23 @@ fn decode(
     let (k8, v8) = (codes(&mut rng)?, codes(&mut rng)?);
     let scales = st.clone_htod(&vec![0.01f32; h])?;
     let mut rows = Vec::new();
-    // The heuristic's split count first, then a sweep (one wave of 2 CTAs per SM is 8 splits
-    // here; the heuristic asks for 9).
-    let variants = [false, true]
-        .into_iter()
-        .flat_map(|fp8| [None, Some(4), Some(8), Some(12), Some(16)].map(|n| (fp8, n)));
-    for (fp8, splits) in variants {
+    // The decode kernel (the default engine) with the heuristic's split count, then a sweep
+    // of split counts; mma.sync's split entries with their heuristic for comparison.
+    let variants = [false, true].into_iter().flat_map(|fp8| {
+        [
+            (Engine::Auto, None),
+            (Engine::Auto, Some(8)),
+            (Engine::Auto, Some(16)),
+            (Engine::Auto, Some(24)),
+            (Engine::Auto, Some(32)),
+            (Engine::MmaSync, None),
+        ]
+        .map(|(e, n)| (fp8, e, n))
+    });
+    for (fp8, engine, splits) in variants {
         let options = ForwardOptions {
             splits,
+            engine,
             ..ForwardOptions::default()
         };
         let mut kernel = String::new();
@@ -568,9 +607,14 @@ fn decode(
         let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
         rows.push(Timed {
             name: format!(
-                "{}{}",
+                "{}{}{}",
                 if fp8 { "E4M3 cache" } else { "f16 cache" },
-                splits.map_or(String::new(), |n| format!(", {n} splits forced"))
+                splits.map_or(String::new(), |n| format!(", {n} splits forced")),
+                if engine == Engine::MmaSync {
+                    ", mma.sync"
+                } else {
+                    ""
+                }
             ),
             kernel,
             samples,

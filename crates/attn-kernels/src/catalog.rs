@@ -91,6 +91,9 @@ pub enum Family {
     /// Appending K/V rows to a paged cache, f16/bf16 or quantized to E4M3
     /// (`kernels/kv_append.cuh`). One unit per arch.
     KvAppend,
+    /// The decode kernel (`kernels/decode_kernel.cuh`): 1–8 query rows against a long KV
+    /// cache on the FMA pipe, f16/bf16 or E4M3 K/V, per head-dim bucket.
+    Decode,
 }
 
 /// Storage type of Q, K, V and O (of O only, for [`Family::Fp8Fwd`]).
@@ -152,6 +155,12 @@ impl UnitKey {
             Family::Fp8Prep => format!("fp8prep_sm{}", self.arch.nvcc_name()),
             Family::Merge => format!("merge_sm{}", self.arch.nvcc_name()),
             Family::KvAppend => format!("kvappend_sm{}", self.arch.nvcc_name()),
+            Family::Decode => format!(
+                "dec_sm{}_{}_d{}",
+                self.arch.nvcc_name(),
+                self.elem.as_str(),
+                self.head_dim
+            ),
             Family::Bwd => format!(
                 "bwd_sm{}_{}_d{}",
                 self.arch.nvcc_name(),
@@ -980,6 +989,16 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
             head_dim: 0,
         });
         for elem in [Elem::F16, Elem::Bf16] {
+            for &d in FWD_HEAD_DIM_BUCKETS.iter().filter(|&&d| keep_d(d)) {
+                out.push(UnitKey {
+                    family: Family::Decode,
+                    arch,
+                    elem,
+                    head_dim: d,
+                });
+            }
+        }
+        for elem in [Elem::F16, Elem::Bf16] {
             for &d in FWD_HEAD_DIM_BUCKETS
                 .iter()
                 .filter(|&&d| keep_d(d) && bwd_tile(arch, d).is_some())
@@ -1047,6 +1066,52 @@ pub fn kv_append_entry_name(elem: Elem, e4m3: bool) -> String {
         "attn_kv_append_{}{}",
         elem.as_str(),
         if e4m3 { "_e4m3" } else { "" }
+    )
+}
+
+/// Query-row buckets of the decode kernel: a launch of `rows` query rows (after GQA packing)
+/// runs the smallest bucket that holds them.
+pub const DECODE_ROWS: [usize; 4] = [1, 2, 4, 8];
+
+/// The decode kernel's row bucket for `rows` query rows, `None` above the largest.
+pub fn decode_rows_bucket(rows: usize) -> Option<usize> {
+    DECODE_ROWS.iter().copied().find(|&r| r >= rows.max(1))
+}
+
+/// Dynamic shared memory of a decode CTA (`DecodeConfig::kSmemBytes` in
+/// kernels/decode_kernel.cuh, which this mirrors): three ring stages of ~16 KiB of K and V
+/// rows, or the merge of the key groups' states if larger.
+pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
+    let row_bytes = bucket * if kv8 { 1 } else { 2 };
+    let active = bucket / 8;
+    let lanes = if active <= 4 {
+        4
+    } else if active <= 8 {
+        8
+    } else if active <= 16 {
+        16
+    } else {
+        32
+    };
+    let groups = 128 / lanes;
+    let raw = 8192 / row_bytes / groups;
+    let keys = if raw < 1 { 1 } else { raw } * groups;
+    let ring = 3 * 2 * keys * row_bytes;
+    let merge = (groups * rows * bucket + 3 * groups * rows) * 4;
+    if ring > merge {
+        ring
+    } else {
+        merge
+    }
+}
+
+/// The extern "C" name of a decode entry: `attn_dec_f16_d128_r4`, `attn_dec_bf16_d64_r1_kv8`.
+pub fn decode_entry_name(unit: &UnitKey, rows: usize, kv8: bool) -> String {
+    format!(
+        "attn_dec_{}_d{}_r{rows}{}",
+        unit.elem.as_str(),
+        unit.head_dim,
+        if kv8 { "_kv8" } else { "" }
     )
 }
 
@@ -1243,6 +1308,24 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                         "ATTN_KV_APPEND_ENTRY({}, {}, {e4m3})",
                         kv_append_entry_name(elem, e4m3),
                         elem.cuda_type()
+                    );
+                }
+            }
+            Some(s)
+        }
+        Family::Decode => {
+            if debug {
+                return None;
+            }
+            s.push_str("#include \"decode_kernel.cuh\"\n\n");
+            let ty = unit.elem.cuda_type();
+            let d = unit.head_dim;
+            for kv8 in [false, true] {
+                for rows in DECODE_ROWS {
+                    let _ = writeln!(
+                        s,
+                        "ATTN_DECODE_ENTRY({}, {ty}, {kv8}, {d}, {rows})",
+                        decode_entry_name(unit, rows, kv8)
                     );
                 }
             }

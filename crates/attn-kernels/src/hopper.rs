@@ -33,6 +33,10 @@ pub enum Engine {
     /// The Hopper kernel (TMA, warp-specialized wgmma), with a given tile or the bucket's
     /// default (`None`). A typed error on devices other than sm_90.
     Hopper(Option<HopperTile>),
+    /// The decode kernel (kernels/decode_kernel.cuh, every arch): 1–8 query rows per head
+    /// after GQA packing, unmasked, without ALiBi or sinks. `Auto` already picks it for every
+    /// launch it can run; this names it, and refuses the others with the reason.
+    Decode,
 }
 
 /// The Hopper configs compiled for `head_dim`'s bucket, the default first.

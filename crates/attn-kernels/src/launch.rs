@@ -212,11 +212,13 @@ pub struct ForwardOptions {
 impl ForwardOptions {
     /// Options from a config name, as the CLI takes them: an mma.sync config
     /// (`128_64_8_s2`, [`KernelConfig::by_name`]), a Hopper config (`wg128_128_s2_pp`,
-    /// [`HopperTile::by_name`]), or an engine with its default config (`mma`, `hopper`).
+    /// [`HopperTile::by_name`]), or an engine with its default config (`mma`, `hopper`,
+    /// `decode`).
     pub fn from_config_name(name: &str) -> Result<Self, KernelError> {
         let engine = match name {
             "mma" => Engine::MmaSync,
             "hopper" => Engine::Hopper(None),
+            "decode" => Engine::Decode,
             n if n.starts_with("wg") => Engine::Hopper(Some(HopperTile::by_name(n)?)),
             n => {
                 return Ok(Self {
@@ -825,7 +827,16 @@ impl FlashAttention {
                 "the Hopper engine does not read E4M3 KV caches yet; use Engine::Auto or Engine::MmaSync".into(),
             ));
         }
-        let hopper = if kv_fp8 {
+        // Decode-shaped launches (1–8 rows after packing) run the decode kernel.
+        let decode_rows = {
+            // `select` picks the arch; a filtered build may lack the unit.
+            let built = crate::config::bucket_for(d).is_ok_and(|bucket| {
+                let dunit = crate::decode::decode_unit(Arch::Sm80, T::DTYPE, bucket);
+                cubin::select(&dunit, false, self.cache.major, self.cache.minor).is_some()
+            });
+            crate::decode::decode_choice(problem, &opts, planted, extras.seqs.as_ref(), built)?
+        };
+        let hopper = if kv_fp8 || decode_rows.is_some() {
             None
         } else {
             self.hopper_choice(problem, T::DTYPE, &opts, planted, seq_plan.as_ref())?
@@ -834,56 +845,82 @@ impl FlashAttention {
             let seqs = seq_plan.zip(extras.seqs.as_ref());
             return self.launch_hopper(problem, &q, &k, &v, &mut o, lse.as_mut(), tile, seqs);
         }
-        let config = match opts.config {
-            Some(c) => c,
-            None if general => feature_config(d)?,
-            None => self.default_config(problem),
-        };
-        // The general entries split unmasked launches without sinks (split_combine has no
-        // sink term).
-        let general_split =
-            general && problem.causal() == Causal::None && problem.features().sinks.is_none();
-        if general && !features {
-            let want = feature_config(d)?;
-            if config != want {
-                return Err(KernelError::UnsupportedFeature(format!(
-                    "varlen, paged or E4M3 KV with config {} (these launches run in config {} only)",
-                    config.name(),
-                    want.name()
-                )));
+        let (unit, name, plan) = match decode_rows {
+            Some(rows) => {
+                let dunit = crate::decode::decode_unit(Arch::Sm80, T::DTYPE, unit.head_dim);
+                // Paged and dense caches: their capacity; packed keys: the problem's Sk.
+                let kv_len = seq_plan
+                    .map(|s| s.kv_len)
+                    .filter(|&n| n > 0)
+                    .unwrap_or(shape.kv_len());
+                let plan = crate::decode::plan_decode(
+                    problem,
+                    rows,
+                    kv_fp8,
+                    opts.splits,
+                    kv_len,
+                    self.sm_count(),
+                )?;
+                let name = crate::catalog::decode_entry_name(&dunit, rows, kv_fp8);
+                (dunit, name, plan)
             }
-            if !general_split && opts.splits.is_some_and(|n| n != 1) {
-                return Err(KernelError::UnsupportedFeature(
-                    "varlen, paged or E4M3 KV with split-KV under a causal mask (use 1 or the default)".into(),
-                ));
+            None => {
+                let config = match opts.config {
+                    Some(c) => c,
+                    None if general => feature_config(d)?,
+                    None => self.default_config(problem),
+                };
+                // The general entries split unmasked launches without sinks (split_combine has no
+                // sink term).
+                let general_split = general
+                    && problem.causal() == Causal::None
+                    && problem.features().sinks.is_none();
+                if general && !features {
+                    let want = feature_config(d)?;
+                    if config != want {
+                        return Err(KernelError::UnsupportedFeature(format!(
+                        "varlen, paged or E4M3 KV with config {} (these launches run in config {} only)",
+                        config.name(),
+                        want.name()
+                    )));
+                    }
+                    if !general_split && opts.splits.is_some_and(|n| n != 1) {
+                        return Err(KernelError::UnsupportedFeature(
+                        "varlen, paged or E4M3 KV with split-KV under a causal mask (use 1 or the default)".into(),
+                    ));
+                    }
+                }
+                // Debug launches never split: dumps are per query block.
+                let splits = if planted { Some(1) } else { opts.splits };
+                let entry = GeneralEntry {
+                    general,
+                    split: general_split,
+                    kv_fp8,
+                };
+                let plan = plan_launch_entry(problem, config, splits, self.sm_count(), entry)?;
+                let cfg = plan.config;
+                if plan.smem_bytes as usize > self.max_smem_per_block() {
+                    return Err(KernelError::ConfigTooLarge {
+                        config: cfg.name(),
+                        smem: plan.smem_bytes as usize,
+                        limit: self.max_smem_per_block(),
+                    });
+                }
+                let paged = seq_plan.is_some_and(|s| s.paged);
+                let causal = problem.causal() != Causal::None;
+                let mode = match (extras.mode, general) {
+                    (Some(m), _) => m,
+                    (None, false) if causal => KernelMode::Causal,
+                    (None, false) => KernelMode::Full,
+                    (None, true) => KernelMode::general(causal, paged, kv_fp8),
+                };
+                let split = plan.params.n_splits > 1;
+                let name = fwd_entry_name(&unit, &cfg, mode, split);
+                (unit, name, plan)
             }
-        }
-        // Debug launches never split: dumps are per query block.
-        let splits = if planted { Some(1) } else { opts.splits };
-        let entry = GeneralEntry {
-            general,
-            split: general_split,
-            kv_fp8,
         };
-        let plan = plan_launch_entry(problem, config, splits, self.sm_count(), entry)?;
         let cfg = plan.config;
-        if plan.smem_bytes as usize > self.max_smem_per_block() {
-            return Err(KernelError::ConfigTooLarge {
-                config: cfg.name(),
-                smem: plan.smem_bytes as usize,
-                limit: self.max_smem_per_block(),
-            });
-        }
-        let paged = seq_plan.is_some_and(|s| s.paged);
-        let causal = problem.causal() != Causal::None;
-        let mode = match (extras.mode, general) {
-            (Some(m), _) => m,
-            (None, false) if causal => KernelMode::Causal,
-            (None, false) => KernelMode::Full,
-            (None, true) => KernelMode::general(causal, paged, kv_fp8),
-        };
         let split = plan.params.n_splits > 1;
-        let name = fwd_entry_name(&unit, &cfg, mode, split);
         let (func, arch) = self.function(&unit, &name, debug, plan.smem_bytes as usize)?;
         let stream = &self.stream;
         let o_strides = o.strides;
@@ -960,7 +997,9 @@ impl FlashAttention {
             builder.arg(d.buffer).arg(d.tiles);
         }
         // SAFETY: the argument list matches ATTN_FWD_ENTRY (q, k, v, o, lse, ws_o, ws_ml,
-        // counters, FwdParams by value, and in debug cubins dump, dump_tiles). Every tensor
+        // counters, FwdParams by value, and in debug cubins dump, dump_tiles), and
+        // ATTN_DECODE_ENTRY's is the same without the debug pair (decode launches are never
+        // debug launches: `decode_refusal`). Every tensor
         // was checked above: its dims are the problem's, every element its strides name lies
         // inside its view, views start 16-byte aligned with 16-byte-multiple strides (the
         // kernel's vector loads), O names no element twice and overlaps no input, and LSE
@@ -976,6 +1015,9 @@ impl FlashAttention {
         // were checked against the layout's dims (packed rows, pages) and the index arrays'
         // lengths against the batch, and the kernel clamps every device-resident index into
         // those checked sizes before addressing memory (kernels/seqs.cuh, load_tile_paged);
+        // a decode grid is splits × heads × batch CTAs of at most 8 rows (its row bucket,
+        // the workspace's block_m), bounded by q_len/kv_len/head_dim the same way and
+        // clamping the same indices (decode_kernel.cuh);
         // the dynamic shared-memory size was raised on the function and fits the device.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the kernel"))?;
         drop(ptrs);
@@ -1074,7 +1116,8 @@ impl FlashAttention {
     ) -> Result<Option<Option<HopperTile>>, KernelError> {
         let paged = seqs.is_some_and(|s| s.paged);
         match opts.engine {
-            Engine::MmaSync => Ok(None),
+            // Engine::Decode was taken (or refused) by the decode kernel before this.
+            Engine::MmaSync | Engine::Decode => Ok(None),
             Engine::Hopper(_) if paged => Err(KernelError::EngineUnavailable(
                 "the Hopper engine does not read paged KV caches yet; use Engine::Auto or Engine::MmaSync".into(),
             )),

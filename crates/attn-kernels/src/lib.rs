@@ -15,7 +15,9 @@
 //!   deterministic mode) and the LSE merge of partial results ([`merge`], which ring attention
 //!   in attn-dist uses).
 //!
-//! [`Engine::Auto`] picks the Hopper kernel on sm_90 unless the problem wants split-KV.
+//! [`Engine::Auto`] runs decode steps (at most 8 unmasked query rows per KV head after GQA
+//! packing, no ALiBi or sinks) on the decode kernel ([`decode`], every arch), and otherwise
+//! picks the Hopper kernel on sm_90 unless the problem wants split-KV.
 //!
 //! Problems are described with [`attn_ref`]'s types; tensors are cudarc views with dims and
 //! strides ([`Tensor`], [`TensorMut`]), so `[B,H,S,D]`, `[B,S,H,D]` and views into a larger KV
@@ -80,6 +82,7 @@ pub mod config;
 pub mod cubin;
 #[cfg(feature = "debug-kernels")]
 pub mod debug;
+pub mod decode;
 pub mod elite;
 pub mod fp8;
 pub mod hopper;

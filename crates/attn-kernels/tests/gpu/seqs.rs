@@ -52,6 +52,8 @@ struct SeqCase {
     engine: Engine,
     /// K/V as an E4M3 cache ([`FlashAttention::forward_kv_fp8`]) instead of in Q's type.
     kv8: Option<KvScaleKind>,
+    /// Key splits asked for (`None`: the heuristic).
+    splits: Option<usize>,
 }
 
 /// How an E4M3 cache's scales are laid out.
@@ -323,6 +325,7 @@ fn run_case<T: StorageType + Element>(
     };
     let options = ForwardOptions {
         engine: c.engine,
+        splits: c.splits,
         ..ForwardOptions::default()
     };
     let launch = if c.kv8.is_some() {
@@ -423,6 +426,11 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
             _ => run_case::<bf16>(gpu, c, dtype, rng),
         };
         match r {
+            Ok(kernel) if runs_decode(c) => {
+                if !kernel.starts_with("attn_dec_") || kernel.ends_with("_kv8") != c.kv8.is_some() {
+                    failures.push(format!("{c:?}: ran {kernel}, not the decode kernel"));
+                }
+            }
             Ok(kernel) => {
                 let want = match (c.keys, c.kv8.is_some()) {
                     (Keys::Paged { .. }, false) => "_paged",
@@ -455,6 +463,26 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
             )),
         }
     }
+}
+
+/// Whether the launcher runs `c` on the decode kernel: `Auto` or `Decode`, dense queries, no
+/// ALiBi or sinks, and at most 8 unmasked rows per CTA after GQA packing (one query row per
+/// head; a single row's bottom-right mask hides nothing) — src/decode.rs's rule.
+fn runs_decode(c: &SeqCase) -> bool {
+    if !matches!(c.engine, Engine::Auto | Engine::Decode) || c.q_packed {
+        return false;
+    }
+    let f = &c.features;
+    if f.alibi.is_some() || f.sinks.is_some() {
+        return false;
+    }
+    let (hq, hkv) = c.heads;
+    let sq = c.q_lens[0];
+    let packs = sq == 1 && hq / hkv > 1 && c.causal != Causal::TopLeft && f.window.is_none();
+    let rows = if packs { hq / hkv } else { sq };
+    let unmasked =
+        c.causal == Causal::None || packs || (sq == 1 && c.causal == Causal::BottomRight);
+    unmasked && rows <= 8 && (f.window.is_none() || sq == 1)
 }
 
 /// The serving features every matrix also runs with: all four at once.
@@ -496,6 +524,7 @@ fn correctness_seqs_varlen() {
                         keys: Keys::Packed,
                         engine,
                         kv8: None,
+                        splits: None,
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
@@ -516,6 +545,7 @@ fn correctness_seqs_varlen() {
                 keys: Keys::Packed,
                 engine,
                 kv8: None,
+                splits: None,
             };
             run_dtypes(&gpu, &c, &mut rng, &mut failures);
         }
@@ -545,22 +575,27 @@ fn correctness_seqs_paged() {
                     } else {
                         Features::default()
                     };
-                    let c = SeqCase {
-                        heads: (8, 2),
-                        d,
-                        causal,
-                        features,
-                        q_lens,
-                        k_lens: k_lens.clone(),
-                        q_packed,
-                        keys: Keys::Paged {
-                            page_size,
-                            num_blocks: 5 * 333usize.div_ceil(page_size) + 3,
-                        },
-                        engine: Engine::Auto,
-                        kv8: None,
-                    };
-                    run_dtypes(&gpu, &c, &mut rng, &mut failures);
+                    // Decode runs on the decode kernel under Auto; mma.sync's paged
+                    // entries run it too.
+                    for engine in [Engine::Auto, Engine::MmaSync] {
+                        let c = SeqCase {
+                            heads: (8, 2),
+                            d,
+                            causal,
+                            features: features.clone(),
+                            q_lens: q_lens.clone(),
+                            k_lens: k_lens.clone(),
+                            q_packed,
+                            keys: Keys::Paged {
+                                page_size,
+                                num_blocks: 5 * 333usize.div_ceil(page_size) + 3,
+                            },
+                            engine,
+                            kv8: None,
+                            splits: None,
+                        };
+                        run_dtypes(&gpu, &c, &mut rng, &mut failures);
+                    }
                 }
             }
         }
@@ -596,6 +631,7 @@ fn correctness_seqs_kv_cache_lengths() {
                         keys: Keys::Dense { cap: 256 },
                         engine,
                         kv8: None,
+                        splits: None,
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
@@ -620,20 +656,24 @@ fn correctness_seqs_kv_fp8() {
     for d in [64, 128, 96, 256] {
         for kind in [KvScaleKind::PerHead, KvScaleKind::PerTensor] {
             for causal in CAUSALS {
-                // Decode over a dense cache: 6 CTAs after GQA packing, so the keys split.
-                let decode = SeqCase {
-                    heads: (8, 2),
-                    d,
-                    causal,
-                    features: Features::default(),
-                    q_lens: vec![1; 3],
-                    k_lens: vec![1500, 777, 1],
-                    q_packed: false,
-                    keys: Keys::Dense { cap: 1536 },
-                    engine: Engine::Auto,
-                    kv8: Some(kind),
-                };
-                run_dtypes(&gpu, &decode, &mut rng, &mut failures);
+                // Decode over a dense cache: 6 CTAs after GQA packing, so the keys split
+                // (mma.sync's general split entries; Auto runs the decode kernel).
+                for engine in [Engine::MmaSync, Engine::Auto] {
+                    let decode = SeqCase {
+                        heads: (8, 2),
+                        d,
+                        causal,
+                        features: Features::default(),
+                        q_lens: vec![1; 3],
+                        k_lens: vec![1500, 777, 1],
+                        q_packed: false,
+                        keys: Keys::Dense { cap: 1536 },
+                        engine,
+                        kv8: Some(kind),
+                        splits: None,
+                    };
+                    run_dtypes(&gpu, &decode, &mut rng, &mut failures);
+                }
                 // Varlen prefill over packed keys, with every feature.
                 let q_lens = vec![0, 1, 77, 130, 3];
                 let k_lens = vec![5, 1, 300, 0, 250];
@@ -648,34 +688,333 @@ fn correctness_seqs_kv_fp8() {
                     keys: Keys::Packed,
                     engine: Engine::Auto,
                     kv8: Some(kind),
+                    splits: None,
                 };
                 run_dtypes(&gpu, &prefill, &mut rng, &mut failures);
                 // Paged decode, pages straddling tiles; with a window and softcap (no
-                // sinks, so it may split).
-                let paged = SeqCase {
-                    heads: (8, 2),
-                    d,
-                    causal,
-                    features: Features {
-                        window: Some((300, 0)),
-                        softcap: Some(8.0),
-                        ..Features::default()
-                    },
-                    q_lens: vec![1; 4],
-                    k_lens: vec![900, 17, 0, 1200],
-                    q_packed: false,
-                    keys: Keys::Paged {
-                        page_size: 48,
-                        num_blocks: 4 * 1200usize.div_ceil(48) + 3,
-                    },
-                    engine: Engine::Auto,
-                    kv8: Some(kind),
-                };
-                run_dtypes(&gpu, &paged, &mut rng, &mut failures);
+                // sinks, so it may split). Both engines, as above.
+                for engine in [Engine::MmaSync, Engine::Auto] {
+                    let paged = SeqCase {
+                        heads: (8, 2),
+                        d,
+                        causal,
+                        features: Features {
+                            window: Some((300, 0)),
+                            softcap: Some(8.0),
+                            ..Features::default()
+                        },
+                        q_lens: vec![1; 4],
+                        k_lens: vec![900, 17, 0, 1200],
+                        q_packed: false,
+                        keys: Keys::Paged {
+                            page_size: 48,
+                            num_blocks: 4 * 1200usize.div_ceil(48) + 3,
+                        },
+                        engine,
+                        kv8: Some(kind),
+                        splits: None,
+                    };
+                    run_dtypes(&gpu, &paged, &mut rng, &mut failures);
+                }
             }
         }
     }
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// The decode kernel ([`Engine::Decode`], kernels/decode_kernel.cuh) against the reference:
+/// one query row per head (MHA: 1 row per CTA; GQA groups of 3, 4 and 8 packed as 4-, 4- and
+/// 8-row CTAs), two rows without a mask, f16/bf16 and E4M3 caches, dense caches with
+/// `seqused_k`, packed keys and paged caches (pages of 16 and 48 keys), empty and one-key
+/// sequences, the split heuristic, no split and forced splits, softcap, and a window on one
+/// row. Unused cache rows are NaN and outputs start NaN (as in every case here).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_seqs_decode() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    let k_lens = vec![2000, 0, 1, 333, 1024];
+    let cap = 2048;
+    let keys_of = |i: usize| match i {
+        0 => Keys::Dense { cap },
+        1 => Keys::Packed,
+        2 => Keys::Paged {
+            page_size: 16,
+            num_blocks: 5 * cap / 16 + 3,
+        },
+        _ => Keys::Paged {
+            page_size: 48,
+            num_blocks: 5 * cap.div_ceil(48) + 3,
+        },
+    };
+    for d in [128, 64, 256, 96, 32] {
+        let kv8s = if d == 128 {
+            vec![
+                None,
+                Some(KvScaleKind::PerHead),
+                Some(KvScaleKind::PerTensor),
+            ]
+        } else {
+            vec![None, Some(KvScaleKind::PerHead)]
+        };
+        for kv8 in kv8s {
+            for heads in [(16, 16), (8, 2), (16, 2), (6, 2)] {
+                for ki in 0..4 {
+                    let c = SeqCase {
+                        heads,
+                        d,
+                        causal: if ki % 2 == 0 {
+                            Causal::BottomRight
+                        } else {
+                            Causal::None
+                        },
+                        features: Features::default(),
+                        q_lens: vec![1; k_lens.len()],
+                        k_lens: k_lens.clone(),
+                        q_packed: false,
+                        keys: keys_of(ki),
+                        engine: Engine::Decode,
+                        kv8,
+                        splits: None,
+                    };
+                    run_dtypes(&gpu, &c, &mut rng, &mut failures);
+                }
+            }
+            // Split counts: none, odd, more splits than key stages of the short sequences.
+            for splits in [1, 5, 32] {
+                let c = SeqCase {
+                    heads: (8, 2),
+                    d,
+                    causal: Causal::BottomRight,
+                    features: Features::default(),
+                    q_lens: vec![1; k_lens.len()],
+                    k_lens: k_lens.clone(),
+                    q_packed: false,
+                    keys: keys_of(splits % 4),
+                    engine: Engine::Decode,
+                    kv8,
+                    splits: Some(splits),
+                };
+                run_dtypes(&gpu, &c, &mut rng, &mut failures);
+            }
+            // Two rows per head, no mask; softcap; a window over one row (GQA unpacked).
+            let features = [
+                (2, (4, 4), Features::default()),
+                (
+                    1,
+                    (8, 2),
+                    Features {
+                        softcap: Some(5.0),
+                        ..Features::default()
+                    },
+                ),
+                (
+                    1,
+                    (8, 2),
+                    Features {
+                        window: Some((100, 0)),
+                        softcap: Some(8.0),
+                        ..Features::default()
+                    },
+                ),
+            ];
+            for (sq, heads, features) in features {
+                let c = SeqCase {
+                    heads,
+                    d,
+                    causal: if sq == 1 {
+                        Causal::BottomRight
+                    } else {
+                        Causal::None
+                    },
+                    features,
+                    q_lens: vec![sq; k_lens.len()],
+                    k_lens: k_lens.clone(),
+                    q_packed: false,
+                    keys: keys_of(sq + 1),
+                    engine: Engine::Decode,
+                    kv8,
+                    splits: None,
+                };
+                run_dtypes(&gpu, &c, &mut rng, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// What the decode kernel refuses when named ([`Engine::Decode`]): more than 8 rows after
+/// packing, a causal mask over several rows, ALiBi, sinks, packed queries — typed errors,
+/// nothing written.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn validation_decode_refusals_write_nothing() {
+    let gpu = gpu();
+    let st = gpu.stream();
+    let (b, hkv, d, sk) = (2, 2, 64, 300);
+    let seven = f16::from_f32(7.0);
+    let run = |hq: usize, sq: usize, causal: Causal, features: Features| {
+        let p = Problem::new(AttnShape::new(b, hq, hkv, sq, sk, d).unwrap(), causal)
+            .with_features(features)
+            .unwrap();
+        let q = st
+            .clone_htod(&vec![f16::from_f32(0.5); b * hq * sq * d])
+            .unwrap();
+        let kv = st
+            .clone_htod(&vec![f16::from_f32(0.25); b * hkv * sk * d])
+            .unwrap();
+        let mut o = st.clone_htod(&vec![seven; b * hq * sq * d]).unwrap();
+        let r = gpu.forward(Forward {
+            problem: &p,
+            q: Tensor::contiguous(q.as_view(), [b, hq, sq, d], Layout::Bhsd),
+            k: Tensor::contiguous(kv.as_view(), [b, hkv, sk, d], Layout::Bhsd),
+            v: Tensor::contiguous(kv.as_view(), [b, hkv, sk, d], Layout::Bhsd),
+            o: TensorMut::contiguous(o.as_view_mut(), [b, hq, sq, d], Layout::Bhsd),
+            lse: None,
+            options: ForwardOptions {
+                engine: Engine::Decode,
+                ..ForwardOptions::default()
+            },
+        });
+        let o: Vec<f16> = st.clone_dtoh(&o).unwrap();
+        (r, o.iter().all(|&x| x == seven))
+    };
+    let (ok, _) = run(8, 1, Causal::BottomRight, Features::default());
+    assert!(
+        ok.as_ref().is_ok_and(|i| i.kernel.starts_with("attn_dec_")),
+        "{ok:?}"
+    );
+    for (what, hq, sq, causal, features) in [
+        (
+            "16 rows after packing",
+            32,
+            1,
+            Causal::BottomRight,
+            Features::default(),
+        ),
+        (
+            "a causal mask over 4 rows",
+            2,
+            4,
+            Causal::BottomRight,
+            Features::default(),
+        ),
+        (
+            "ALiBi",
+            4,
+            1,
+            Causal::None,
+            Features {
+                alibi: Some(Alibi::PerHead(alibi_slopes(4))),
+                ..Features::default()
+            },
+        ),
+        (
+            "sinks",
+            4,
+            1,
+            Causal::None,
+            Features {
+                sinks: Some(vec![0.5; 4]),
+                ..Features::default()
+            },
+        ),
+    ] {
+        let (r, untouched) = run(hq, sq, causal, features);
+        assert!(
+            matches!(r, Err(KernelError::EngineUnavailable(_))),
+            "{what}: {r:?}"
+        );
+        assert!(untouched, "{what}: O was written");
+    }
+}
+
+/// Corrupt device-resident indices in a decode launch (seqused_k past the capacity and
+/// negative, block-table entries outside the cache): clamped, no out-of-bounds access
+/// (memcheck runs this), the stream stays healthy.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_seqs_decode_corrupt_indices() {
+    let gpu = gpu();
+    let st = gpu.stream();
+    let (b, hq, hkv, d, ps, blocks) = (3, 8, 2, 128, 16, 6);
+    let p = Problem::new(
+        AttnShape::new(b, hq, hkv, 1, 2 * ps, d).unwrap(),
+        Causal::BottomRight,
+    );
+    for kv8 in [false, true] {
+        let q = st
+            .clone_htod(&vec![f16::from_f32(0.5); b * hq * d])
+            .unwrap();
+        let kc = st
+            .clone_htod(&vec![f16::from_f32(0.25); blocks * ps * hkv * d])
+            .unwrap();
+        let quarter = Fp8Format::E4M3.encode_f32(0.25); // exact in E4M3, scale 1
+        let codes = st
+            .clone_htod(&vec![quarter; blocks * ps * hkv * d])
+            .unwrap();
+        let scales = st.clone_htod(&[1.0f32]).unwrap();
+        let mut o = st
+            .clone_htod(&vec![f16::from_f32(f32::NAN); b * hq * d])
+            .unwrap();
+        let table = st.clone_htod(&[0, 1, -100, 5, 1 << 30, 2]).unwrap();
+        let used = st.clone_htod(&[32, 1 << 30, -3]).unwrap();
+        let dims = [b, hq, 1, d];
+        let kdims = [blocks, hkv, ps, d];
+        let seqs = Sequences {
+            queries: QueryRows::Dense,
+            keys: KeyRows::Paged {
+                block_table: Indices::new(table.as_view()),
+            },
+            seqused_k: Some(Indices::new(used.as_view())),
+        };
+        let options = ForwardOptions {
+            engine: Engine::Decode,
+            ..ForwardOptions::default()
+        };
+        let info = if kv8 {
+            gpu.forward_kv_fp8(
+                ForwardKvFp8 {
+                    problem: &p,
+                    q: Tensor::contiguous(q.as_view(), dims, Layout::Bhsd),
+                    k: Tensor::contiguous(codes.as_view(), kdims, Layout::Bshd),
+                    v: Tensor::contiguous(codes.as_view(), kdims, Layout::Bshd),
+                    scales: KvScales {
+                        k: scales.as_view(),
+                        v: scales.as_view(),
+                    },
+                    o: TensorMut::contiguous(o.as_view_mut(), dims, Layout::Bhsd),
+                    lse: None,
+                    options,
+                },
+                Some(seqs),
+            )
+        } else {
+            gpu.forward_sequences(
+                Forward {
+                    problem: &p,
+                    q: Tensor::contiguous(q.as_view(), dims, Layout::Bhsd),
+                    k: Tensor::contiguous(kc.as_view(), kdims, Layout::Bshd),
+                    v: Tensor::contiguous(kc.as_view(), kdims, Layout::Bshd),
+                    o: TensorMut::contiguous(o.as_view_mut(), dims, Layout::Bhsd),
+                    lse: None,
+                    options,
+                },
+                seqs,
+            )
+        }
+        .unwrap();
+        assert!(info.kernel.starts_with("attn_dec_"), "{}", info.kernel);
+        st.synchronize().expect("the stream stays healthy");
+        // Sequence 0 (32 keys on pages 0 and 1) is well defined: every value is 0.25.
+        let out: Vec<f16> = st.clone_dtoh(&o).unwrap();
+        for h in 0..hq {
+            let x = out[h * d].to_f32();
+            assert!((x - 0.25).abs() < 1e-3, "kv8 {kv8} head {h}: {x}");
+        }
+    }
 }
 
 /// Split-KV in the general entries (f16/bf16 caches): single-row launches with a window and
@@ -716,6 +1055,7 @@ fn correctness_seqs_general_split() {
                     keys,
                     engine: Engine::MmaSync,
                     kv8: None,
+                    splits: None,
                 };
                 run_dtypes(&gpu, &c, &mut rng, &mut failures);
             }
@@ -857,6 +1197,7 @@ fn sanitize_seqs_corrupt_device_indices() {
         },
         engine: Engine::Auto,
         kv8: None,
+        splits: None,
     };
     run_dtypes(&gpu, &c, &mut rng, &mut failures);
     assert!(failures.is_empty(), "{}", failures.join("\n"));

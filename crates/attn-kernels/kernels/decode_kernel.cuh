@@ -1,0 +1,415 @@
+// The decode kernel: a few query rows (one token per sequence, or the G query heads of one
+// KV head packed as rows) against a long KV cache, which is a pure streaming problem — every
+// K/V byte is read once and feeds ROWS·2 FMAs per element. A 64-row MMA tile would waste
+// 60+ of its rows; this kernel instead follows FlashInfer's decode (Ye et al. 2025,
+// "FlashInfer: Efficient and Customizable Attention Engine for LLM Inference Serving") and
+// Flash-Decoding (Dao et al. 2023): keys are spread over groups of lanes, each group
+// computes whole dot products on the FMA pipe (8 columns per lane, a shuffle reduction),
+// keeps its own online-softmax state, and the groups' states are merged once at the end.
+// K/V stream through a 3-stage cp.async ring of ~16 KiB stages, so each CTA keeps ~32 KiB in
+// flight; four CTAs per SM (128 threads, 48 KiB of shared memory, ≤ 128 registers up to 4
+// rows) keep ~128 KiB per SM in flight, several times what hides DRAM latency.
+//
+// KV8: K/V are E4M3 codes (an FP8 KV cache, kv_fp8.cuh's format): half the bytes per stage,
+// widened exactly in registers (sm_89+'s cvt.f16x2.e4m3x2; fp8.cuh's integer trick on
+// sm_80), the scales folded into the scores and O. One code layout for dense, packed (cu_seqlens_k) and paged caches, `seqused_k` and
+// split-KV: all runtime values (p.seqs, p.n_splits), so the catalog instantiates one entry
+// per (type, cache type, head-dim bucket, ROWS bucket). Softcap and (for one row) the sliding
+// window are runtime features; ALiBi and sinks run in the general MMA entries.
+#pragma once
+#include "kv_fp8.cuh"
+#include "score_mod.cuh"
+#include "seqs.cuh"
+#include "split_combine.cuh"
+
+namespace attn {
+
+template <typename T, bool KV8, int DK, int ROWS>
+struct DecodeConfig {
+    using KV = std::conditional_t<KV8, uint8_t, T>;
+    static constexpr int kThreads = 128;
+    static constexpr int kVec = 8;              // columns of a key per lane
+    static constexpr int kActive = DK / kVec;   // lanes that hold columns
+    // Lanes per key: a power of two (so the xor reduction stays inside the group); D = 96,
+    // 160, 192, 224 leave the top lanes of each group idle.
+    static constexpr int kLanes = kActive <= 4 ? 4 : kActive <= 8 ? 8 : kActive <= 16 ? 16 : 32;
+    static constexpr int kGroups = kThreads / kLanes; // keys computed side by side
+    static constexpr int kRowBytes = DK * static_cast<int>(sizeof(KV));
+    static constexpr int kChunks = kRowBytes / 16;    // 16-byte chunks per key row
+    // ~16 KiB of K and V per stage (8 KiB each), a whole number of keys per group.
+    static constexpr int kKeysPerGroupRaw = 8192 / kRowBytes / kGroups;
+    static constexpr int kKeysPerGroup = kKeysPerGroupRaw < 1 ? 1 : kKeysPerGroupRaw;
+    static constexpr int kKeys = kKeysPerGroup * kGroups;
+    static constexpr int kStages = 3;
+    static constexpr int kStageBytes = 2 * kKeys * kRowBytes;
+    // The copies of one stage's K (or V) tile per thread.
+    static constexpr int kCopies = (kKeys * kChunks + kThreads - 1) / kThreads;
+    // The merge of the groups' states reuses the ring: O [groups][ROWS][DK], then (m, l) and
+    // the groups' weights.
+    static constexpr int kMergeBytes = (kGroups * ROWS * DK + 3 * kGroups * ROWS) * 4;
+    static constexpr int kSmemBytes =
+        kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes;
+    static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets");
+    static_assert(ROWS >= 1 && ROWS <= 8, "decode rows");
+    static_assert(!KV8 || DK % 16 == 0, "E4M3 rows are read in 16-byte chunks");
+};
+
+// Two E4M3 codes (byte 0 → the low half) → f16x2. sm_89+ converts in one instruction,
+// exactly; older archs use fp8.cuh's integer trick, which scales by 2^-8 (kDecodeWidenGain
+// says which, so the kernel's scales undo exactly what the widening did).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t word, bool high) {
+#if __CUDA_ARCH__ >= 890
+    const uint16_t pair = static_cast<uint16_t>(high ? word >> 16 : word & 0xFFFFu);
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(pair));
+    return h;
+#else
+    return high ? cvt_hi(word) : cvt_lo(word);
+#endif
+}
+
+// What kv_descale's factor must be multiplied by for this arch's widening: kv_descale folds
+// in 2^8 for the integer trick; the hardware conversion loses nothing.
+#if __CUDA_ARCH__ >= 890
+constexpr float kDecodeWidenGain = 1.f / kCvtScale;
+#else
+constexpr float kDecodeWidenGain = 1.f;
+#endif
+
+// Eight columns of one key row (16 bytes of T, or 8 bytes of E4M3 codes) as f32.
+template <typename T, bool KV8>
+__device__ __forceinline__ void load_row8(float (&x)[8], const void* src) {
+    if constexpr (KV8) {
+        const uint2 c = *reinterpret_cast<const uint2*>(src);
+        const uint32_t h[4] = {e4m3x2_to_f16x2(c.x, false), e4m3x2_to_f16x2(c.x, true),
+                               e4m3x2_to_f16x2(c.y, false), e4m3x2_to_f16x2(c.y, true)};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[i]));
+            x[2 * i] = f.x;
+            x[2 * i + 1] = f.y;
+        }
+    } else {
+        const uint4 u = *reinterpret_cast<const uint4*>(src);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 f = StorageTraits<T>::unpack(w[i]);
+            x[2 * i] = f.x;
+            x[2 * i + 1] = f.y;
+        }
+    }
+}
+
+template <typename T, bool KV8, int DK, int ROWS>
+__device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
+                                              const std::conditional_t<KV8, uint8_t, T>* __restrict__ k,
+                                              const std::conditional_t<KV8, uint8_t, T>* __restrict__ v,
+                                              T* __restrict__ o, float* __restrict__ lse, float* __restrict__ ws_o,
+                                              float* __restrict__ ws_ml, unsigned int* __restrict__ counters,
+                                              const FwdParams& launch_p) {
+    using Cfg = DecodeConfig<T, KV8, DK, ROWS>;
+    using KV = typename Cfg::KV;
+    constexpr int kLanes = Cfg::kLanes;
+    constexpr int kGroups = Cfg::kGroups;
+    constexpr int KPG = Cfg::kKeysPerGroup;
+    constexpr int kKeys = Cfg::kKeys;
+    constexpr int kStages = Cfg::kStages;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+
+    const int split = blockIdx.x;
+    const int h = blockIdx.y;
+    const int b = blockIdx.z;
+    const int tid = threadIdx.x;
+    const int lane = tid % kLanes; // lane within the key group
+    const int group = tid / kLanes;
+    const bool active = lane < Cfg::kActive;
+
+    // This sequence's lengths (dense queries; packed or paged keys, seqused_k).
+    FwdParams p = launch_p;
+    const SeqRows seq_rows = resolve_sequence(p, b);
+    const bool paged = p.seqs.block_table != nullptr;
+    const int kvh = h / p.group;
+    const T* q_head = head_ptr(q, p.q_stride, b, h);
+    T* o_head = head_ptr(o, p.o_stride, b, h);
+    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * launch_p.q_len;
+    const KV* k_head;
+    const KV* v_head;
+    if (paged) { // the batch stride is the page stride; rows come from the table
+        k_head = k + static_cast<int64_t>(kvh) * p.k_stride[1];
+        v_head = v + static_cast<int64_t>(kvh) * p.v_stride[1];
+    } else {
+        k_head = head_ptr(k, p.k_stride, b, kvh) + static_cast<int64_t>(seq_rows.k_row0) * p.k_stride[2];
+        v_head = head_ptr(v, p.v_stride, b, kvh) + static_cast<int64_t>(seq_rows.k_row0) * p.v_stride[2];
+        if (p.seqs.cu_k != nullptr) { // packed K/V: no batch stride
+            k_head = k + static_cast<int64_t>(seq_rows.k_row0) * p.k_stride[2] + static_cast<int64_t>(kvh) * p.k_stride[1];
+            v_head = v + static_cast<int64_t>(seq_rows.k_row0) * p.v_stride[2] + static_cast<int64_t>(kvh) * p.v_stride[1];
+        }
+    }
+
+    // The keys this split reads: an equal share of the visible key tiles (the window's for
+    // one row; every key otherwise).
+    const KeyRange visible = row_key_range<false>(0, p);
+    const int key_lo = visible.lo;
+    const int key_hi = visible.hi > visible.lo ? visible.hi : visible.lo;
+    const int n_tiles = (key_hi - key_lo + kKeys - 1) / kKeys;
+    const int per = (n_tiles + p.n_splits - 1) / p.n_splits;
+    const int t_first = min(n_tiles, split * per);
+    const int t_count = min(n_tiles, t_first + per) - t_first;
+    const int key_begin = key_lo + t_first * kKeys;
+
+    // Q rows in f32 registers (rows past q_len and columns past head_dim are zero).
+    const int d_chunks = p.head_dim >> 3; // 8-column chunks of the problem's D
+    float qf[ROWS][8];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        if (r < p.q_len && active && lane < d_chunks) {
+            const uint4 u = *reinterpret_cast<const uint4*>(q_head + static_cast<int64_t>(r) * p.q_stride[2] + lane * 8);
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = StorageTraits<T>::unpack(w[i]);
+                qf[r][2 * i] = f.x;
+                qf[r][2 * i + 1] = f.y;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) qf[r][i] = 0.f;
+        }
+    }
+    // Scores in log2 units: s·k_scale·scale_log2, or through the softcap first.
+    const float k_desc = KV8 ? kv_descale(p.feat.k_descale, p.feat.descale_per_head, kvh) * kDecodeWidenGain : 1.f;
+    const float softcap_in = p.feat.softcap_in * k_desc;
+    const float score_mul = p.feat.softcap_in != 0.f ? p.scale_log2 : p.scale_log2 * k_desc;
+
+    // The ring: stage s holds K then V rows of kKeys keys, each kRowBytes, unswizzled (a
+    // key group reads one whole row: 8 or 16 lanes × 16 or 8 bytes, conflict-free).
+    const int* table = paged ? p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks : nullptr;
+    const PageDiv div{p.seqs.page_size, p.seqs.page_mul, p.seqs.page_shift};
+    const int code_chunks = KV8 ? p.head_dim >> 4 : d_chunks; // 16-byte chunks of a row of D
+    // The (page, row in page) of each copy's key, looked up one stage ahead (the table read
+    // is then off the path that issues the copies).
+    int pg[Cfg::kCopies], pr[Cfg::kCopies];
+    auto locate = [&](int key0) {
+#pragma unroll
+        for (int j = 0; j < Cfg::kCopies; ++j) {
+            const int i = tid + j * Cfg::kThreads;
+            const int g = key0 + i / Cfg::kChunks;
+            if (paged) {
+                const int slot = div.slot(g);
+                pg[j] = g < key_hi && i < kKeys * Cfg::kChunks ? page_of(table, slot, p.seqs.num_blocks) : 0;
+                pr[j] = g - slot * div.size;
+            } else {
+                pg[j] = 0;
+                pr[j] = g;
+            }
+        }
+    };
+    auto issue = [&](int stage, int key0) {
+        unsigned char* sk = smem_raw + stage * Cfg::kStageBytes;
+        unsigned char* sv = sk + kKeys * Cfg::kRowBytes;
+#pragma unroll
+        for (int j = 0; j < Cfg::kCopies; ++j) {
+            const int i = tid + j * Cfg::kThreads;
+            if (Cfg::kCopies * Cfg::kThreads != kKeys * Cfg::kChunks && i >= kKeys * Cfg::kChunks) break;
+            const int r = i / Cfg::kChunks;
+            const int c = i % Cfg::kChunks;
+            const bool in = key0 + r < key_hi && c < code_chunks;
+            const int64_t ko = static_cast<int64_t>(pg[j]) * p.k_stride[0] + static_cast<int64_t>(pr[j]) * p.k_stride[2];
+            const int64_t vo = static_cast<int64_t>(pg[j]) * p.v_stride[0] + static_cast<int64_t>(pr[j]) * p.v_stride[2];
+            const int cb = c * 16 / static_cast<int>(sizeof(KV)); // the chunk's first element
+            cp_async_16(smem_addr(sk + r * Cfg::kRowBytes + c * 16), in ? k_head + ko + cb : k_head, in);
+            cp_async_16(smem_addr(sv + r * Cfg::kRowBytes + c * 16), in ? v_head + vo + cb : v_head, in);
+        }
+    };
+
+    float m[ROWS], l[ROWS], acc[ROWS][8];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        m[r] = -INFINITY;
+        l[r] = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
+    }
+
+    // Prologue: kStages - 1 stages in flight, one commit group each (possibly empty).
+    locate(key_begin);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < t_count) {
+            issue(s, key_begin + s * kKeys);
+            locate(key_begin + (s + 1) * kKeys);
+        }
+        cp_async_commit();
+    }
+    for (int t = 0; t < t_count; ++t) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads(); // stage t landed for every thread; stage t-1's buffer is free
+        const int next = t + kStages - 1;
+        if (next < t_count) {
+            issue(next % kStages, key_begin + next * kKeys);
+            locate(key_begin + (next + 1) * kKeys);
+        }
+        cp_async_commit();
+
+        const int key0 = key_begin + t * kKeys;
+        const unsigned char* sk = smem_raw + (t % kStages) * Cfg::kStageBytes;
+        const unsigned char* sv = sk + kKeys * Cfg::kRowBytes;
+        // S for this group's keys group, group + kGroups, ... of the stage.
+        float s[ROWS][KPG];
+#pragma unroll
+        for (int kk = 0; kk < KPG; ++kk) {
+            float kf[8];
+            if (active) {
+                load_row8<T, KV8>(kf, sk + (group + kk * kGroups) * Cfg::kRowBytes + lane * 8 * sizeof(KV));
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) kf[i] = 0.f;
+            }
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                float d = 0.f;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) d = fmaf(qf[r][i], kf[i], d);
+                s[r][kk] = d;
+            }
+        }
+#pragma unroll
+        for (int off = kLanes / 2; off > 0; off >>= 1)
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                for (int kk = 0; kk < KPG; ++kk) s[r][kk] += __shfl_xor_sync(0xffffffffu, s[r][kk], off);
+        // Softcap, scale, the tail mask, then the online softmax per row.
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            float mx = m[r];
+#pragma unroll
+            for (int kk = 0; kk < KPG; ++kk) {
+                float x = s[r][kk];
+                if (softcap_in != 0.f) x = softcap_tanh(x * softcap_in);
+                x *= score_mul;
+                if (key0 + group + kk * kGroups >= key_hi) x = -INFINITY;
+                s[r][kk] = x;
+                mx = fmaxf(mx, x);
+            }
+            const float m_use = mx == -INFINITY ? 0.f : mx;
+            const float corr = exp2f(m[r] - m_use);
+            m[r] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KPG; ++kk) {
+                s[r][kk] = exp2f(s[r][kk] - m_use);
+                sum += s[r][kk];
+            }
+            l[r] = l[r] * corr + sum;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[r][i] *= corr;
+        }
+        // O += P·V.
+        if (active) {
+#pragma unroll
+            for (int kk = 0; kk < KPG; ++kk) {
+                float vf[8];
+                load_row8<T, KV8>(vf, sv + (group + kk * kGroups) * Cfg::kRowBytes + lane * 8 * sizeof(KV));
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) acc[r][i] = fmaf(s[r][kk], vf[i], acc[r][i]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads(); // the ring is free for the merge
+
+    // Merge the groups' states: (m, l) and O per (group, row) through shared memory.
+    float* sm_o = reinterpret_cast<float*>(smem_raw);          // [groups][ROWS][DK]
+    float* sm_m = sm_o + kGroups * ROWS * DK;                   // [groups][ROWS]
+    float* sm_l = sm_m + kGroups * ROWS;                        // [groups][ROWS]
+    float* sm_w = sm_l + kGroups * ROWS;                        // [groups][ROWS] weights
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        if (active) {
+#pragma unroll
+            for (int i = 0; i < 8; i += 4)
+                *reinterpret_cast<float4*>(sm_o + (group * ROWS + r) * DK + lane * 8 + i) =
+                    make_float4(acc[r][i], acc[r][i + 1], acc[r][i + 2], acc[r][i + 3]);
+        }
+        if (lane == 0) {
+            sm_m[group * ROWS + r] = m[r];
+            sm_l[group * ROWS + r] = l[r];
+        }
+    }
+    __syncthreads();
+    // One thread per row: the merged max and denominator (lse_merge.cuh's rule; an empty row
+    // — no key seen — keeps O = 0 and LSE = -inf). The weights fold in 1/L (unsplit) or the
+    // V scale alone (split: the combine normalizes).
+    __shared__ float row_m[ROWS], row_l[ROWS];
+    const float v_desc = KV8 ? kv_descale(p.feat.v_descale, p.feat.descale_per_head, kvh) * kDecodeWidenGain : 1.f;
+    const bool split_kv = p.n_splits > 1;
+    if (tid < ROWS) {
+        const RowMerge mr = merge_row(kGroups, [&](int g) { return make_float2(sm_m[g * ROWS + tid], sm_l[g * ROWS + tid]); });
+        float mx = -INFINITY;
+        for (int g = 0; g < kGroups; ++g) mx = fmaxf(mx, sm_m[g * ROWS + tid]);
+        for (int g = 0; g < kGroups; ++g)
+            sm_w[g * ROWS + tid] = exp2f(sm_m[g * ROWS + tid] - mr.m_use) * (split_kv ? v_desc : mr.inv_l * v_desc);
+        row_m[tid] = mx;
+        row_l[tid] = mr.inv_l == 0.f ? 0.f : 1.f / mr.inv_l;
+        if (!split_kv && lse_head != nullptr && tid < p.q_len) lse_head[tid] = mr.lse;
+    }
+    __syncthreads();
+    if (!split_kv) {
+        for (int i = tid; i < ROWS * (DK / 2); i += Cfg::kThreads) {
+            const int r = i / (DK / 2);
+            const int d = 2 * (i % (DK / 2));
+            if (r >= p.q_len || d >= p.head_dim) continue;
+            float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+            for (int g = 0; g < kGroups; ++g) {
+                const float w = sm_w[g * ROWS + r];
+                const float2 x = *reinterpret_cast<const float2*>(sm_o + (g * ROWS + r) * DK + d);
+                a0 = fmaf(w, x.x, a0);
+                a1 = fmaf(w, x.y, a1);
+            }
+            *reinterpret_cast<uint32_t*>(o_head + static_cast<int64_t>(r) * p.o_stride[2] + d) =
+                StorageTraits<T>::pack(a0, a1);
+        }
+        return;
+    }
+    // Split-KV: this split's unnormalized O and (m, l), then the last split of the block
+    // merges them all (split_combine.cuh).
+    const int64_t block = static_cast<int64_t>(b) * p.q_heads + h;
+    float* my_o = ws_o + (block * p.n_splits + split) * (ROWS * DK);
+    float* my_ml = ws_ml + (block * p.n_splits + split) * (ROWS * 2);
+    for (int i = tid; i < ROWS * DK; i += Cfg::kThreads) {
+        const int r = i / DK;
+        const int d = i % DK;
+        float a = 0.f;
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) a = fmaf(sm_w[g * ROWS + r], sm_o[(g * ROWS + r) * DK + d], a);
+        __stcg(my_o + i, a);
+    }
+    if (tid < ROWS) {
+        // (m, l) of the split in the weights' frame: l was merged at m_use.
+        const float mx = row_m[tid];
+        __stcg(my_ml + 2 * tid, mx == -INFINITY ? -INFINITY : mx);
+        __stcg(my_ml + 2 * tid + 1, row_l[tid]);
+    }
+    split_combine<T, DK, ROWS, Cfg::kThreads>(ws_o + block * p.n_splits * (ROWS * DK),
+                                              ws_ml + block * p.n_splits * (ROWS * 2), counters + block,
+                                              p.n_splits, o_head, lse_head, 0, p.q_len, p.o_stride[2],
+                                              p.head_dim, tid);
+}
+
+} // namespace attn
+
+// One entry per (type, cache type, head-dim bucket, rows bucket), with the forward entries'
+// argument list (src/launch.rs binds both alike).
+#define ATTN_DECODE_ENTRY(NAME, T, KV8, DK, ROWS)                                                  \
+    extern "C" __global__ void __launch_bounds__(128, (ROWS) <= 4 ? 4 : 2)                         \
+        NAME(const T* __restrict__ q, const std::conditional_t<KV8, uint8_t, T>* __restrict__ k,   \
+             const std::conditional_t<KV8, uint8_t, T>* __restrict__ v, T* __restrict__ o,         \
+             float* __restrict__ lse, float* __restrict__ ws_o, float* __restrict__ ws_ml,         \
+             unsigned int* __restrict__ counters, const attn::FwdParams p) {                       \
+        attn::decode_kernel<T, KV8, DK, ROWS>(q, k, v, o, lse, ws_o, ws_ml, counters, p);          \
+    }

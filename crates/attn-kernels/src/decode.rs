@@ -1,0 +1,310 @@
+//! The decode kernel's launch plan (kernels/decode_kernel.cuh): which launches it takes,
+//! its row bucket, its split count and grid. Pure functions, tested without a device.
+//!
+//! A decode step is 1–8 query rows per (batch, KV head) — one token, or the G query heads of
+//! a KV head packed as rows (FlashAttention-3's PackGQA, [`crate::launch`]) — against a long
+//! cache: a streaming problem the mma.sync tiles (16+ rows per warp) fit badly. The decode
+//! kernel computes dot products on the FMA pipe over key groups of lanes, reads f16/bf16 or
+//! E4M3 caches, dense, packed or paged, and splits the keys until the chip is full.
+
+use attn_ref::{Causal, Problem};
+
+use crate::{
+    catalog::{decode_rows_bucket, decode_smem_bytes, tile, Family, UnitKey},
+    config::elem_of,
+    hopper::Engine,
+    launch::{fwd_params, LaunchPlan},
+    seqs::{QueryRows, Sequences},
+    Dtype, ForwardOptions, KernelError,
+};
+
+/// Most key splits a decode launch takes: enough to put two CTAs on each of 132 SMs from 8
+/// (batch, head) blocks; the combine reads every split's partial, so more would cost there.
+pub const DECODE_MAX_SPLITS: usize = 32;
+
+/// Fewest keys a decode split reads: below this the ring's prologue (three stages) and the
+/// combine are a large share of a split's work.
+pub const DECODE_MIN_KEYS_PER_SPLIT: usize = 256;
+
+/// Threads per decode CTA.
+const DECODE_THREADS: usize = 128;
+
+/// The compile unit holding the decode kernels of (arch, dtype, bucket).
+pub(crate) fn decode_unit(arch: crate::catalog::Arch, dtype: Dtype, bucket: usize) -> UnitKey {
+    UnitKey {
+        family: Family::Decode,
+        arch,
+        elem: elem_of(dtype),
+        head_dim: bucket,
+    }
+}
+
+/// Why a launch cannot run on the decode kernel, or `None` if it can. `problem` is the one
+/// the launcher runs (after GQA packing and dropping a single row's bottom-right mask).
+pub(crate) fn decode_refusal(
+    problem: &Problem,
+    planted: bool,
+    seqs: Option<&Sequences<'_>>,
+) -> Option<String> {
+    let s = problem.shape();
+    let f = problem.features();
+    if planted {
+        return Some("tile dumps and planted bugs run on the mma.sync kernel".into());
+    }
+    if problem.causal() != Causal::None {
+        return Some("a causal mask over several query rows".into());
+    }
+    if decode_rows_bucket(s.q_len()).is_none() {
+        return Some(format!(
+            "{} query rows per head (the decode kernel takes up to 8, after GQA packing)",
+            s.q_len()
+        ));
+    }
+    if f.alibi.is_some() || f.sinks.is_some() {
+        return Some("ALiBi and attention sinks run on the general mma.sync entries".into());
+    }
+    if f.window.is_some() && s.q_len() != 1 {
+        return Some("a sliding window over several query rows".into());
+    }
+    if seqs.is_some_and(|q| matches!(q.queries, QueryRows::Packed { .. })) {
+        return Some("packed (varlen) queries".into());
+    }
+    None
+}
+
+/// The decode row bucket a launch runs in, `None` for the other kernels. `Engine::Auto`
+/// takes every launch the kernel can run (`built`: the unit's cubin is in this build);
+/// `Engine::Decode` refuses the others with the reason; the other engines never take it.
+pub(crate) fn decode_choice(
+    problem: &Problem,
+    opts: &ForwardOptions,
+    planted: bool,
+    seqs: Option<&Sequences<'_>>,
+    built: bool,
+) -> Result<Option<usize>, KernelError> {
+    let refusal = decode_refusal(problem, planted, seqs);
+    match opts.engine {
+        Engine::Decode => {
+            if opts.config.is_some() {
+                return Err(KernelError::EngineUnavailable(
+                    "the decode kernel has no mma.sync configs; leave ForwardOptions::config unset"
+                        .into(),
+                ));
+            }
+            if let Some(why) = refusal {
+                return Err(KernelError::EngineUnavailable(format!(
+                    "the decode kernel does not run {why}; use Engine::Auto"
+                )));
+            }
+            if !built {
+                return Err(KernelError::KernelsNotBuilt);
+            }
+            Ok(decode_rows_bucket(problem.shape().q_len()))
+        }
+        Engine::Auto if refusal.is_none() && built && opts.config.is_none() => {
+            Ok(decode_rows_bucket(problem.shape().q_len()))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Keys per ring stage of a decode entry (`DecodeConfig::kKeys`).
+pub fn decode_keys_per_stage(bucket: usize, kv8: bool) -> usize {
+    let row_bytes = bucket * if kv8 { 1 } else { 2 };
+    let lanes = (bucket / 8).next_power_of_two().clamp(4, 32);
+    let groups = DECODE_THREADS / lanes;
+    (8192 / row_bytes / groups).max(1) * groups
+}
+
+/// CTAs of a decode entry one SM holds: four (48 KiB rings, ≤ 128 registers by their launch
+/// bounds); the 8-row entries are bounded to two (their state needs ~250 registers).
+fn ctas_per_sm(rows: usize) -> usize {
+    if rows >= 8 {
+        2
+    } else {
+        4
+    }
+}
+
+/// CTAs per SM the split heuristic aims for: two. Their ~64 KiB in flight per SM already
+/// saturate HBM, and longer splits spend less on the ring's prologue and on the combine: on
+/// the H100 (run 34, 1 × 32 heads × 8192 keys) 8 splits (2 per SM) took 52.6 µs against
+/// 54.6 at 16 (4 per SM) for f16, and 32.2 against 35.5 µs for the E4M3 cache.
+const SPLIT_CTAS_PER_SM: usize = 2;
+
+/// Key splits for `ctas` (batch × head) blocks of `kv_len` keys: as many as give
+/// [`SPLIT_CTAS_PER_SM`] CTAs per SM (⌊2 · SMs / ctas⌋, capped by the CTAs one SM holds),
+/// each reading at least [`DECODE_MIN_KEYS_PER_SPLIT`] keys, at most [`DECODE_MAX_SPLITS`].
+pub fn decode_splits(ctas: usize, kv_len: usize, rows: usize, sm_count: usize) -> usize {
+    let resident = sm_count.max(1) * SPLIT_CTAS_PER_SM.min(ctas_per_sm(rows));
+    (resident / ctas.max(1))
+        .min(kv_len / DECODE_MIN_KEYS_PER_SPLIT)
+        .clamp(1, DECODE_MAX_SPLITS)
+}
+
+/// The launch plan of a decode entry: grid (splits, heads, batch), 128 threads, the ring's
+/// shared memory and the scalars. `splits`: the caller's override (`Some(1)`: never split).
+/// `kv_len`: the longest key count a sequence may have (the problem's Sk for dense keys, the
+/// paged capacity), which sizes the split heuristic.
+pub(crate) fn plan_decode(
+    problem: &Problem,
+    rows: usize,
+    kv8: bool,
+    splits: Option<usize>,
+    kv_len: usize,
+    sm_count: usize,
+) -> Result<LaunchPlan, KernelError> {
+    crate::launch::check_sizes(problem)?;
+    let s = problem.shape();
+    let bucket = crate::config::bucket_for(s.head_dim())?;
+    let ctas = s.batch() * s.q_heads();
+    let n_splits = match splits {
+        None => decode_splits(ctas, kv_len, rows, sm_count),
+        Some(0) => {
+            return Err(
+                attn_ref::AttnError::InvalidArgument("splits must be at least 1".into()).into(),
+            )
+        }
+        Some(n) => n.min(DECODE_MAX_SPLITS),
+    };
+    Ok(LaunchPlan {
+        // The config a LaunchInfo reports: rows × keys per stage, 4 warps, 3 stages.
+        config: tile(rows, decode_keys_per_stage(bucket, kv8), 4, 3),
+        grid: (n_splits as u32, s.q_heads() as u32, s.batch() as u32),
+        smem_bytes: decode_smem_bytes(bucket, kv8, rows) as u32,
+        params: fwd_params(problem, n_splits as i32),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_ref::AttnShape;
+
+    fn decode_problem(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize) -> Problem {
+        Problem::new(
+            AttnShape::new(b, hq, hkv, sq, sk, 128).unwrap(),
+            Causal::None,
+        )
+    }
+
+    #[test]
+    fn keys_per_stage_mirror_the_kernel() {
+        // ~8 KiB of K per stage, a whole number of keys per lane group.
+        assert_eq!(decode_keys_per_stage(128, false), 32);
+        assert_eq!(decode_keys_per_stage(128, true), 64);
+        assert_eq!(decode_keys_per_stage(256, false), 16);
+        assert_eq!(decode_keys_per_stage(32, false), 128);
+        assert_eq!(decode_keys_per_stage(96, false), 40);
+        for bucket in crate::catalog::FWD_HEAD_DIM_BUCKETS {
+            for kv8 in [false, true] {
+                let keys = decode_keys_per_stage(bucket, kv8);
+                let row = bucket * if kv8 { 1 } else { 2 };
+                // The ring (3 stages of K and V) is what the smem formula holds.
+                assert!(decode_smem_bytes(bucket, kv8, 1) >= 3 * 2 * keys * row);
+                assert!(decode_smem_bytes(bucket, kv8, 8) <= 99 * 1024);
+            }
+        }
+    }
+
+    #[test]
+    fn splits_fill_one_wave_of_resident_ctas() {
+        // 1 × 32 heads × 8192 keys: 32 CTAs, 2 per SM on 132 SMs → 8 splits (256 CTAs).
+        assert_eq!(decode_splits(32, 8192, 1, 132), 8);
+        // Paged decode, 64 × 8 KV heads: the grid fills the chip alone.
+        assert_eq!(decode_splits(512, 4096, 4, 132), 1);
+        // Short caches split less: ≥ 256 keys per split.
+        assert_eq!(decode_splits(8, 1024, 4, 132), 4);
+        assert_eq!(decode_splits(8, 100, 4, 132), 1);
+        // Tiny grids stop at the cap.
+        assert_eq!(decode_splits(1, 1 << 20, 1, 132), DECODE_MAX_SPLITS);
+        assert_eq!(decode_splits(32, 8192, 8, 132), 8);
+    }
+
+    #[test]
+    fn the_decode_kernel_takes_few_unmasked_rows_without_alibi_or_sinks() {
+        let p = decode_problem(2, 8, 8, 4, 4096);
+        assert_eq!(decode_refusal(&p, false, None), None);
+        assert!(decode_refusal(&p, true, None).is_some());
+        assert!(decode_refusal(&decode_problem(2, 8, 8, 9, 4096), false, None).is_some());
+        let causal = Problem::new(*p.shape(), Causal::TopLeft);
+        assert!(decode_refusal(&causal, false, None).is_some());
+        assert!(decode_refusal(&p.with_sinks(vec![0.1; 8]).unwrap(), false, None).is_some());
+        let alibi = attn_ref::Alibi::PerHead(vec![0.1; 8]);
+        assert!(decode_refusal(&p.with_alibi(alibi).unwrap(), false, None).is_some());
+        // Softcap is a runtime feature of the kernel; a window only for one row.
+        assert_eq!(
+            decode_refusal(&p.with_softcap(30.0).unwrap(), false, None),
+            None
+        );
+        assert!(decode_refusal(&p.with_window(64, 0).unwrap(), false, None).is_some());
+        let one = decode_problem(2, 8, 8, 1, 4096);
+        assert_eq!(
+            decode_refusal(&one.with_window(64, 0).unwrap(), false, None),
+            None
+        );
+    }
+
+    #[test]
+    fn engines_choose_or_refuse_the_decode_kernel() {
+        let p = decode_problem(1, 32, 32, 1, 8192);
+        let auto = ForwardOptions::default();
+        assert_eq!(
+            decode_choice(&p, &auto, false, None, true).unwrap(),
+            Some(1)
+        );
+        // A filtered build without the unit: Auto falls back, Decode says so.
+        assert_eq!(decode_choice(&p, &auto, false, None, false).unwrap(), None);
+        let forced = ForwardOptions {
+            engine: Engine::Decode,
+            ..ForwardOptions::default()
+        };
+        assert!(matches!(
+            decode_choice(&p, &forced, false, None, false),
+            Err(KernelError::KernelsNotBuilt)
+        ));
+        let mma = ForwardOptions {
+            engine: Engine::MmaSync,
+            ..ForwardOptions::default()
+        };
+        assert_eq!(decode_choice(&p, &mma, false, None, true).unwrap(), None);
+        // Rows round up to the bucket; too many rows: Auto passes, Decode refuses.
+        let three = decode_problem(1, 8, 8, 3, 8192);
+        assert_eq!(
+            decode_choice(&three, &auto, false, None, true).unwrap(),
+            Some(4)
+        );
+        let wide = decode_problem(1, 8, 8, 16, 8192);
+        assert_eq!(
+            decode_choice(&wide, &auto, false, None, true).unwrap(),
+            None
+        );
+        assert!(matches!(
+            decode_choice(&wide, &forced, false, None, true),
+            Err(KernelError::EngineUnavailable(_))
+        ));
+    }
+
+    #[test]
+    fn plans_have_one_cta_per_split_head_and_batch() {
+        let p = decode_problem(2, 8, 8, 4, 4096);
+        let plan = plan_decode(&p, 4, false, None, 4096, 132).unwrap();
+        let splits = decode_splits(16, 4096, 4, 132);
+        assert_eq!(plan.grid, (splits as u32, 8, 2));
+        assert_eq!(plan.params.n_splits as usize, splits);
+        assert_eq!(plan.config.threads(), DECODE_THREADS);
+        assert_eq!(plan.smem_bytes as usize, decode_smem_bytes(128, false, 4));
+        assert_eq!(
+            plan_decode(&p, 4, true, Some(1), 4096, 132).unwrap().grid.0,
+            1
+        );
+        assert_eq!(
+            plan_decode(&p, 4, true, Some(99), 4096, 132)
+                .unwrap()
+                .grid
+                .0 as usize,
+            DECODE_MAX_SPLITS
+        );
+        assert!(plan_decode(&p, 4, true, Some(0), 4096, 132).is_err());
+    }
+}
