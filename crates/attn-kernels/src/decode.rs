@@ -189,6 +189,36 @@ mod tests {
     }
 
     #[test]
+    fn the_catalog_has_every_decode_entry_once() {
+        use crate::catalog::{
+            decode_entry_name, decode_rows_bucket, unit_source, units, Arch, FWD_HEAD_DIM_BUCKETS,
+        };
+        let decode_units: Vec<_> = units(&[], &[])
+            .into_iter()
+            .filter(|u| u.family == Family::Decode)
+            .collect();
+        // Every arch, both storage types, every bucket.
+        assert_eq!(
+            decode_units.len(),
+            Arch::ALL.len() * 2 * FWD_HEAD_DIM_BUCKETS.len()
+        );
+        for unit in &decode_units {
+            let src = unit_source(unit, false).unwrap();
+            assert!(unit_source(unit, true).is_none(), "no debug decode cubins");
+            for kv8 in [false, true] {
+                for rows in crate::catalog::DECODE_ROWS {
+                    let name = decode_entry_name(unit, rows, kv8);
+                    assert_eq!(src.matches(&format!("({name},")).count(), 1, "{name}");
+                }
+            }
+        }
+        assert_eq!(decode_rows_bucket(0), Some(1));
+        assert_eq!(decode_rows_bucket(3), Some(4));
+        assert_eq!(decode_rows_bucket(8), Some(8));
+        assert_eq!(decode_rows_bucket(9), None);
+    }
+
+    #[test]
     fn keys_per_stage_mirror_the_kernel() {
         // ~8 KiB of K per stage, a whole number of keys per lane group.
         assert_eq!(decode_keys_per_stage(128, false), 32);
