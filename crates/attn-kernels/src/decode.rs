@@ -2,7 +2,7 @@
 //! its row bucket, its split count and grid. Pure functions, tested without a device.
 //!
 //! A decode step is 1–8 query rows per (batch, KV head) — one token, or the G query heads of
-//! a KV head packed as rows (FlashAttention-3's PackGQA, [`crate::launch`]) — against a long
+//! a KV head packed as rows (FlashAttention-3's PackGQA, done by the launcher) — against a long
 //! cache: a streaming problem the mma.sync tiles (16+ rows per warp) fit badly. The decode
 //! kernel computes dot products on the FMA pipe over key groups of lanes, reads f16/bf16 or
 //! E4M3 caches, dense, packed or paged, and splits the keys until the chip is full.
@@ -130,10 +130,10 @@ fn ctas_per_sm(rows: usize) -> usize {
 /// saturate HBM, and longer splits spend less on the ring's prologue and on the combine: on
 /// the H100 (run 34, 1 × 32 heads × 8192 keys) 8 splits (2 per SM) took 52.6 µs against
 /// 54.6 at 16 (4 per SM) for f16, and 32.2 against 35.5 µs for the E4M3 cache.
-const SPLIT_CTAS_PER_SM: usize = 2;
+pub const SPLIT_CTAS_PER_SM: usize = 2;
 
 /// Key splits for `ctas` (batch × head) blocks of `kv_len` keys: as many as give
-/// [`SPLIT_CTAS_PER_SM`] CTAs per SM (⌊2 · SMs / ctas⌋, capped by the CTAs one SM holds),
+/// two CTAs per SM (⌊2 · SMs / ctas⌋, capped by the CTAs one SM holds),
 /// each reading at least [`DECODE_MIN_KEYS_PER_SPLIT`] keys, at most [`DECODE_MAX_SPLITS`].
 pub fn decode_splits(ctas: usize, kv_len: usize, rows: usize, sm_count: usize) -> usize {
     let resident = sm_count.max(1) * SPLIT_CTAS_PER_SM.min(ctas_per_sm(rows));
