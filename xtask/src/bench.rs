@@ -51,10 +51,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = DtypeChoice::F16)]
     dtype: DtypeChoice,
     /// Kernel config: an mma.sync config (`128_64_8_s2`), a Hopper config (`wg128_128_s2_pp`),
-    /// or an engine with its default config (`mma`, `hopper`); default: the chooser's.
+    /// or an engine with its default config (`mma`, `hopper`, `decode`); default: the chooser's.
     #[arg(long)]
     config: Option<String>,
-    /// Split-KV count for the mma.sync kernel (1 = no split); default: the chooser's.
+    /// Split-KV count for the mma.sync and decode kernels (1 = no split); default: the chooser's.
     #[arg(long)]
     splits: Option<usize>,
     /// Warm-up launches per shape.

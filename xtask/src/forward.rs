@@ -34,7 +34,8 @@ pub struct Args {
     /// Storage type the kernel runs in.
     #[arg(long, value_enum, default_value_t = DtypeArg::F16)]
     dtype: DtypeArg,
-    /// Kernel config name (default: the chooser's).
+    /// Kernel config name: an mma.sync config, a Hopper config, or an engine (`mma`,
+    /// `hopper`, `decode`); default: the chooser's.
     #[arg(long)]
     config: Option<String>,
     /// Output O (same dtype as --dtype: f16 → <f2; bf16 is written as f32).
