@@ -1082,7 +1082,25 @@ pub fn decode_rows_bucket(rows: usize) -> Option<usize> {
 /// kernels/decode_kernel.cuh, which this mirrors): three ring stages of ~16 KiB of K and V
 /// rows, or the merge of the key groups' states if larger.
 pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
-    let row_bytes = bucket * if kv8 { 1 } else { 2 };
+    let (lanes, keys) = decode_geometry(bucket, kv8);
+    let groups = 128 / lanes;
+    let ring = 3 * 2 * keys * decode_row_bytes(bucket, kv8);
+    let merge = (groups * rows * bucket + 3 * groups * rows) * 4;
+    if ring > merge {
+        ring
+    } else {
+        merge
+    }
+}
+
+const fn decode_row_bytes(bucket: usize, kv8: bool) -> usize {
+    bucket * if kv8 { 1 } else { 2 }
+}
+
+/// Lanes per key group and keys per ring stage of a decode entry (`DecodeConfig::kLanes`,
+/// `kKeys`): 8 columns per lane, the lane count rounded up to a power of two (4 to 32), and
+/// ~8 KiB of K per stage, a whole number of keys per group of the CTA's 128 threads.
+pub const fn decode_geometry(bucket: usize, kv8: bool) -> (usize, usize) {
     let active = bucket / 8;
     let lanes = if active <= 4 {
         4
@@ -1094,15 +1112,8 @@ pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
         32
     };
     let groups = 128 / lanes;
-    let raw = 8192 / row_bytes / groups;
-    let keys = if raw < 1 { 1 } else { raw } * groups;
-    let ring = 3 * 2 * keys * row_bytes;
-    let merge = (groups * rows * bucket + 3 * groups * rows) * 4;
-    if ring > merge {
-        ring
-    } else {
-        merge
-    }
+    let raw = 8192 / decode_row_bytes(bucket, kv8) / groups;
+    (lanes, if raw < 1 { 1 } else { raw } * groups)
 }
 
 /// The extern "C" name of a decode entry: `attn_dec_f16_d128_r4`, `attn_dec_bf16_d64_r1_kv8`.

@@ -26,9 +26,6 @@ pub const DECODE_MAX_SPLITS: usize = 32;
 /// combine are a large share of a split's work.
 pub const DECODE_MIN_KEYS_PER_SPLIT: usize = 256;
 
-/// Threads per decode CTA.
-const DECODE_THREADS: usize = 128;
-
 /// The compile unit holding the decode kernels of (arch, dtype, bucket).
 pub(crate) fn decode_unit(arch: crate::catalog::Arch, dtype: Dtype, bucket: usize) -> UnitKey {
     UnitKey {
@@ -110,10 +107,7 @@ pub(crate) fn decode_choice(
 
 /// Keys per ring stage of a decode entry (`DecodeConfig::kKeys`).
 pub fn decode_keys_per_stage(bucket: usize, kv8: bool) -> usize {
-    let row_bytes = bucket * if kv8 { 1 } else { 2 };
-    let lanes = (bucket / 8).next_power_of_two().clamp(4, 32);
-    let groups = DECODE_THREADS / lanes;
-    (8192 / row_bytes / groups).max(1) * groups
+    crate::catalog::decode_geometry(bucket, kv8).1
 }
 
 /// CTAs of a decode entry one SM holds: four (48 KiB rings, ≤ 128 registers by their launch
@@ -180,6 +174,9 @@ pub(crate) fn plan_decode(
 mod tests {
     use super::*;
     use attn_ref::AttnShape;
+
+    /// Threads per decode CTA (`DecodeConfig::kThreads`).
+    const DECODE_THREADS: usize = 128;
 
     fn decode_problem(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize) -> Problem {
         Problem::new(
