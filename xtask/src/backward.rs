@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use attn_kernels::{
-    Backward, BackwardOptions, Dtype, Forward, ForwardOptions, Layout, StorageType, Tensor,
-    TensorMut,
+    Backward, BackwardEngine, BackwardOptions, Dtype, Forward, ForwardOptions, Layout, StorageType,
+    Tensor, TensorMut,
 };
 use attn_ref::{AttnShape, Problem};
 
@@ -61,6 +61,28 @@ pub struct Args {
     /// dQ reduced in a fixed order (bitwise reproducible).
     #[arg(long)]
     deterministic: bool,
+    /// Which backward kernel: `auto` (wgmma on sm_90a at head-dim buckets 64/128, else
+    /// mma.sync), `mma-sync`, or `hopper` (refused where it cannot run).
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
+    engine: EngineArg,
+}
+
+/// `--engine` of `xtask backward`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineArg {
+    Auto,
+    MmaSync,
+    Hopper,
+}
+
+impl From<EngineArg> for BackwardEngine {
+    fn from(e: EngineArg) -> Self {
+        match e {
+            EngineArg::Auto => BackwardEngine::Auto,
+            EngineArg::MmaSync => BackwardEngine::MmaSync,
+            EngineArg::Hopper => BackwardEngine::Hopper,
+        }
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -95,6 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let opts = BackwardOptions {
         deterministic: args.deterministic,
+        engine: args.engine.into(),
     };
     let host = Host {
         q: &q,

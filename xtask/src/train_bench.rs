@@ -1,4 +1,5 @@
-//! `cargo xtask train-bench`: our forward, backward (default and deterministic) and the
+//! `cargo xtask train-bench`: our forward, backward (default, deterministic, and the mma.sync
+//! kernel where the default is the wgmma one) and the
 //! forward with each serving feature (window, softcap, ALiBi), against PyTorch SDPA's forward
 //! and autograd backward (flash and cuDNN backends), in one run. Every sample is a CUDA event
 //! pair around one call; medians with bootstrap CIs of the time ratios (attn-stats).
@@ -7,8 +8,8 @@ use std::process::Command;
 
 use anyhow::{anyhow, Context, Result};
 use attn_kernels::{
-    dims_kv, dims_q, Backward, BackwardOptions, FlashAttention, Forward, ForwardOptions, Layout,
-    Tensor, TensorMut,
+    dims_kv, dims_q, Backward, BackwardEngine, BackwardOptions, FlashAttention, Forward,
+    ForwardOptions, Layout, Tensor, TensorMut,
 };
 use attn_ref::{Alibi, AttnShape, Causal, Problem};
 use clap::Parser;
@@ -138,7 +139,7 @@ pub fn run(args: Args) -> Result<()> {
             let alibi = fwd_of(&p.with_alibi(Alibi::PerHead(slopes))?)?;
             // The forward once more, so O and LSE are the plain problem's for the backward.
             fwd_of(&p)?;
-            let mut bwd_of = |det: bool| -> Result<Vec<f64>> {
+            let mut bwd_of = |det: bool, engine: BackwardEngine| -> Result<Vec<f64>> {
                 time(&gpu, args.warmup, args.iters, || {
                     gpu.backward(Backward {
                         problem: &p,
@@ -151,27 +152,34 @@ pub fn run(args: Args) -> Result<()> {
                         dq: TensorMut::contiguous(dq.as_view_mut(), qd, bh),
                         dk: TensorMut::contiguous(dk.as_view_mut(), kd, bh),
                         dv: TensorMut::contiguous(dv.as_view_mut(), kd, bh),
-                        options: BackwardOptions { deterministic: det },
+                        options: BackwardOptions {
+                            deterministic: det,
+                            engine,
+                        },
                     })?;
                     Ok(())
                 })
             };
-            let bwd = bwd_of(false)?;
-            let bwd_det = bwd_of(true)?;
+            let bwd = bwd_of(false, BackwardEngine::Auto)?;
+            let bwd_det = bwd_of(true, BackwardEngine::Auto)?;
+            // The mma.sync kernel on the same device: the sm_80/89 path, timed where Auto
+            // takes the wgmma one.
+            let bwd_mma = bwd_of(false, BackwardEngine::MmaSync)?;
             let flops = shape.flops(mask);
             let tf = |us: f64, mult: f64| mult * flops / us * 1e-6;
             let m = |x: &[f64]| median(&mut x.to_vec());
             println!(
-                "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | window {:.3}× softcap {:.3}× alibi {:.3}× plain | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×)",
+                "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | window {:.3}× softcap {:.3}× alibi {:.3}× plain | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×), mma.sync {:.1} µs ({:.0} TFLOP/s)",
                 if causal { "causal" } else { "full" },
                 m(&fwd), tf(m(&fwd), 1.0),
                 m(&window) / m(&fwd), m(&softcap) / m(&fwd), m(&alibi) / m(&fwd),
-                m(&bwd), tf(m(&bwd), 2.5), m(&bwd_det), m(&bwd_det) / m(&bwd)
+                m(&bwd), tf(m(&bwd), 2.5), m(&bwd_det), m(&bwd_det) / m(&bwd),
+                m(&bwd_mma), tf(m(&bwd_mma), 2.5)
             );
             rows.push(serde_json::json!({
                 "shape": [b, h, n, d, causal],
                 "fwd_us": fwd, "window_us": window, "softcap_us": softcap, "alibi_us": alibi,
-                "bwd_us": bwd, "bwd_det_us": bwd_det, "flops_fwd": flops,
+                "bwd_us": bwd, "bwd_det_us": bwd_det, "bwd_mma_us": bwd_mma, "flops_fwd": flops,
             }));
         }
     }
@@ -214,8 +222,10 @@ pub fn run(args: Args) -> Result<()> {
                 attn_stats::compare(&sf, &f(&ours["fwd_us"]), &opts).map_err(|e| anyhow!("{e}"))?;
             let cb =
                 attn_stats::compare(&sb, &f(&ours["bwd_us"]), &opts).map_err(|e| anyhow!("{e}"))?;
+            let cm = attn_stats::compare(&sb, &f(&ours["bwd_mma_us"]), &opts)
+                .map_err(|e| anyhow!("{e}"))?;
             println!(
-                "SDPA {} {}: fwd {:.1} µs, bwd {:.1} µs | ours/SDPA time: fwd {:.3} [{:.3}, {:.3}], bwd {:.3} [{:.3}, {:.3}]",
+                "SDPA {} {}: fwd {:.1} µs, bwd {:.1} µs | ours/SDPA time: fwd {:.3} [{:.3}, {:.3}], bwd {:.3} [{:.3}, {:.3}], bwd mma.sync {:.3} [{:.3}, {:.3}]",
                 r["backend"],
                 r["shape"],
                 median(&mut sf.clone()),
@@ -225,7 +235,10 @@ pub fn run(args: Args) -> Result<()> {
                 cf.ratio_ci_high,
                 cb.ratio,
                 cb.ratio_ci_low,
-                cb.ratio_ci_high
+                cb.ratio_ci_high,
+                cm.ratio,
+                cm.ratio_ci_low,
+                cm.ratio_ci_high
             );
         }
     }

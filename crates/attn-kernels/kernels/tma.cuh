@@ -89,6 +89,44 @@ template <int REGS> __device__ __forceinline__ void setmaxnreg_inc() {
     ATTN_SM90_ONLY(asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));)
 }
 
+// Bulk (non-tensor) copies, sm_90: `bytes` (a multiple of 16, both addresses 16-byte
+// aligned) from global memory into shared memory, completing on `bar` like a TMA load.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    ATTN_SM90_ONLY(asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                                    smem_addr(dst)),
+                                "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
+                                : "memory");)
+}
+
+// dst[i] += src[i] over `bytes` of f32, shared → global, done by the L2 (one bulk request
+// instead of a red per element: FlashAttention-3's dQ accumulation). Completes in the
+// thread's bulk group; the shared source must not change before `bulk_wait_read`.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+    ATTN_SM90_ONLY(asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                                    reinterpret_cast<uint64_t>(dst)),
+                                "r"(smem_addr(src)), "r"(bytes)
+                                : "memory");)
+}
+
+__device__ __forceinline__ void bulk_commit() {
+    ATTN_SM90_ONLY(asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");)
+}
+
+// Waits until at most N of this thread's bulk groups still read their shared sources.
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    ATTN_SM90_ONLY(asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");)
+}
+
+// Waits until at most N of this thread's bulk groups are incomplete (their writes done).
+template <int N> __device__ __forceinline__ void bulk_wait() {
+    ATTN_SM90_ONLY(asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");)
+}
+
+// Orders this thread's generic-proxy global accesses against its async-proxy (bulk) ones.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    ATTN_SM90_ONLY(asm volatile("fence.proxy.async.global;\n" ::: "memory");)
+}
+
 #undef ATTN_SM90_ONLY
 
 } // namespace attn

@@ -6,6 +6,11 @@
 //! kernel (dK, dV in registers, dQ added in f32 into a workspace); the conversion of dQ to
 //! the storage type. [`BackwardOptions::deterministic`] makes the dQ additions take turns in a
 //! fixed order, so two runs are bitwise equal.
+//!
+//! Two engines ([`BackwardEngine`]): the mma.sync kernel (every arch, every bucket) and, on
+//! sm_90a at head-dim buckets 64 and 128, the wgmma kernel (`kernels/bwd_hopper_kernel.cuh`:
+//! TMA loads, 128-key CTAs on two warpgroups, dQ added by bulk reductions of whole tiles),
+//! which [`BackwardEngine::Auto`] takes wherever it can run.
 
 use attn_ref::{Causal, Problem};
 use cudarc::driver::{CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -22,6 +27,40 @@ pub struct BackwardOptions {
     /// Add the dQ contributions of the key blocks in a fixed order (bitwise reproducible;
     /// somewhat slower).
     pub deterministic: bool,
+    /// Which kernel runs it.
+    pub engine: BackwardEngine,
+}
+
+/// The kernel family of a backward.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BackwardEngine {
+    /// The wgmma kernel where it runs (sm_90a, head-dim buckets 64 and 128), else mma.sync.
+    #[default]
+    Auto,
+    /// The mma.sync kernel (sm_80+, every bucket): the fallback, selectable on Hopper too.
+    MmaSync,
+    /// The wgmma kernel; refused with [`KernelError::EngineUnavailable`] where it cannot run.
+    Hopper,
+}
+
+/// Whether a backward runs the wgmma kernel: `engine` on a device whose cubin arch is `arch`,
+/// at head-dim bucket `bucket`.
+pub(crate) fn runs_hopper_backward(
+    engine: BackwardEngine,
+    arch: Arch,
+    bucket: usize,
+) -> Result<bool, KernelError> {
+    let can = catalog::bwd_hopper_bucket(arch, bucket);
+    match engine {
+        BackwardEngine::Auto => Ok(can),
+        BackwardEngine::MmaSync => Ok(false),
+        BackwardEngine::Hopper if can => Ok(true),
+        BackwardEngine::Hopper => Err(KernelError::EngineUnavailable(format!(
+            "the wgmma backward runs on sm_90a at head dims 33-64 and 97-128 (buckets 64, 128); \
+             this is sm_{} at bucket {bucket}: use BackwardEngine::Auto or MmaSync",
+            arch.nvcc_name()
+        ))),
+    }
 }
 
 /// One backward pass, described whole. Q `[B, Hq, Sq, D]`, K/V `[B, Hkv, Sk, D]`, O and dO
@@ -287,7 +326,12 @@ impl FlashAttention {
             head_dim: bucket,
             ..unit0
         };
-        let smem = catalog::bwd_smem_bytes(&tile, bucket);
+        let hopper = runs_hopper_backward(options.engine, arch, bucket)?;
+        let smem = if hopper {
+            catalog::bwd_hopper_smem_bytes(bucket)
+        } else {
+            catalog::bwd_smem_bytes(&tile, bucket)
+        };
         if smem > self.max_smem_per_block() {
             return Err(KernelError::ConfigTooLarge {
                 config: format!("backward d{bucket}"),
@@ -295,19 +339,12 @@ impl FlashAttention {
                 limit: self.max_smem_per_block(),
             });
         }
-        let name = catalog::bwd_entry_name(&unit, problem.causal() != Causal::None);
-        let (main, arch_str) = self.function(&unit, &name, false, smem)?;
-        let (pre_name, post_name) = catalog::bwd_prep_entry_names(&unit);
-        let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
-        let (post, _) = self.function(&unit, &post_name, false, 0)?;
+        let causal = problem.causal() != Causal::None;
         let alloc = |n: usize| {
             stream
                 .alloc_zeros::<f32>(n.max(1))
                 .map_err(driver("allocating the backward workspace"))
         };
-        let rows = s.batch() * s.q_heads() * s.q_len();
-        let mut delta = alloc(rows)?;
-        let mut dq_acc = alloc(rows * bucket)?;
         let sem_len = if options.deterministic {
             s.batch() * s.q_heads() * params.q_blocks as usize
         } else {
@@ -321,71 +358,185 @@ impl FlashAttention {
             s.q_heads() as u32,
             s.batch() as u32,
         );
-        let grid = (
-            s.kv_len().div_ceil(tile.block_n) as u32,
-            s.kv_heads() as u32,
-            s.batch() as u32,
-        );
-        let threads = (tile.warps * 32) as u32;
 
-        let mut b = stream.launch_builder(&pre);
-        b.arg(&op).arg(&dop).arg(&mut delta).arg(&params);
-        // SAFETY: matches ATTN_BWD_PREP_ENTRY's first kernel (o, d_o, delta, BwdParams).
-        // `plan_backward` proved O and dO hold every (b, h, row < Sq, col < D) their strides
-        // name, 16-byte aligned; delta holds B·Hq·Sq floats; the grid (ceil(Sq/8), Hq, B) × 8
-        // warps gives each row one warp and the kernel bounds rows by q_len.
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: row_grid,
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }
-        .map_err(driver("launching the backward's Δ pass"))?;
+        let (name, grid, arch_str) = if hopper {
+            use crate::hopper::{encode_tma, tma_geometry, TmaElem};
+            let name = catalog::bwd_hopper_entry_name(&unit, causal);
+            let (main, arch_str) = self.function(&unit, &name, false, smem)?;
+            let (pre_name, post_name) = catalog::bwd_hopper_prep_entry_names(&unit);
+            let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
+            let (post, _) = self.function(&unit, &post_name, false, 0)?;
+            let elem_t = TmaElem::from(elem);
+            let tma = |t: &Tensor<'_, T>, addr: u64, rows: usize| {
+                encode_tma(
+                    &tma_geometry(t.dims(), t.strides(), 2, 64, rows)?,
+                    addr,
+                    elem_t,
+                )
+            };
+            let (tq, tk, tv, tdo) = (
+                tma(&q, qp, 64)?,
+                tma(&k, kp, 128)?,
+                tma(&v, vp, 128)?,
+                tma(&d_o, dop, 64)?,
+            );
+            let q_pad = params.q_blocks as usize * 64;
+            let padded_rows = s.batch() * s.q_heads() * q_pad;
+            let mut lse2 = alloc(padded_rows)?;
+            let mut delta = alloc(padded_rows)?;
+            let mut dq_acc = alloc(padded_rows * bucket)?;
+            let grid = (
+                s.kv_len().div_ceil(128) as u32,
+                s.kv_heads() as u32,
+                s.batch() as u32,
+            );
 
-        let mut b = stream.launch_builder(&main);
-        b.arg(&qp)
-            .arg(&kp)
-            .arg(&vp)
-            .arg(&dop)
-            .arg(&lp)
-            .arg(&delta)
-            .arg(&mut dq_acc)
-            .arg(&dkp)
-            .arg(&dvp)
-            .arg(&mut sems)
-            .arg(&params);
-        // SAFETY: matches ATTN_BWD_ENTRY (q, k, v, d_o, lse, delta, dq_acc, dk, dv, sems,
-        // BwdParams). Every tensor was checked by `plan_backward` (dims, extents inside their
-        // views, 16-byte alignment, outputs distinct and not overlapping any input); dq_acc
-        // holds B·Hq·Sq rows of the bucket's width and sems B·Hq·ceil(Sq/BM) zeroed counters
-        // in deterministic mode (the kernel reads them only then). The grid covers every key
-        // block of every KV head and batch; the kernel bounds rows and columns by the
-        // lengths and D. The dynamic shared memory was raised on the function and fits.
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: grid,
-                block_dim: (threads, 1, 1),
-                shared_mem_bytes: smem as u32,
-            })
-        }
-        .map_err(driver("launching the backward kernel"))?;
+            let mut b = stream.launch_builder(&pre);
+            b.arg(&op)
+                .arg(&dop)
+                .arg(&lp)
+                .arg(&mut lse2)
+                .arg(&mut delta)
+                .arg(&params);
+            // SAFETY: matches ATTN_BWD_HOPPER_PREP_ENTRY's first kernel (o, d_o, lse, lse2,
+            // delta, BwdParams). `plan_backward` proved O and dO hold every (b, h, row < Sq,
+            // col < D) their strides name, 4-byte aligned pairs, and LSE B·Hq·Sq floats; lse2
+            // and delta hold B·Hq·q_blocks·64 floats, one warp per padded row of the grid
+            // (q_blocks·8, Hq, B) × 8 warps, rows past q_blocks·64 returning at once.
+            unsafe {
+                b.launch(LaunchConfig {
+                    grid_dim: (
+                        params.q_blocks as u32 * 8,
+                        s.q_heads() as u32,
+                        s.batch() as u32,
+                    ),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            }
+            .map_err(driver("launching the backward's Δ pass"))?;
 
-        let mut b = stream.launch_builder(&post);
-        b.arg(&dq_acc).arg(&dqp).arg(&params);
-        // SAFETY: matches ATTN_BWD_PREP_ENTRY's second kernel (dq_acc, dq, BwdParams): dq_acc
-        // as above, dQ checked like the other outputs; one warp per row, bounded by q_len.
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: row_grid,
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }
-        .map_err(driver("launching the backward's dQ pass"))?;
+            let mut b = stream.launch_builder(&main);
+            b.arg(&tq)
+                .arg(&tk)
+                .arg(&tv)
+                .arg(&tdo)
+                .arg(&lse2)
+                .arg(&delta)
+                .arg(&mut dq_acc)
+                .arg(&dkp)
+                .arg(&dvp)
+                .arg(&mut sems)
+                .arg(&params);
+            // SAFETY: matches ATTN_BWD_HOPPER_ENTRY (four TMA descriptors by value, lse2,
+            // delta, dq_acc, dk, dv, sems, BwdParams). The descriptors describe Q, K, V and
+            // dO with the dims and strides `plan_backward` checked against their views (TMA
+            // bounds every read by those dims); lse2/delta hold B·Hq·q_blocks·64 floats and
+            // dq_acc that many rows of the bucket's width, the kernel's tiles of 64 rows;
+            // sems as in the mma.sync launch. dK/dV rows and columns are bounded by Sk and D.
+            // The dynamic shared memory was raised on the function and fits.
+            unsafe {
+                b.launch(LaunchConfig {
+                    grid_dim: grid,
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: smem as u32,
+                })
+            }
+            .map_err(driver("launching the backward kernel"))?;
+
+            let mut b = stream.launch_builder(&post);
+            b.arg(&dq_acc).arg(&dqp).arg(&params);
+            // SAFETY: matches ATTN_BWD_HOPPER_PREP_ENTRY's second kernel (dq_acc, dq,
+            // BwdParams): dq_acc as above, read at tiles of rows < Sq; dQ checked like the
+            // other outputs; one warp per row, bounded by q_len.
+            unsafe {
+                b.launch(LaunchConfig {
+                    grid_dim: row_grid,
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            }
+            .map_err(driver("launching the backward's dQ pass"))?;
+            // The workspaces are freed in stream order (cudarc's async free).
+            drop((lse2, delta, dq_acc));
+            (name, grid, arch_str)
+        } else {
+            let name = catalog::bwd_entry_name(&unit, causal);
+            let (main, arch_str) = self.function(&unit, &name, false, smem)?;
+            let (pre_name, post_name) = catalog::bwd_prep_entry_names(&unit);
+            let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
+            let (post, _) = self.function(&unit, &post_name, false, 0)?;
+            let rows = s.batch() * s.q_heads() * s.q_len();
+            let mut delta = alloc(rows)?;
+            let mut dq_acc = alloc(rows * bucket)?;
+            let grid = (
+                s.kv_len().div_ceil(tile.block_n) as u32,
+                s.kv_heads() as u32,
+                s.batch() as u32,
+            );
+            let threads = (tile.warps * 32) as u32;
+
+            let mut b = stream.launch_builder(&pre);
+            b.arg(&op).arg(&dop).arg(&mut delta).arg(&params);
+            // SAFETY: matches ATTN_BWD_PREP_ENTRY's first kernel (o, d_o, delta, BwdParams).
+            // `plan_backward` proved O and dO hold every (b, h, row < Sq, col < D) their strides
+            // name, 16-byte aligned; delta holds B·Hq·Sq floats; the grid (ceil(Sq/8), Hq, B) × 8
+            // warps gives each row one warp and the kernel bounds rows by q_len.
+            unsafe {
+                b.launch(LaunchConfig {
+                    grid_dim: row_grid,
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            }
+            .map_err(driver("launching the backward's Δ pass"))?;
+
+            let mut b = stream.launch_builder(&main);
+            b.arg(&qp)
+                .arg(&kp)
+                .arg(&vp)
+                .arg(&dop)
+                .arg(&lp)
+                .arg(&delta)
+                .arg(&mut dq_acc)
+                .arg(&dkp)
+                .arg(&dvp)
+                .arg(&mut sems)
+                .arg(&params);
+            // SAFETY: matches ATTN_BWD_ENTRY (q, k, v, d_o, lse, delta, dq_acc, dk, dv, sems,
+            // BwdParams). Every tensor was checked by `plan_backward` (dims, extents inside their
+            // views, 16-byte alignment, outputs distinct and not overlapping any input); dq_acc
+            // holds B·Hq·Sq rows of the bucket's width and sems B·Hq·ceil(Sq/BM) zeroed counters
+            // in deterministic mode (the kernel reads them only then). The grid covers every key
+            // block of every KV head and batch; the kernel bounds rows and columns by the
+            // lengths and D. The dynamic shared memory was raised on the function and fits.
+            unsafe {
+                b.launch(LaunchConfig {
+                    grid_dim: grid,
+                    block_dim: (threads, 1, 1),
+                    shared_mem_bytes: smem as u32,
+                })
+            }
+            .map_err(driver("launching the backward kernel"))?;
+
+            let mut b = stream.launch_builder(&post);
+            b.arg(&dq_acc).arg(&dqp).arg(&params);
+            // SAFETY: matches ATTN_BWD_PREP_ENTRY's second kernel (dq_acc, dq, BwdParams): dq_acc
+            // as above, dQ checked like the other outputs; one warp per row, bounded by q_len.
+            unsafe {
+                b.launch(LaunchConfig {
+                    grid_dim: row_grid,
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            }
+            .map_err(driver("launching the backward's dQ pass"))?;
+            // The workspaces are freed in stream order (cudarc's async free) after the launches.
+            drop((delta, dq_acc));
+            (name, grid, arch_str)
+        };
         drop(guards);
-        // The workspaces are freed in stream order (cudarc's async free) after the launches.
-        drop((delta, dq_acc, sems));
+        drop(sems);
         Ok(BackwardInfo {
             kernel: name,
             arch: arch_str,
@@ -479,6 +630,55 @@ mod tests {
         ));
         // A short LSE.
         assert!(plan_backward(&p, Arch::Sm80, 2, ins, (4 * 64 - 1, 1 << 40), outs, false).is_err());
+    }
+
+    #[test]
+    fn auto_takes_the_wgmma_backward_on_sm90a_at_buckets_64_and_128_only() {
+        for arch in Arch::ALL {
+            for d in catalog::FWD_HEAD_DIM_BUCKETS {
+                let can = arch == Arch::Sm90a && (d == 64 || d == 128);
+                assert_eq!(
+                    runs_hopper_backward(BackwardEngine::Auto, arch, d).unwrap(),
+                    can
+                );
+                assert!(!runs_hopper_backward(BackwardEngine::MmaSync, arch, d).unwrap());
+                match runs_hopper_backward(BackwardEngine::Hopper, arch, d) {
+                    Ok(yes) => assert!(can && yes, "{arch:?} d{d}"),
+                    Err(e) => {
+                        assert!(!can, "{arch:?} d{d}");
+                        assert!(matches!(e, KernelError::EngineUnavailable(_)));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_wgmma_backward_units_carry_their_entries_and_fit() {
+        for elem in [catalog::Elem::F16, catalog::Elem::Bf16] {
+            for d in [64, 128] {
+                let unit = UnitKey {
+                    family: Family::Bwd,
+                    arch: Arch::Sm90a,
+                    elem,
+                    head_dim: d,
+                };
+                let src = catalog::unit_source(&unit, false).unwrap();
+                for causal in [false, true] {
+                    assert!(src.contains(&catalog::bwd_hopper_entry_name(&unit, causal)));
+                }
+                let (pre, post) = catalog::bwd_hopper_prep_entry_names(&unit);
+                assert!(src.contains(&pre) && src.contains(&post));
+                assert!(catalog::bwd_hopper_smem_bytes(d) <= Arch::Sm90a.max_smem());
+                let other = UnitKey {
+                    arch: Arch::Sm80,
+                    ..unit
+                };
+                assert!(!catalog::unit_source(&other, false)
+                    .unwrap()
+                    .contains("attn_bwd_wg_"));
+            }
+        }
     }
 
     #[test]

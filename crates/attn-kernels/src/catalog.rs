@@ -692,6 +692,25 @@ fn wgmma16_source(elem: Elem, n: usize) -> String {
         "            : {acc}\n            : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b));"
     );
     let _ = writeln!(s, "    }}");
+    // Both operands MN-major (transposed), from shared memory: the backward's dQ = dS·K.
+    let _ = writeln!(
+        s,
+        "    static __device__ __forceinline__ void ss_tt(float (&d)[{}][4], uint64_t a, uint64_t b, bool accumulate) {{",
+        n / 8
+    );
+    let _ = writeln!(
+        s,
+        "        asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n\"\n            \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_ty}.{ptx_ty} {{{}}}, %{}, %{}, p, 1, 1, 1, 1;\\n}}\\n\"",
+        regs + 2,
+        list(0, regs),
+        regs,
+        regs + 1
+    );
+    let _ = writeln!(
+        s,
+        "            : {acc}\n            : \"l\"(a), \"l\"(b), \"r\"(static_cast<int>(accumulate)));"
+    );
+    let _ = writeln!(s, "    }}");
     let _ = writeln!(s, "}};");
     s
 }
@@ -1046,6 +1065,39 @@ pub fn bwd_entry_name(unit: &UnitKey, causal: bool) -> String {
     )
 }
 
+/// Whether a backward unit carries the Hopper (wgmma) backward: sm_90a, buckets 64 and 128
+/// (`kernels/bwd_hopper_kernel.cuh`); other buckets run the mma.sync backward everywhere.
+pub fn bwd_hopper_bucket(arch: Arch, bucket: usize) -> bool {
+    arch == Arch::Sm90a && matches!(bucket, 64 | 128)
+}
+
+/// Shared memory of the Hopper backward (`HopperBwdLayout::kSmemBytes`): K and V (128 keys),
+/// two Q and two dO stages (64 rows), the dSᵀ tile, the f32 dQ staging, two stages of the
+/// LSE₂ and Δ rows, three mbarriers, and 1024 bytes to align the swizzled tiles.
+pub const fn bwd_hopper_smem_bytes(bucket: usize) -> usize {
+    let k = 128 * bucket * 2;
+    let q = 64 * bucket * 2;
+    1024 + 2 * k + 4 * q + 128 * 128 + 64 * bucket * 4 + 4 * 64 * 4 + 3 * 8
+}
+
+/// The Hopper backward's main entry of a unit.
+pub fn bwd_hopper_entry_name(unit: &UnitKey, causal: bool) -> String {
+    format!(
+        "attn_bwd_wg_{}_d{}_{}",
+        unit.elem.as_str(),
+        unit.head_dim,
+        if causal { "causal" } else { "full" }
+    )
+}
+
+/// The Hopper backward's preprocessing (Δ and the padded LSE₂) and dQ conversion entries.
+pub fn bwd_hopper_prep_entry_names(unit: &UnitKey) -> (String, String) {
+    (
+        format!("attn_bwd_wg_prep_{}", unit.elem.as_str()),
+        format!("attn_bwd_wg_dq_{}", unit.elem.as_str()),
+    )
+}
+
 /// The Δ = rowsum(dO∘O) pass and the dQ conversion pass of a backward unit.
 pub fn bwd_prep_entry_names(unit: &UnitKey) -> (String, String) {
     (
@@ -1290,6 +1342,25 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             }
             let (pre, post) = bwd_prep_entry_names(unit);
             let _ = writeln!(s, "ATTN_BWD_PREP_ENTRY({pre}, {post}, {ty})");
+            if bwd_hopper_bucket(unit.arch, d) {
+                s.push_str("\n#include \"bwd_hopper_kernel.cuh\"\n\nnamespace attn {\n");
+                let mut ns = vec![64, d, d / 2];
+                ns.sort_unstable();
+                ns.dedup();
+                for n in ns {
+                    s.push_str(&wgmma16_source(unit.elem, n));
+                }
+                s.push_str("} // namespace attn\n\n");
+                for causal in [false, true] {
+                    let _ = writeln!(
+                        s,
+                        "ATTN_BWD_HOPPER_ENTRY({}, {ty}, {d}, {causal})",
+                        bwd_hopper_entry_name(unit, causal)
+                    );
+                }
+                let (pre, post) = bwd_hopper_prep_entry_names(unit);
+                let _ = writeln!(s, "ATTN_BWD_HOPPER_PREP_ENTRY({pre}, {post}, {ty})");
+            }
             Some(s)
         }
         Family::Merge => {

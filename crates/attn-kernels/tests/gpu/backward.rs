@@ -4,7 +4,7 @@
 //! forward, fresh N(0,1) inputs and dO, and gradients poisoned (NaN) before the run.
 
 use super::*;
-use attn_kernels::{Backward, BackwardOptions, Layout, Tensor, TensorMut};
+use attn_kernels::{Backward, BackwardEngine, BackwardOptions, Layout, Tensor, TensorMut};
 
 /// Runs forward then backward on the GPU (`layout` for every tensor); returns dQ, dK, dV as
 /// f32 in `[B, H, S, D]` order.
@@ -56,6 +56,7 @@ fn check_backward<T: StorageType + attn_ref::Element>(
     p: &Problem,
     storage: attn_ref::Dtype,
     layout: Layout,
+    options: BackwardOptions,
 ) -> Result<(), String> {
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -64,14 +65,8 @@ fn check_backward<T: StorageType + attn_ref::Element>(
     let k: Vec<T> = randn(&mut rng, shape.kv_elems());
     let v: Vec<T> = randn(&mut rng, shape.kv_elems());
     let d_o: Vec<T> = randn(&mut rng, shape.o_elems());
-    let (dq, dk, dv) = run_backward(
-        &gpu(),
-        p,
-        (&q, &k, &v, &d_o),
-        layout,
-        BackwardOptions::default(),
-    )
-    .map_err(|e| e.to_string())?;
+    let (dq, dk, dv) =
+        run_backward(&gpu(), p, (&q, &k, &v, &d_o), layout, options).map_err(|e| e.to_string())?;
     let r = reference::backward(p, &q, &k, &v, &d_o).map_err(|e| e.to_string())?;
     let emu = attn_ref::reference::backward::backward_emulated(
         p,
@@ -99,31 +94,49 @@ fn check_backward<T: StorageType + attn_ref::Element>(
         Ok(())
     } else {
         Err(format!(
-            "{shape:?} {:?} {storage:?} {layout} seed {seed}:\n{}",
+            "{shape:?} {:?} {storage:?} {layout} {:?} seed {seed}:\n{}",
             p.causal(),
+            options.engine,
             errs.join("")
         ))
     }
 }
 
+/// The engines a head dim runs on: the default, and the mma.sync kernel too where the default
+/// may be the wgmma one (buckets 64 and 128), so an H100 run checks both.
+fn engines_for(head_dim: usize) -> Vec<BackwardEngine> {
+    if (33..=64).contains(&head_dim) || (97..=128).contains(&head_dim) {
+        vec![BackwardEngine::Auto, BackwardEngine::MmaSync]
+    } else {
+        vec![BackwardEngine::Auto]
+    }
+}
+
 fn run_cases(cases: &[(Dims, Causal, Layout)]) {
     let mut failures = Vec::new();
+    let mut runs = 0;
     for &(dims, causal, layout) in cases {
         let p = problem(dims, causal);
-        for r in [
-            check_backward::<f16>(&p, attn_ref::Dtype::F16, layout),
-            check_backward::<bf16>(&p, attn_ref::Dtype::Bf16, layout),
-        ] {
-            if let Err(e) = r {
-                failures.push(e);
+        for engine in engines_for(dims.5) {
+            let o = BackwardOptions {
+                engine,
+                ..Default::default()
+            };
+            for r in [
+                check_backward::<f16>(&p, attn_ref::Dtype::F16, layout, o),
+                check_backward::<bf16>(&p, attn_ref::Dtype::Bf16, layout, o),
+            ] {
+                runs += 1;
+                if let Err(e) = r {
+                    failures.push(e);
+                }
             }
         }
     }
     assert!(
         failures.is_empty(),
-        "{} of {} cases failed:\n{}",
+        "{} of {runs} cases failed:\n{}",
         failures.len(),
-        2 * cases.len(),
         failures.join("\n")
     );
 }
@@ -168,17 +181,21 @@ fn determinism_backward_deterministic_mode_is_bitwise_reproducible() {
     let k: Vec<bf16> = randn(&mut rng, shape.kv_elems());
     let v: Vec<bf16> = randn(&mut rng, shape.kv_elems());
     let d_o: Vec<bf16> = randn(&mut rng, shape.o_elems());
-    let det = BackwardOptions {
-        deterministic: true,
-    };
-    let a = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
-    for _ in 0..3 {
-        let b = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
-        let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(
-            same(&a.0, &b.0) && same(&a.1, &b.1) && same(&a.2, &b.2),
-            "runs differ"
-        );
+    for engine in engines_for(128) {
+        let det = BackwardOptions {
+            deterministic: true,
+            engine,
+        };
+        let a = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
+        for _ in 0..3 {
+            let b = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
+            let same =
+                |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same(&a.0, &b.0) && same(&a.1, &b.1) && same(&a.2, &b.2),
+                "{engine:?}: runs differ"
+            );
+        }
     }
 }
 
@@ -222,22 +239,73 @@ fn validation_backward_refusals_write_nothing() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn validation_backward_hopper_engine_refuses_other_buckets() {
+    let gpu = gpu();
+    let p = problem((1, 2, 2, 64, 64, 256), Causal::None);
+    let shape = p.shape();
+    let (qd, kd) = (attn_kernels::dims_q(shape), attn_kernels::dims_kv(shape));
+    let s = gpu.stream();
+    let x = s.clone_htod(&vec![f16::ONE; shape.q_elems()]).unwrap();
+    let kv = s.clone_htod(&vec![f16::ONE; shape.kv_elems()]).unwrap();
+    let lse = s.clone_htod(&vec![0f32; shape.lse_elems()]).unwrap();
+    let mut gq = upload_poisoned::<f16>(&gpu, shape.q_elems());
+    let mut gk = upload_poisoned::<f16>(&gpu, shape.kv_elems());
+    let mut gv = upload_poisoned::<f16>(&gpu, shape.kv_elems());
+    let e = gpu
+        .backward(Backward {
+            problem: &p,
+            q: Tensor::bhsd(&x, qd),
+            k: Tensor::bhsd(&kv, kd),
+            v: Tensor::bhsd(&kv, kd),
+            o: Tensor::bhsd(&x, qd),
+            lse: lse.as_view(),
+            d_o: Tensor::bhsd(&x, qd),
+            dq: TensorMut::bhsd(&mut gq, qd),
+            dk: TensorMut::bhsd(&mut gk, kd),
+            dv: TensorMut::bhsd(&mut gv, kd),
+            options: BackwardOptions {
+                engine: BackwardEngine::Hopper,
+                ..Default::default()
+            },
+        })
+        .unwrap_err();
+    assert!(
+        matches!(e, attn_kernels::KernelError::EngineUnavailable(_)),
+        "{e}"
+    );
+    for g in [&gq, &gk, &gv] {
+        assert!(
+            s.clone_dtoh(g).unwrap().iter().all(|x| x.is_nan()),
+            "a gradient was written"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn sanitize_backward_small() {
     // Small shapes for compute-sanitizer: a tail, GQA, causal, deterministic mode.
     let p = problem((1, 4, 2, 77, 130, 64), Causal::BottomRight);
-    check_backward::<f16>(&p, attn_ref::Dtype::F16, Layout::Bshd).unwrap();
     let shape = p.shape();
     let mut rng = StdRng::seed_from_u64(1);
     let t: Vec<f16> = randn(&mut rng, shape.q_elems());
     let kv: Vec<f16> = randn(&mut rng, shape.kv_elems());
-    run_backward(
-        &gpu(),
-        &p,
-        (&t, &kv, &kv, &t),
-        Layout::Bhsd,
-        BackwardOptions {
-            deterministic: true,
-        },
-    )
-    .unwrap();
+    for engine in engines_for(64) {
+        let o = BackwardOptions {
+            engine,
+            ..Default::default()
+        };
+        check_backward::<f16>(&p, attn_ref::Dtype::F16, Layout::Bshd, o).unwrap();
+        run_backward(
+            &gpu(),
+            &p,
+            (&t, &kv, &kv, &t),
+            Layout::Bhsd,
+            BackwardOptions {
+                deterministic: true,
+                engine,
+            },
+        )
+        .unwrap();
+    }
 }

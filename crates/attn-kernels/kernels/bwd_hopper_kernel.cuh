@@ -1,0 +1,424 @@
+// The Hopper (sm_90a) backward for f16/bf16 at head-dim buckets 64 and 128: TMA loads, wgmma
+// on two warpgroups, dQ accumulated by bulk reductions of whole tiles, after FlashAttention-3
+// (Shah et al. 2024; hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp: K/V-block-major, dK and dV in
+// registers, dQ added in f32 through the L2 by `cp.reduce.async.bulk`, then a post-pass).
+//
+// One CTA = 128 keys of one (KV head, batch) and two warpgroups of 64 keys each. It walks the
+// 64-row query blocks of every query head of its GQA group; per block, warpgroup w computes
+//   Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ                       (SS wgmma, N = 64 queries)
+//   Pᵀ = exp2(Sᵀ·scale·log2e − LSE₂), dSᵀ = Pᵀ∘(dPᵀ − Δ) (registers; P and dS rounded to T)
+//   dV_w += Pᵀ·dO, dK_w += dSᵀ·Q                      (RS wgmma: Pᵀ, dSᵀ are the A fragments,
+//                                                      dO and Q read MN-major, no transposes)
+//   dQ[:, half w] = dS·K[:, half w]                   (SS wgmma, both operands MN-major: dSᵀ
+//                                                      goes through shared memory)
+// and the two dQ halves, staged in shared memory, go to the f32 workspace in one bulk
+// reduce-add. Computing Sᵀ rather than S (FA3's "SdP_swapAB") puts the keys on the
+// accumulator rows, so Pᵀ and dSᵀ feed dV and dK from registers.
+//
+// Loads: one thread issues TMA for K and V once and for Q, dO of the next query block (two
+// stages), with that block's LSE₂ and Δ rows (bulk copies of 256 bytes) on the same
+// mbarrier. The preprocessing pass writes LSE₂ = LSE·log2e and Δ padded to whole blocks, with
+// LSE₂ = +∞ on rows past Sq (and rows that see no key), so those rows give P = 0 without a
+// mask; K/V rows past Sk and Q/dO rows past Sq arrive as zeros (TMA's fill), which make their
+// terms vanish in dQ and dK/dV, and the epilogue drops their dK/dV rows. Causal blocks that
+// straddle the diagonal are masked in registers.
+//
+// dQ workspace: per (batch·head, query block) one contiguous tile of 64 × DK floats, stored
+// in the order the accumulators leave the threads (two halves of DK/2 columns; in each,
+// (warp, n-tile, lane, register)), so staging is conflict-free 16-byte stores and one bulk
+// reduce covers the tile; `bwd_hopper_postprocess` reads that order back.
+//
+// Deterministic mode: the CTAs adding into one query block take turns through the same
+// per-block semaphores as the mma.sync backward (bwd_kernel.cuh), the adder waiting for its
+// bulk reduce to complete before it passes the turn on.
+#pragma once
+#include "bwd_kernel.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+
+namespace attn {
+
+template <int DK> struct HopperBwdLayout {
+    static constexpr int kBM = 64;  // queries per inner step
+    static constexpr int kBN = 128; // keys per CTA (64 per warpgroup)
+    static constexpr int kThreads = 256;
+    static constexpr int kSub = DK / 64;      // 128-byte sub-tiles (64 columns) per row
+    static constexpr int kNQ = DK / 2;        // dQ columns per warpgroup
+    static constexpr int kKBytes = kBN * DK * 2;
+    static constexpr int kQBytes = kBM * DK * 2; // one Q (or dO) stage
+    static constexpr int kDsBytes = kBN * 128;   // dSᵀ: a 128-byte row (64 queries) per key
+    static constexpr int kDqBytes = kBM * DK * 4;
+    static constexpr int kRowBytes = kBM * 4;    // LSE₂ or Δ of one query block
+    static constexpr int kOffV = kKBytes;
+    static constexpr int kOffQ = 2 * kKBytes;
+    static constexpr int kOffDo = kOffQ + 2 * kQBytes;
+    static constexpr int kOffDs = kOffDo + 2 * kQBytes;
+    static constexpr int kOffDq = kOffDs + kDsBytes;
+    static constexpr int kOffLse = kOffDq + kDqBytes;
+    static constexpr int kOffDelta = kOffLse + 2 * kRowBytes;
+    static constexpr int kOffBar = kOffDelta + 2 * kRowBytes;
+    static constexpr int kBarriers = 3; // K/V loaded; Q/dO stage 0, 1 loaded
+    // 1024 bytes of slack to align the base (swizzled tiles start on 1024-byte boundaries);
+    // src/catalog.rs `bwd_hopper_smem_bytes` is this.
+    static constexpr int kSmemBytes = 1024 + kOffBar + 8 * kBarriers;
+    static_assert(DK == 64 || DK == 128, "the Hopper backward covers buckets 64 and 128");
+    static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
+};
+
+// Δ = rowsum(dO∘O) and LSE₂ = LSE·log2e per (b, h, row) into [B·Hq, q_blocks·64] rows,
+// padded: rows past Sq (and rows whose LSE is −∞: they see no key) get Δ = 0, LSE₂ = +∞.
+// One warp per row; grid (q_blocks·8, Hq, B).
+template <typename T>
+__device__ __forceinline__ void bwd_hopper_preprocess(const T* __restrict__ o, const T* __restrict__ d_o,
+                                                      const float* __restrict__ lse, float* __restrict__ lse2,
+                                                      float* __restrict__ delta, const BwdParams& p) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * 8 + warp;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int q_pad = p.q_blocks * 64;
+    if (row >= q_pad) return;
+    const int64_t bh = static_cast<int64_t>(b) * p.q_heads + h;
+    float acc = 0.f, l2 = INFINITY;
+    if (row < p.q_len) {
+        const T* orow = head_ptr(o, p.o_stride, b, h) + static_cast<int64_t>(row) * p.o_stride[2];
+        const T* drow = head_ptr(d_o, p.do_stride, b, h) + static_cast<int64_t>(row) * p.do_stride[2];
+        for (int d = 2 * lane; d < p.head_dim; d += 64) {
+            const float2 x = StorageTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(orow + d));
+            const float2 y = StorageTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(drow + d));
+            acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
+        }
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+        const float l = lse[bh * p.q_len + row];
+        if (l != -INFINITY) l2 = l * kBwdLog2e;
+    }
+    if (lane == 0) {
+        delta[bh * q_pad + row] = acc;
+        lse2[bh * q_pad + row] = l2;
+    }
+}
+
+// dQ = the workspace (already scaled), read back from the tile order above; one warp per row.
+template <typename T>
+__device__ __forceinline__ void bwd_hopper_postprocess(const float* __restrict__ dq_acc, T* __restrict__ dq,
+                                                       const BwdParams& p) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * 8 + warp;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (row >= p.q_len) return;
+    const int dk = p.dq_pitch; // the bucket
+    const int half = dk / 2;
+    const int r = row & 63, wi = r >> 4, g = r & 7, hi = (r >> 3) & 1;
+    const float* tile = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + (row >> 6)) * 64 * dk;
+    T* dst = head_ptr(dq, p.dq_stride, b, h) + static_cast<int64_t>(row) * p.dq_stride[2];
+    for (int c = 2 * lane; c < p.head_dim; c += 64) {
+        const int w = c / half, cc = c % half;
+        const int n = cc >> 3, t = (cc & 7) >> 1;
+        const int idx = w * 64 * half + ((wi * (half / 8) + n) * 32 + g * 4 + t) * 4 + hi * 2;
+        const float2 x = *reinterpret_cast<const float2*>(tile + idx);
+        *reinterpret_cast<uint32_t*>(dst + c) = StorageTraits<T>::pack(x.x, x.y);
+    }
+}
+
+// Accumulator n-tiles 2kk, 2kk+1 as the A fragment of k-step kk (as in the forward's P).
+template <typename T, int NT>
+__device__ __forceinline__ void acc_to_a_frags(uint32_t (&a)[NT / 2][4], const float (&acc)[NT][4]) {
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) {
+        a[kk][0] = StorageTraits<T>::pack(acc[2 * kk][0], acc[2 * kk][1]);
+        a[kk][1] = StorageTraits<T>::pack(acc[2 * kk][2], acc[2 * kk][3]);
+        a[kk][2] = StorageTraits<T>::pack(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+        a[kk][3] = StorageTraits<T>::pack(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+    }
+}
+
+template <typename T, int DK, bool CAUSAL>
+__device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const TmaDesc* tma_k, const TmaDesc* tma_v,
+                                                  const TmaDesc* tma_do, const float* __restrict__ lse2,
+                                                  const float* __restrict__ delta, float* __restrict__ dq_acc,
+                                                  T* __restrict__ dk, T* __restrict__ dv,
+                                                  unsigned int* __restrict__ sems, const BwdParams& p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using L = HopperBwdLayout<DK>;
+    constexpr int kBM = L::kBM, kBN = L::kBN;
+    constexpr int kNS = kBM / 8;     // n-tiles of Sᵀ, dPᵀ (queries)
+    constexpr int kNO = DK / 8;      // n-tiles of dK, dV
+    constexpr int kNQ = L::kNQ / 8;  // n-tiles of this warpgroup's dQ half
+    constexpr int kKS = kBM / 16;    // k-steps of dV, dK (queries)
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char* base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    unsigned char* sK = base;
+    unsigned char* sV = base + L::kOffV;
+    unsigned char* sQ = base + L::kOffQ;
+    unsigned char* sdO = base + L::kOffDo;
+    unsigned char* sdS = base + L::kOffDs;
+    float* sdQ = reinterpret_cast<float*>(base + L::kOffDq);
+    float* sLse = reinterpret_cast<float*>(base + L::kOffLse);
+    float* sDelta = reinterpret_cast<float*>(base + L::kOffDelta);
+    uint64_t* bar_kv = reinterpret_cast<uint64_t*>(base + L::kOffBar);
+    uint64_t* full = bar_kv + 1;
+
+    // Deterministic causal runs walk the key blocks from the last one down (bwd_kernel.cuh).
+    const bool reversed = CAUSAL && p.deterministic;
+    const int n_blk = reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int kvh = blockIdx.y;
+    const int b = blockIdx.z;
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;               // keys 64·wg.. of the block
+    const int wi = (tid >> 5) & 3;         // warp in the warpgroup: rows 16·wi..
+    const int lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int key0 = n_blk * kBN;
+    const int q_pad = p.q_blocks * kBM;
+
+    int i_begin = 0;
+    if (CAUSAL) i_begin = max(0, key0 - p.diag_offset) / kBM;
+    const int per_head = max(0, p.q_blocks - i_begin);
+    const int n_iter = per_head * p.group;
+
+    if (tid == 0) {
+        mbar_init(bar_kv, 1);
+        mbar_init(&full[0], 1);
+        mbar_init(&full[1], 1);
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    // Q, dO, LSE₂ and Δ of iteration `it` into stage it % 2 (thread 0 only).
+    auto issue = [&](int it) {
+        const int s = it & 1;
+        const int h = kvh * p.group + it / per_head;
+        const int m0 = (i_begin + it % per_head) * kBM;
+        const int64_t rows = (static_cast<int64_t>(b) * p.q_heads + h) * q_pad + m0;
+        mbar_arrive_expect_tx(&full[s], 2 * L::kQBytes + 2 * L::kRowBytes);
+#pragma unroll
+        for (int c = 0; c < L::kSub; ++c) {
+            tma_load_4d(sQ + s * L::kQBytes + c * kBM * 128, tma_q, &full[s], c * 64, m0, h, b);
+            tma_load_4d(sdO + s * L::kQBytes + c * kBM * 128, tma_do, &full[s], c * 64, m0, h, b);
+        }
+        bulk_load(sLse + s * kBM, lse2 + rows, L::kRowBytes, &full[s]);
+        bulk_load(sDelta + s * kBM, delta + rows, L::kRowBytes, &full[s]);
+    };
+    if (tid == 0) {
+        tma_prefetch_desc(tma_q);
+        tma_prefetch_desc(tma_k);
+        tma_prefetch_desc(tma_v);
+        tma_prefetch_desc(tma_do);
+        mbar_arrive_expect_tx(bar_kv, 2 * L::kKBytes);
+#pragma unroll
+        for (int c = 0; c < L::kSub; ++c) {
+            tma_load_4d(sK + c * kBN * 128, tma_k, bar_kv, c * 64, key0, kvh, b);
+            tma_load_4d(sV + c * kBN * 128, tma_v, bar_kv, c * 64, key0, kvh, b);
+        }
+        if (n_iter > 0) issue(0);
+    }
+
+    float acc_dk[kNO][4], acc_dv[kNO][4];
+#pragma unroll
+    for (int n = 0; n < kNO; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc_dk[n][r] = acc_dv[n][r] = 0.f;
+
+    const uint32_t k_addr = smem_addr(sK);
+    const uint32_t v_addr = smem_addr(sV);
+    const uint32_t ds_addr = smem_addr(sdS);
+    // This warpgroup's 64 key rows start 64 rows (8 KiB) into every K/V sub-tile.
+    const uint32_t kw_addr = k_addr + wg * 64 * 128;
+    const uint32_t vw_addr = v_addr + wg * 64 * 128;
+    // dQ's B operand: columns [wg·DK/2, +DK/2) of K, MN-major — sub-tile wg at D = 128, the
+    // half row of the one sub-tile at D = 64 (64 bytes in; the swizzle XOR leaves it aligned).
+    const uint32_t kq_addr = DK == 128 ? k_addr + wg * kBN * 128 : k_addr + wg * 64;
+    mbar_wait(bar_kv, 0);
+
+    for (int it = 0; it < n_iter; ++it) {
+        const int s = it & 1;
+        const int h = kvh * p.group + it / per_head;
+        const int qblk = i_begin + it % per_head;
+        const int m0 = qblk * kBM;
+        if (tid == 0 && it + 1 < n_iter) issue(it + 1); // its stage was freed by it − 1's end
+        mbar_wait(&full[s], (it >> 1) & 1);
+        const uint32_t q_addr = smem_addr(sQ + s * L::kQBytes);
+        const uint32_t do_addr = smem_addr(sdO + s * L::kQBytes);
+        const float* tLse = sLse + s * kBM;
+        const float* tDelta = sDelta + s * kBM;
+
+        // Sᵀ and dPᵀ (64 keys × 64 queries each), two commit groups.
+        float acc_s[kNS][4], acc_dp[kNS][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < DK / 16; ++kk) {
+            const int c = kk / 4, w = (kk % 4) * 32;
+            Wgmma16<T, kBM>::ss(acc_s, wgmma_desc<128>(kw_addr + c * kBN * 128 + w),
+                                wgmma_desc<128>(q_addr + c * kBM * 128 + w), kk > 0);
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < DK / 16; ++kk) {
+            const int c = kk / 4, w = (kk % 4) * 32;
+            Wgmma16<T, kBM>::ss(acc_dp, wgmma_desc<128>(vw_addr + c * kBN * 128 + w),
+                                wgmma_desc<128>(do_addr + c * kBM * 128 + w), kk > 0);
+        }
+        wgmma_commit();
+
+        // Pᵀ (in place of Sᵀ) while dPᵀ is still in the tensor cores.
+        wgmma_wait<1>();
+        wgmma_fence_operands(acc_s);
+        const int krow = key0 + wg * 64 + wi * 16 + g; // this thread's keys: krow, krow + 8
+        const bool masked = CAUSAL && key0 + kBN - 1 > m0 + p.diag_offset;
+#pragma unroll
+        for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int ql = 8 * n + 2 * t + (e & 1);
+                float pr = exp2f(fmaf(acc_s[n][e], p.scale_log2, -tLse[ql]));
+                if (masked && krow + 8 * (e >> 1) > m0 + ql + p.diag_offset) pr = 0.f;
+                acc_s[n][e] = pr;
+            }
+        }
+        uint32_t pa[kKS][4];
+        acc_to_a_frags<T, kNS>(pa, acc_s);
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_dp);
+        // dSᵀ = Pᵀ∘(dPᵀ − Δ) from P in f32; P and dS are rounded only as MMA operands (attn-ref's
+        // backward_emulated models these points).
+#pragma unroll
+        for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int ql = 8 * n + 2 * t + (e & 1);
+                acc_dp[n][e] = acc_s[n][e] * (acc_dp[n][e] - tDelta[ql]);
+            }
+        }
+        uint32_t sa[kKS][4];
+        acc_to_a_frags<T, kNS>(sa, acc_dp);
+
+        // dV += Pᵀ·dO, dK += dSᵀ·Q (k-step kk: queries 16kk.., 16 rows of 128 bytes).
+        wgmma_fence_operands(acc_dv);
+        wgmma_fence_operands(acc_dk);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kKS; ++kk)
+            Wgmma16<T, DK>::rs(acc_dv, pa[kk], wgmma_desc_mn128(do_addr + kk * 16 * 128, kBM * 128));
+#pragma unroll
+        for (int kk = 0; kk < kKS; ++kk)
+            Wgmma16<T, DK>::rs(acc_dk, sa[kk], wgmma_desc_mn128(q_addr + kk * 16 * 128, kBM * 128));
+        wgmma_commit();
+
+        // dSᵀ into shared memory, one 128-byte swizzled row of 64 queries per key: the
+        // MN-major A operand of dQ. Rows 8 apart share no bank (chunk n ^ row).
+        {
+            const int r0 = wg * 64 + wi * 16 + g;
+#pragma unroll
+            for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+                for (int hi = 0; hi < 2; ++hi) {
+                    const int r = r0 + 8 * hi;
+                    const uint32_t word = (hi == 0) ? (n % 2 == 0 ? sa[n / 2][0] : sa[n / 2][2])
+                                                    : (n % 2 == 0 ? sa[n / 2][1] : sa[n / 2][3]);
+                    *reinterpret_cast<uint32_t*>(sdS + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = word;
+                }
+            }
+        }
+        fence_proxy_async_smem();
+        if (tid == 0) bulk_wait_read<0>(); // the last dQ reduce has read its staging
+        __syncthreads();
+
+        // dQ[:, half wg] = dS·K[:, half wg] over the block's 128 keys (k-step: 16 keys).
+        float acc_dq[kNQ][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+            Wgmma16<T, L::kNQ>::ss_tt(acc_dq, wgmma_desc_mn128(ds_addr + kk * 16 * 128, kBN * 128),
+                                      wgmma_desc_mn128(kq_addr + kk * 16 * 128, kBN * 128), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_dq);
+        wgmma_fence_operands(acc_dv);
+        wgmma_fence_operands(acc_dk);
+
+        // Stage in the workspace's tile order: 16 bytes per (n-tile, thread).
+        float* stage = sdQ + wg * kBM * L::kNQ;
+#pragma unroll
+        for (int n = 0; n < kNQ; ++n) {
+            *reinterpret_cast<float4*>(stage + ((wi * kNQ + n) * 32 + lane) * 4) =
+                make_float4(acc_dq[n][0] * p.scale, acc_dq[n][1] * p.scale, acc_dq[n][2] * p.scale,
+                            acc_dq[n][3] * p.scale);
+        }
+        fence_proxy_async_smem();
+        __syncthreads(); // staging complete; Q/dO stage s and dSᵀ are read (every wait<0> done)
+
+        if (tid == 0) {
+            float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
+            unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
+            int turn = n_blk;
+            if (reversed) {
+                const int n_max = min(static_cast<int>(gridDim.x) - 1, (m0 + kBM - 1 + p.diag_offset) / kBN);
+                turn = n_max - n_blk;
+            }
+            if (p.deterministic) {
+                unsigned int seen;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+                } while (seen != static_cast<unsigned int>(turn));
+                fence_proxy_async_global();
+            }
+            bulk_reduce_add_f32(dst, sdQ, L::kDqBytes);
+            bulk_commit();
+            if (p.deterministic) {
+                bulk_wait<0>();
+                fence_proxy_async_global();
+                __threadfence();
+                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(turn + 1))
+                             : "memory");
+            }
+        }
+    }
+    if (tid == 0) bulk_wait<0>(); // the staging must outlive the last reduce
+
+    // dK = scale·dK, dV: this thread's keys krow, krow + 8 × columns 8n + 2t.
+    T* dk_head = head_ptr(dk, p.dk_stride, b, kvh);
+    T* dv_head = head_ptr(dv, p.dv_stride, b, kvh);
+    const int krow = key0 + wg * 64 + wi * 16 + g;
+#pragma unroll
+    for (int n = 0; n < kNO; ++n) {
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+            const int key = krow + 8 * hi;
+            const int col = 8 * n + 2 * t;
+            if (key < p.kv_len && col < p.head_dim) {
+                *reinterpret_cast<uint32_t*>(dk_head + static_cast<int64_t>(key) * p.dk_stride[2] + col) =
+                    StorageTraits<T>::pack(acc_dk[n][2 * hi] * p.scale, acc_dk[n][2 * hi + 1] * p.scale);
+                *reinterpret_cast<uint32_t*>(dv_head + static_cast<int64_t>(key) * p.dv_stride[2] + col) =
+                    StorageTraits<T>::pack(acc_dv[n][2 * hi], acc_dv[n][2 * hi + 1]);
+            }
+        }
+    }
+#else
+    __trap(); // the Hopper entry points exist only in sm_90a cubins
+#endif
+}
+
+} // namespace attn
+
+// One entry per (dtype, bucket, causal), generated by src/catalog.rs; the TMA descriptors
+// are __grid_constant__ parameters.
+#define ATTN_BWD_HOPPER_ENTRY(NAME, T, DK, CAUSAL)                                                       \
+    extern "C" __global__ void __launch_bounds__(256, 1)                                                 \
+        NAME(const __grid_constant__ attn::TmaDesc tma_q, const __grid_constant__ attn::TmaDesc tma_k,   \
+             const __grid_constant__ attn::TmaDesc tma_v, const __grid_constant__ attn::TmaDesc tma_do,  \
+             const float* lse2, const float* delta, float* dq_acc, T* dk, T* dv, unsigned int* sems,     \
+             const attn::BwdParams p) {                                                                  \
+        attn::bwd_hopper_kernel<T, DK, CAUSAL>(&tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, dq_acc, dk, dv, \
+                                               sems, p);                                                 \
+    }
+
+#define ATTN_BWD_HOPPER_PREP_ENTRY(PRE, POST, T)                                                         \
+    extern "C" __global__ void __launch_bounds__(256)                                                    \
+        PRE(const T* o, const T* d_o, const float* lse, float* lse2, float* delta, const attn::BwdParams p) { \
+        attn::bwd_hopper_preprocess<T>(o, d_o, lse, lse2, delta, p);                                     \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256)                                                    \
+        POST(const float* dq_acc, T* dq, const attn::BwdParams p) {                                      \
+        attn::bwd_hopper_postprocess<T>(dq_acc, dq, p);                                                  \
+    }
