@@ -3,21 +3,27 @@
 // (Shah et al. 2024; hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp: K/V-block-major, dK and dV in
 // registers, dQ added in f32 through the L2 by `cp.reduce.async.bulk`, then a post-pass).
 //
-// One CTA = 128 keys of one (KV head, batch) and two warpgroups of 64 keys each. It walks the
-// 64-row query blocks of every query head of its GQA group; per block, warpgroup w computes
+// One CTA = 128 keys of one (KV head, batch): two consumer warpgroups of 64 keys each and a
+// producer warpgroup. It walks the 64-row query blocks of every query head of its GQA group;
+// per block, consumer w computes
 //   Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ                       (SS wgmma, N = 64 queries)
 //   Pᵀ = exp2(Sᵀ·scale·log2e − LSE₂), dSᵀ = Pᵀ∘(dPᵀ − Δ) (registers; P and dS rounded to T)
 //   dV_w += Pᵀ·dO, dK_w += dSᵀ·Q                      (RS wgmma: Pᵀ, dSᵀ are the A fragments,
 //                                                      dO and Q read MN-major, no transposes)
 //   dQ[:, half w] = dS·K[:, half w]                   (SS wgmma, both operands MN-major: dSᵀ
 //                                                      goes through shared memory)
-// and the two dQ halves, staged in shared memory, go to the f32 workspace in one bulk
-// reduce-add. Computing Sᵀ rather than S (FA3's "SdP_swapAB") puts the keys on the
-// accumulator rows, so Pᵀ and dSᵀ feed dV and dK from registers.
+// and stages its dQ half in shared memory. Computing Sᵀ rather than S (FA3's "SdP_swapAB")
+// puts the keys on the accumulator rows, so Pᵀ and dSᵀ feed dV and dK from registers.
 //
-// Loads: one thread issues TMA for K and V once and for Q, dO of the next query block (two
-// stages), with that block's LSE₂ and Δ rows (bulk copies of 256 bytes) on the same
-// mbarrier. The preprocessing pass writes LSE₂ = LSE·log2e and Δ padded to whole blocks, with
+// Warp specialization (FA3's producer / dQ-writer split): producer warp 0 loads K and V once
+// and Q, dO and the block's LSE₂ and Δ rows (bulk copies of 256 bytes) into a two-stage ring
+// (full/empty mbarriers); producer warp 1 adds each staged dQ tile into the f32 workspace with
+// one `cp.reduce.async.bulk` and frees the staging buffer (two of them), so the L2's
+// reduction and, in deterministic mode, the wait for another CTA's turn stall the consumers
+// only when the writer falls two blocks behind. The dSᵀ tile is double-buffered too, so the consumers meet only once per block, on
+// the named barrier that completes dSᵀ.
+//
+// The preprocessing pass writes LSE₂ = LSE·log2e and Δ padded to whole blocks, with
 // LSE₂ = +∞ on rows past Sq (and rows that see no key), so those rows give P = 0 without a
 // mask; K/V rows past Sk and Q/dO rows past Sq arrive as zeros (TMA's fill), which make their
 // terms vanish in dQ and dK/dV, and the epilogue drops their dK/dV rows. Causal blocks that
@@ -29,7 +35,7 @@
 // reduce covers the tile; `bwd_hopper_postprocess` reads that order back.
 //
 // Deterministic mode: the CTAs adding into one query block take turns through the same
-// per-block semaphores as the mma.sync backward (bwd_kernel.cuh), the adder waiting for its
+// per-block semaphores as the mma.sync backward (bwd_kernel.cuh); the dQ writer waits for its
 // bulk reduce to complete before it passes the turn on.
 #pragma once
 #include "bwd_kernel.cuh"
@@ -40,8 +46,15 @@ namespace attn {
 
 template <int DK> struct HopperBwdLayout {
     static constexpr int kBM = 64;  // queries per inner step
-    static constexpr int kBN = 128; // keys per CTA (64 per warpgroup)
-    static constexpr int kThreads = 256;
+    static constexpr int kBN = 128; // keys per CTA (64 per consumer warpgroup)
+    static constexpr int kThreads = 384; // two consumer warpgroups, then the producer's
+    static constexpr int kStages = 2;    // Q/dO stages (and dSᵀ tiles, dQ staging buffers)
+    // Registers after `setmaxnreg`: the launch allocates 168 per thread (64512 for 384
+    // threads, __launch_bounds__(384, 1)); the producer warpgroup (a TMA warp and a dQ-writer
+    // warp) gives back to 48 (at 24 and 40 the writer's loop spilled), the consumers take 224.
+    // A split that asks for more than the launch allocated never returns from setmaxnreg.inc.
+    static constexpr int kProducerRegs = 48;
+    static constexpr int kConsumerRegs = 224;
     static constexpr int kSub = DK / 64;      // 128-byte sub-tiles (64 columns) per row
     static constexpr int kNQ = DK / 2;        // dQ columns per warpgroup
     static constexpr int kKBytes = kBN * DK * 2;
@@ -51,16 +64,18 @@ template <int DK> struct HopperBwdLayout {
     static constexpr int kRowBytes = kBM * 4;    // LSE₂ or Δ of one query block
     static constexpr int kOffV = kKBytes;
     static constexpr int kOffQ = 2 * kKBytes;
-    static constexpr int kOffDo = kOffQ + 2 * kQBytes;
-    static constexpr int kOffDs = kOffDo + 2 * kQBytes;
-    static constexpr int kOffDq = kOffDs + kDsBytes;
-    static constexpr int kOffLse = kOffDq + kDqBytes;
-    static constexpr int kOffDelta = kOffLse + 2 * kRowBytes;
-    static constexpr int kOffBar = kOffDelta + 2 * kRowBytes;
-    static constexpr int kBarriers = 3; // K/V loaded; Q/dO stage 0, 1 loaded
+    static constexpr int kOffDo = kOffQ + kStages * kQBytes;
+    static constexpr int kOffDs = kOffDo + kStages * kQBytes;
+    static constexpr int kOffDq = kOffDs + kStages * kDsBytes;
+    static constexpr int kOffLse = kOffDq + kStages * kDqBytes;
+    static constexpr int kOffDelta = kOffLse + kStages * kRowBytes;
+    static constexpr int kOffBar = kOffDelta + kStages * kRowBytes;
+    // K/V loaded; per stage: Q/dO full, Q/dO empty, dQ staged (full), dQ reduced (empty).
+    static constexpr int kBarriers = 1 + 4 * kStages;
     // 1024 bytes of slack to align the base (swizzled tiles start on 1024-byte boundaries);
     // src/catalog.rs `bwd_hopper_smem_bytes` is this.
     static constexpr int kSmemBytes = 1024 + kOffBar + 8 * kBarriers;
+    static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384, "the launch's register allocation");
     static_assert(DK == 64 || DK == 128, "the Hopper backward covers buckets 64 and 128");
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
 };
@@ -140,11 +155,12 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                                                   unsigned int* __restrict__ sems, const BwdParams& p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using L = HopperBwdLayout<DK>;
-    constexpr int kBM = L::kBM, kBN = L::kBN;
+    constexpr int kBM = L::kBM, kBN = L::kBN, kST = L::kStages;
     constexpr int kNS = kBM / 8;     // n-tiles of Sᵀ, dPᵀ (queries)
     constexpr int kNO = DK / 8;      // n-tiles of dK, dV
     constexpr int kNQ = L::kNQ / 8;  // n-tiles of this warpgroup's dQ half
     constexpr int kKS = kBM / 16;    // k-steps of dV, dK (queries)
+    constexpr int kConsumerWarps = 8;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char* base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -157,7 +173,10 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     float* sLse = reinterpret_cast<float*>(base + L::kOffLse);
     float* sDelta = reinterpret_cast<float*>(base + L::kOffDelta);
     uint64_t* bar_kv = reinterpret_cast<uint64_t*>(base + L::kOffBar);
-    uint64_t* full = bar_kv + 1;
+    uint64_t* full = bar_kv + 1;        // Q/dO stage loaded (TMA bytes)
+    uint64_t* empty = full + kST;       // Q/dO stage read (consumer warps)
+    uint64_t* dq_full = empty + kST;    // dQ staged (consumer warps)
+    uint64_t* dq_empty = dq_full + kST; // dQ staging read by its reduce (the writer)
 
     // Deterministic causal runs walk the key blocks from the last one down (bwd_kernel.cuh).
     const bool reversed = CAUSAL && p.deterministic;
@@ -165,10 +184,6 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     const int kvh = blockIdx.y;
     const int b = blockIdx.z;
     const int tid = threadIdx.x;
-    const int wg = tid >> 7;               // keys 64·wg.. of the block
-    const int wi = (tid >> 5) & 3;         // warp in the warpgroup: rows 16·wi..
-    const int lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
     const int key0 = n_blk * kBN;
     const int q_pad = p.q_blocks * kBM;
 
@@ -176,43 +191,102 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     if (CAUSAL) i_begin = max(0, key0 - p.diag_offset) / kBM;
     const int per_head = max(0, p.q_blocks - i_begin);
     const int n_iter = per_head * p.group;
+    // Iteration `it` covers query head kvh·group + it / per_head, block i_begin + it % per_head.
+    auto head_of = [&](int it) { return kvh * p.group + it / per_head; };
+    auto qblk_of = [&](int it) { return i_begin + it % per_head; };
 
     if (tid == 0) {
         mbar_init(bar_kv, 1);
-        mbar_init(&full[0], 1);
-        mbar_init(&full[1], 1);
+#pragma unroll
+        for (int st = 0; st < kST; ++st) {
+            mbar_init(&full[st], 1);
+            mbar_init(&empty[st], kConsumerWarps);
+            mbar_init(&dq_full[st], kConsumerWarps);
+            mbar_init(&dq_empty[st], 1);
+        }
         mbar_fence_init();
     }
     __syncthreads();
 
-    // Q, dO, LSE₂ and Δ of iteration `it` into stage it % 2 (thread 0 only).
-    auto issue = [&](int it) {
-        const int s = it & 1;
-        const int h = kvh * p.group + it / per_head;
-        const int m0 = (i_begin + it % per_head) * kBM;
-        const int64_t rows = (static_cast<int64_t>(b) * p.q_heads + h) * q_pad + m0;
-        mbar_arrive_expect_tx(&full[s], 2 * L::kQBytes + 2 * L::kRowBytes);
+    if (tid >= 256) {
+        // The producer warpgroup: warp 8 loads, warp 9 writes dQ, the rest only give their
+        // registers back.
+        setmaxnreg_dec<L::kProducerRegs>();
+        if (tid == 256) {
+            tma_prefetch_desc(tma_q);
+            tma_prefetch_desc(tma_k);
+            tma_prefetch_desc(tma_v);
+            tma_prefetch_desc(tma_do);
+            mbar_arrive_expect_tx(bar_kv, 2 * L::kKBytes);
 #pragma unroll
-        for (int c = 0; c < L::kSub; ++c) {
-            tma_load_4d(sQ + s * L::kQBytes + c * kBM * 128, tma_q, &full[s], c * 64, m0, h, b);
-            tma_load_4d(sdO + s * L::kQBytes + c * kBM * 128, tma_do, &full[s], c * 64, m0, h, b);
-        }
-        bulk_load(sLse + s * kBM, lse2 + rows, L::kRowBytes, &full[s]);
-        bulk_load(sDelta + s * kBM, delta + rows, L::kRowBytes, &full[s]);
-    };
-    if (tid == 0) {
-        tma_prefetch_desc(tma_q);
-        tma_prefetch_desc(tma_k);
-        tma_prefetch_desc(tma_v);
-        tma_prefetch_desc(tma_do);
-        mbar_arrive_expect_tx(bar_kv, 2 * L::kKBytes);
+            for (int c = 0; c < L::kSub; ++c) {
+                tma_load_4d(sK + c * kBN * 128, tma_k, bar_kv, c * 64, key0, kvh, b);
+                tma_load_4d(sV + c * kBN * 128, tma_v, bar_kv, c * 64, key0, kvh, b);
+            }
+            // Q, dO, LSE₂ and Δ of each block into the ring, once the consumers freed the slot.
+            for (int it = 0; it < n_iter; ++it) {
+                const int s = it % kST;
+                const int h = head_of(it);
+                const int m0 = qblk_of(it) * kBM;
+                const int64_t rows = (static_cast<int64_t>(b) * p.q_heads + h) * q_pad + m0;
+                mbar_wait(&empty[s], ((it / kST) & 1) ^ 1);
+                mbar_arrive_expect_tx(&full[s], 2 * L::kQBytes + 2 * L::kRowBytes);
 #pragma unroll
-        for (int c = 0; c < L::kSub; ++c) {
-            tma_load_4d(sK + c * kBN * 128, tma_k, bar_kv, c * 64, key0, kvh, b);
-            tma_load_4d(sV + c * kBN * 128, tma_v, bar_kv, c * 64, key0, kvh, b);
+                for (int c = 0; c < L::kSub; ++c) {
+                    tma_load_4d(sQ + s * L::kQBytes + c * kBM * 128, tma_q, &full[s], c * 64, m0, h, b);
+                    tma_load_4d(sdO + s * L::kQBytes + c * kBM * 128, tma_do, &full[s], c * 64, m0, h, b);
+                }
+                bulk_load(sLse + s * kBM, lse2 + rows, L::kRowBytes, &full[s]);
+                bulk_load(sDelta + s * kBM, delta + rows, L::kRowBytes, &full[s]);
+            }
+        } else if (tid == 288) {
+            // The dQ writer: adds each staged 64 × DK tile into the workspace in one bulk
+            // reduce. Deterministic mode takes the block's turn first and passes it on once the
+            // reduce has completed; the consumers never wait for either.
+            for (int it = 0; it < n_iter; ++it) {
+                const int s = it % kST;
+                const int h = head_of(it);
+                const int qblk = qblk_of(it);
+                const int m0 = qblk * kBM;
+                mbar_wait(&dq_full[s], (it / kST) & 1);
+                float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
+                unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
+                int turn = n_blk;
+                if (reversed) {
+                    const int n_max = min(static_cast<int>(gridDim.x) - 1, (m0 + kBM - 1 + p.diag_offset) / kBN);
+                    turn = n_max - n_blk;
+                }
+                if (p.deterministic) {
+                    unsigned int seen;
+                    do {
+                        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+                    } while (seen != static_cast<unsigned int>(turn));
+                    fence_proxy_async_global();
+                }
+                bulk_reduce_add_f32(dst, sdQ + s * (kBM * DK), L::kDqBytes);
+                bulk_commit();
+                if (p.deterministic) {
+                    bulk_wait<0>();
+                    fence_proxy_async_global();
+                    __threadfence();
+                    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem),
+                                 "r"(static_cast<unsigned int>(turn + 1))
+                                 : "memory");
+                } else {
+                    bulk_wait_read<0>();
+                }
+                mbar_arrive(&dq_empty[s]);
+            }
+            bulk_wait<0>(); // the staging must outlive the last reduce
         }
-        if (n_iter > 0) issue(0);
+        return;
     }
+
+    setmaxnreg_inc<L::kConsumerRegs>();
+    const int wg = tid >> 7;       // keys 64·wg.. of the block
+    const int wi = (tid >> 5) & 3; // warp in the warpgroup: rows 16·wi..
+    const int lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
 
     float acc_dk[kNO][4], acc_dv[kNO][4];
 #pragma unroll
@@ -222,24 +296,23 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
 
     const uint32_t k_addr = smem_addr(sK);
     const uint32_t v_addr = smem_addr(sV);
-    const uint32_t ds_addr = smem_addr(sdS);
     // This warpgroup's 64 key rows start 64 rows (8 KiB) into every K/V sub-tile.
     const uint32_t kw_addr = k_addr + wg * 64 * 128;
     const uint32_t vw_addr = v_addr + wg * 64 * 128;
     // dQ's B operand: columns [wg·DK/2, +DK/2) of K, MN-major — sub-tile wg at D = 128, the
     // half row of the one sub-tile at D = 64 (64 bytes in; the swizzle XOR leaves it aligned).
     const uint32_t kq_addr = DK == 128 ? k_addr + wg * kBN * 128 : k_addr + wg * 64;
+    const int krow = key0 + wg * 64 + wi * 16 + g; // this thread's keys: krow, krow + 8
     mbar_wait(bar_kv, 0);
 
     for (int it = 0; it < n_iter; ++it) {
-        const int s = it & 1;
-        const int h = kvh * p.group + it / per_head;
-        const int qblk = i_begin + it % per_head;
-        const int m0 = qblk * kBM;
-        if (tid == 0 && it + 1 < n_iter) issue(it + 1); // its stage was freed by it − 1's end
-        mbar_wait(&full[s], (it >> 1) & 1);
+        const int s = it % kST;
+        const uint32_t phase = (it / kST) & 1;
+        const int m0 = qblk_of(it) * kBM;
+        mbar_wait(&full[s], phase);
         const uint32_t q_addr = smem_addr(sQ + s * L::kQBytes);
         const uint32_t do_addr = smem_addr(sdO + s * L::kQBytes);
+        const uint32_t ds_addr = smem_addr(sdS + s * L::kDsBytes);
         const float* tLse = sLse + s * kBM;
         const float* tDelta = sDelta + s * kBM;
 
@@ -264,7 +337,6 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         // Pᵀ (in place of Sᵀ) while dPᵀ is still in the tensor cores.
         wgmma_wait<1>();
         wgmma_fence_operands(acc_s);
-        const int krow = key0 + wg * 64 + wi * 16 + g; // this thread's keys: krow, krow + 8
         const bool masked = CAUSAL && key0 + kBN - 1 > m0 + p.diag_offset;
 #pragma unroll
         for (int n = 0; n < kNS; ++n) {
@@ -305,9 +377,12 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             Wgmma16<T, DK>::rs(acc_dk, sa[kk], wgmma_desc_mn128(q_addr + kk * 16 * 128, kBM * 128));
         wgmma_commit();
 
-        // dSᵀ into shared memory, one 128-byte swizzled row of 64 queries per key: the
-        // MN-major A operand of dQ. Rows 8 apart share no bank (chunk n ^ row).
+        // dSᵀ into shared memory (tile s), one 128-byte swizzled row of 64 queries per key: the
+        // MN-major A operand of dQ. Rows 8 apart share no bank (chunk n ^ row). Its last
+        // readers, the dQ MMAs of block it − 2, finished before either warpgroup passed the
+        // barrier of block it − 1.
         {
+            unsigned char* tile = sdS + s * L::kDsBytes;
             const int r0 = wg * 64 + wi * 16 + g;
 #pragma unroll
             for (int n = 0; n < kNS; ++n) {
@@ -316,13 +391,12 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                     const int r = r0 + 8 * hi;
                     const uint32_t word = (hi == 0) ? (n % 2 == 0 ? sa[n / 2][0] : sa[n / 2][2])
                                                     : (n % 2 == 0 ? sa[n / 2][1] : sa[n / 2][3]);
-                    *reinterpret_cast<uint32_t*>(sdS + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = word;
+                    *reinterpret_cast<uint32_t*>(tile + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = word;
                 }
             }
         }
         fence_proxy_async_smem();
-        if (tid == 0) bulk_wait_read<0>(); // the last dQ reduce has read its staging
-        __syncthreads();
+        named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
 
         // dQ[:, half wg] = dS·K[:, half wg] over the block's 128 keys (k-step: 16 keys).
         float acc_dq[kNQ][4];
@@ -336,9 +410,12 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         wgmma_fence_operands(acc_dq);
         wgmma_fence_operands(acc_dv);
         wgmma_fence_operands(acc_dk);
+        if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with Q/dO stage s
 
-        // Stage in the workspace's tile order: 16 bytes per (n-tile, thread).
-        float* stage = sdQ + wg * kBM * L::kNQ;
+        // Stage dQ in the workspace's tile order (16 bytes per n-tile and thread) for the
+        // writer, once its reduce of block it − 2 has read the buffer.
+        mbar_wait(&dq_empty[s], phase ^ 1);
+        float* stage = sdQ + s * (kBM * DK) + wg * kBM * L::kNQ;
 #pragma unroll
         for (int n = 0; n < kNQ; ++n) {
             *reinterpret_cast<float4*>(stage + ((wi * kNQ + n) * 32 + lane) * 4) =
@@ -346,40 +423,13 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                             acc_dq[n][3] * p.scale);
         }
         fence_proxy_async_smem();
-        __syncthreads(); // staging complete; Q/dO stage s and dSᵀ are read (every wait<0> done)
-
-        if (tid == 0) {
-            float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
-            unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
-            int turn = n_blk;
-            if (reversed) {
-                const int n_max = min(static_cast<int>(gridDim.x) - 1, (m0 + kBM - 1 + p.diag_offset) / kBN);
-                turn = n_max - n_blk;
-            }
-            if (p.deterministic) {
-                unsigned int seen;
-                do {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-                } while (seen != static_cast<unsigned int>(turn));
-                fence_proxy_async_global();
-            }
-            bulk_reduce_add_f32(dst, sdQ, L::kDqBytes);
-            bulk_commit();
-            if (p.deterministic) {
-                bulk_wait<0>();
-                fence_proxy_async_global();
-                __threadfence();
-                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(turn + 1))
-                             : "memory");
-            }
-        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&dq_full[s]);
     }
-    if (tid == 0) bulk_wait<0>(); // the staging must outlive the last reduce
 
     // dK = scale·dK, dV: this thread's keys krow, krow + 8 × columns 8n + 2t.
     T* dk_head = head_ptr(dk, p.dk_stride, b, kvh);
     T* dv_head = head_ptr(dv, p.dv_stride, b, kvh);
-    const int krow = key0 + wg * 64 + wi * 16 + g;
 #pragma unroll
     for (int n = 0; n < kNO; ++n) {
 #pragma unroll
@@ -404,7 +454,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
 // One entry per (dtype, bucket, causal), generated by src/catalog.rs; the TMA descriptors
 // are __grid_constant__ parameters.
 #define ATTN_BWD_HOPPER_ENTRY(NAME, T, DK, CAUSAL)                                                       \
-    extern "C" __global__ void __launch_bounds__(256, 1)                                                 \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                 \
         NAME(const __grid_constant__ attn::TmaDesc tma_q, const __grid_constant__ attn::TmaDesc tma_k,   \
              const __grid_constant__ attn::TmaDesc tma_v, const __grid_constant__ attn::TmaDesc tma_do,  \
              const float* lse2, const float* delta, float* dq_acc, T* dk, T* dv, unsigned int* sems,     \

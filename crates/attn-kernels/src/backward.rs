@@ -438,7 +438,7 @@ impl FlashAttention {
             unsafe {
                 b.launch(LaunchConfig {
                     grid_dim: grid,
-                    block_dim: (256, 1, 1),
+                    block_dim: (384, 1, 1),
                     shared_mem_bytes: smem as u32,
                 })
             }

@@ -1072,12 +1072,12 @@ pub fn bwd_hopper_bucket(arch: Arch, bucket: usize) -> bool {
 }
 
 /// Shared memory of the Hopper backward (`HopperBwdLayout::kSmemBytes`): K and V (128 keys),
-/// two Q and two dO stages (64 rows), the dSᵀ tile, the f32 dQ staging, two stages of the
-/// LSE₂ and Δ rows, three mbarriers, and 1024 bytes to align the swizzled tiles.
+/// and per stage (two): Q and dO (64 rows), a dSᵀ tile, an f32 dQ staging buffer, the LSE₂
+/// and Δ rows; nine mbarriers; and 1024 bytes to align the swizzled tiles.
 pub const fn bwd_hopper_smem_bytes(bucket: usize) -> usize {
     let k = 128 * bucket * 2;
     let q = 64 * bucket * 2;
-    1024 + 2 * k + 4 * q + 128 * 128 + 64 * bucket * 4 + 4 * 64 * 4 + 3 * 8
+    1024 + 2 * k + 2 * (2 * q + 128 * 128 + 64 * bucket * 4 + 2 * 64 * 4) + 9 * 8
 }
 
 /// The Hopper backward's main entry of a unit.
