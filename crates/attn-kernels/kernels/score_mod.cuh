@@ -84,14 +84,23 @@ __device__ __forceinline__ void apply_mask_range(float (&s)[NT][4], int key0, co
     }
 }
 
-// tanh(x) = 1 − 2 / (e^{2x} + 1) on ex2.approx and a fast division: an absolute error of a
-// few 1e-7, which the softcap c multiplies into the logit. (tanh.approx.f32, which
-// FlashAttention uses through cutlass::fast_tanh, has a relative error of 2^-11: 0.015 in
-// the logit at c = 30, far above the f16 rounding the tolerance rule allows.) ±inf and large
-// |x| saturate to ±1; NaN stays NaN.
+// tanh(x) = 1 − 2 / (e^{2x} + 1): e^{2x} on ex2.approx (one MUFU operation) and the
+// reciprocal on the FMA pipe, from the integer-subtraction initial guess (relative error
+// ≤ 12 %) and three Newton steps (≤ 1e-7), so a softcapped score costs two MUFU operations
+// (this and the softmax's exp2), not three: the MUFU pipe is what softcap saturates (run 2 of
+// 2026-11-23: +65–100 % with ex2 + rcp). The exponent is clamped at 2^64 so the guess stays
+// a normal float; tanh is 1 − 1e-19 there. An absolute error of a few 1e-7, which the
+// softcap c multiplies into the logit. (tanh.approx.f32, which FlashAttention uses through
+// cutlass::fast_tanh, has a relative error of 2^-11: 0.015 in the logit at c = 30, far above
+// the f16 rounding the tolerance rule allows.) ±inf give ±1; the clamp is written as a select
+// that keeps a NaN (fminf would drop it), though --use_fast_math does not promise NaNs.
 __device__ __forceinline__ float softcap_tanh(float x) {
-    const float e = exp2f(x * 2.885390081777926815f); // 2·log2(e)
-    return 1.f - __fdividef(2.f, e + 1.f);
+    const float t = x * 2.885390081777926815f; // 2·log2(e)
+    const float y = exp2f(t > 64.f ? 64.f : t) + 1.f;
+    float r = __int_as_float(0x7EF311C3 - __float_as_int(y));
+#pragma unroll
+    for (int i = 0; i < 3; ++i) r = fmaf(r, fmaf(-y, r, 1.f), r);
+    return fmaf(-2.f, r, 1.f);
 }
 
 // Softcap and ALiBi on the raw scores of one S fragment: rows row0 (g) and row0 + 8, keys

@@ -309,3 +309,107 @@ fn sanitize_backward_small() {
         .unwrap();
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn stability_10k_forward_backward_steps() {
+    // Issue 17's soak: 10 000 back-to-back training steps (forward, then the deterministic
+    // backward) on buffers allocated once; every step's gradients must equal the first's
+    // bit for bit, and the first's pass the gradient rule (checked against the reference).
+    let gpu = gpu();
+    let p = problem((2, 4, 2, 300, 300, 128), Causal::BottomRight);
+    let shape = p.shape();
+    let (qd, kd) = (attn_kernels::dims_q(shape), attn_kernels::dims_kv(shape));
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let q: Vec<bf16> = randn(&mut rng, shape.q_elems());
+    let k: Vec<bf16> = randn(&mut rng, shape.kv_elems());
+    let v: Vec<bf16> = randn(&mut rng, shape.kv_elems());
+    let d_o: Vec<bf16> = randn(&mut rng, shape.o_elems());
+    let s = gpu.stream();
+    let (dq_, dk_, dv_, ddo) = (
+        s.clone_htod(&q).unwrap(),
+        s.clone_htod(&k).unwrap(),
+        s.clone_htod(&v).unwrap(),
+        s.clone_htod(&d_o).unwrap(),
+    );
+    let mut o = upload_poisoned::<bf16>(&gpu, shape.o_elems());
+    let mut lse = s.clone_htod(&vec![f32::NAN; shape.lse_elems()]).unwrap();
+    let mut gq = upload_poisoned::<bf16>(&gpu, shape.q_elems());
+    let mut gk = upload_poisoned::<bf16>(&gpu, shape.kv_elems());
+    let mut gv = upload_poisoned::<bf16>(&gpu, shape.kv_elems());
+    let mut first: Option<[Vec<u16>; 3]> = None;
+    let bits = |x: &CudaSlice<bf16>| -> Vec<u16> {
+        s.clone_dtoh(x)
+            .unwrap()
+            .iter()
+            .map(|e| e.to_bits())
+            .collect()
+    };
+    let mut kernel = String::new();
+    for step in 0..10_000 {
+        gpu.forward(Forward {
+            problem: &p,
+            q: Tensor::bhsd(&dq_, qd),
+            k: Tensor::bhsd(&dk_, kd),
+            v: Tensor::bhsd(&dv_, kd),
+            o: TensorMut::bhsd(&mut o, qd),
+            lse: Some(lse.as_view_mut()),
+            options: ForwardOptions::default(),
+        })
+        .unwrap();
+        let info = gpu
+            .backward(Backward {
+                problem: &p,
+                q: Tensor::bhsd(&dq_, qd),
+                k: Tensor::bhsd(&dk_, kd),
+                v: Tensor::bhsd(&dv_, kd),
+                o: Tensor::bhsd(&o, qd),
+                lse: lse.as_view(),
+                d_o: Tensor::bhsd(&ddo, qd),
+                dq: TensorMut::bhsd(&mut gq, qd),
+                dk: TensorMut::bhsd(&mut gk, kd),
+                dv: TensorMut::bhsd(&mut gv, kd),
+                options: BackwardOptions {
+                    deterministic: true,
+                    ..Default::default()
+                },
+            })
+            .unwrap();
+        kernel = info.kernel;
+        if step == 0 || step % 1000 == 999 {
+            let now = [bits(&gq), bits(&gk), bits(&gv)];
+            match &first {
+                None => first = Some(now),
+                Some(f) => assert!(
+                    f == &now,
+                    "step {step}: gradients differ from step 0 ({kernel})"
+                ),
+            }
+        }
+    }
+    // The first step's gradients against the reference (the soak must not test a wrong answer).
+    let [fq, fk, fv] = first.unwrap();
+    let widen =
+        |b: &[u16]| -> Vec<f32> { b.iter().map(|&x| bf16::from_bits(x).to_f32()).collect() };
+    let r = reference::backward(&p, &q, &k, &v, &d_o).unwrap();
+    let f = |x: &[f32]| x.to_vec();
+    let emu = attn_ref::reference::backward::backward_emulated(
+        &p,
+        &to_f32s(&q),
+        &to_f32s(&k),
+        &to_f32s(&v),
+        &to_f32s(&d_o),
+        attn_ref::Dtype::Bf16,
+    )
+    .unwrap();
+    let rule = ToleranceRule::for_storage(attn_ref::Dtype::Bf16.into());
+    for (name, out, e, want) in [
+        ("dQ", widen(&fq), &emu.dq, &r.dq),
+        ("dK", widen(&fk), &emu.dk, &r.dk),
+        ("dV", widen(&fv), &emu.dv, &r.dv),
+    ] {
+        let e32: Vec<f32> = e.iter().map(|&y| y as f32).collect();
+        let verdict = rule.check_gradient(&f(&out), &e32, want);
+        assert!(verdict.pass, "{name} ({kernel}): {verdict}");
+    }
+}
