@@ -94,8 +94,10 @@ __device__ __forceinline__ void apply_mask_range(float (&s)[NT][4], int key0, co
 // cutlass::fast_tanh, has a relative error of 2^-11: 0.015 in the logit at c = 30, far above
 // the f16 rounding the tolerance rule allows.) ±inf give ±1; the clamp is written as a select
 // that keeps a NaN (fminf would drop it), though --use_fast_math does not promise NaNs.
-__device__ __forceinline__ float softcap_tanh(float x) {
-    const float t = x * 2.885390081777926815f; // 2·log2(e)
+// `tanh_of_scaled(t)` is tanh(x) for t = 2·log2(e)·x, so a caller folds that factor into its
+// own multiplier (the forward's softcap: one FMUL per score fewer).
+constexpr float kTwoLog2e = 2.885390081777926815f;
+__device__ __forceinline__ float tanh_of_scaled(float t) {
     const float y = exp2f(t > 64.f ? 64.f : t) + 1.f;
     float r = __int_as_float(0x7EF311C3 - __float_as_int(y));
 #pragma unroll
@@ -103,29 +105,33 @@ __device__ __forceinline__ float softcap_tanh(float x) {
     return fmaf(-2.f, r, 1.f);
 }
 
+__device__ __forceinline__ float softcap_tanh(float x) { return tanh_of_scaled(x * kTwoLog2e); }
+
 // Softcap and ALiBi on the raw scores of one S fragment: rows row0 (g) and row0 + 8, keys
 // key0 + 8n + 2t + e. `slope` is ALiBi's slope in raw-score units (0: off).
 template <int NT>
 __device__ __forceinline__ void apply_score_mod(float (&s)[NT][4], int key0, int row0, float slope,
                                                 const FwdParams& p, int t) {
     if (p.feat.softcap_in != 0.f) {
-        const float f = p.feat.softcap_in;
+        const float f = p.feat.softcap_in * kTwoLog2e;
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) s[n][i] = softcap_tanh(s[n][i] * f);
+            for (int i = 0; i < 4; ++i) s[n][i] = tanh_of_scaled(s[n][i] * f);
     }
     if (slope != 0.f) {
-        // |i + Sk − Sq − j|: the distance from the bottom-right diagonal.
-        const int diag0 = row0 + p.kv_len - p.q_len - key0 - 2 * t;
+        // |i + Sk − Sq − j|: the distance from the bottom-right diagonal, kept in f32 (exact
+        // below 2^24) so that a score costs one FADD and one FFMA (|·| is an operand
+        // modifier), not an integer add and an I2F conversion on the quarter-rate pipe.
+        const float diag0 = static_cast<float>(row0 + p.kv_len - p.q_len - key0 - 2 * t);
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const int dist = diag0 + 8 * r - n * 8 - e;
-                    s[n][2 * r + e] -= slope * fabsf(static_cast<float>(dist));
+                    const float dist = diag0 + static_cast<float>(8 * r - n * 8 - e);
+                    s[n][2 * r + e] = fmaf(-slope, fabsf(dist), s[n][2 * r + e]);
                 }
     }
 }

@@ -9,8 +9,9 @@
 //!
 //! Two engines ([`BackwardEngine`]): the mma.sync kernel (every arch, every bucket) and, on
 //! sm_90a at head-dim buckets 64 and 128, the wgmma kernel (`kernels/bwd_hopper_kernel.cuh`:
-//! TMA loads, 128-key CTAs on two warpgroups, dQ added by bulk reductions of whole tiles),
-//! which [`BackwardEngine::Auto`] takes wherever it can run.
+//! 128-key CTAs of two consumer warpgroups and a producer warpgroup that issues the TMA loads
+//! and adds each dQ tile with one bulk reduction), which [`BackwardEngine::Auto`] takes
+//! wherever it can run. Its Δ pass also writes LSE·log2e padded to whole 64-row blocks.
 
 use attn_ref::{Causal, Problem};
 use cudarc::driver::{CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
