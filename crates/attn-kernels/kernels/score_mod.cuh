@@ -84,28 +84,15 @@ __device__ __forceinline__ void apply_mask_range(float (&s)[NT][4], int key0, co
     }
 }
 
-// tanh(x) = 1 − 2 / (e^{2x} + 1): e^{2x} on ex2.approx (one MUFU operation) and the
-// reciprocal on the FMA pipe, from the integer-subtraction initial guess (relative error
-// ≤ 12 %) and three Newton steps (≤ 1e-7), so a softcapped score costs two MUFU operations
-// (this and the softmax's exp2), not three: the MUFU pipe is what softcap saturates (run 2 of
-// 2026-11-23: +65–100 % with ex2 + rcp). The exponent is clamped at 2^64 so the guess stays
-// a normal float; tanh is 1 − 1e-19 there. An absolute error of a few 1e-7, which the
-// softcap c multiplies into the logit. (tanh.approx.f32, which FlashAttention uses through
-// cutlass::fast_tanh, has a relative error of 2^-11: 0.015 in the logit at c = 30, far above
-// the f16 rounding the tolerance rule allows.) ±inf give ±1; the clamp is written as a select
-// that keeps a NaN (fminf would drop it), though --use_fast_math does not promise NaNs.
-// `tanh_of_scaled(t)` is tanh(x) for t = 2·log2(e)·x, so a caller folds that factor into its
-// own multiplier (the forward's softcap: one FMUL per score fewer).
-constexpr float kTwoLog2e = 2.885390081777926815f;
-__device__ __forceinline__ float tanh_of_scaled(float t) {
-    const float y = exp2f(t > 64.f ? 64.f : t) + 1.f;
-    float r = __int_as_float(0x7EF311C3 - __float_as_int(y));
-#pragma unroll
-    for (int i = 0; i < 3; ++i) r = fmaf(r, fmaf(-y, r, 1.f), r);
-    return fmaf(-2.f, r, 1.f);
+// tanh(x) = 1 − 2 / (e^{2x} + 1) on ex2.approx and a fast division: an absolute error of a
+// few 1e-7, which the softcap c multiplies into the logit. (tanh.approx.f32, which
+// FlashAttention uses through cutlass::fast_tanh, has a relative error of 2^-11: 0.015 in
+// the logit at c = 30, far above the f16 rounding the tolerance rule allows.) ±inf and large
+// |x| saturate to ±1; NaN stays NaN.
+__device__ __forceinline__ float softcap_tanh(float x) {
+    const float e = exp2f(x * 2.885390081777926815f); // 2·log2(e)
+    return 1.f - __fdividef(2.f, e + 1.f);
 }
-
-__device__ __forceinline__ float softcap_tanh(float x) { return tanh_of_scaled(x * kTwoLog2e); }
 
 // Softcap and ALiBi on the raw scores of one S fragment: rows row0 (g) and row0 + 8, keys
 // key0 + 8n + 2t + e. `slope` is ALiBi's slope in raw-score units (0: off).
@@ -113,25 +100,23 @@ template <int NT>
 __device__ __forceinline__ void apply_score_mod(float (&s)[NT][4], int key0, int row0, float slope,
                                                 const FwdParams& p, int t) {
     if (p.feat.softcap_in != 0.f) {
-        const float f = p.feat.softcap_in * kTwoLog2e;
+        const float f = p.feat.softcap_in;
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) s[n][i] = tanh_of_scaled(s[n][i] * f);
+            for (int i = 0; i < 4; ++i) s[n][i] = softcap_tanh(s[n][i] * f);
     }
     if (slope != 0.f) {
-        // |i + Sk − Sq − j|: the distance from the bottom-right diagonal, kept in f32 (exact
-        // below 2^24) so that a score costs one FADD and one FFMA (|·| is an operand
-        // modifier), not an integer add and an I2F conversion on the quarter-rate pipe.
-        const float diag0 = static_cast<float>(row0 + p.kv_len - p.q_len - key0 - 2 * t);
+        // |i + Sk − Sq − j|: the distance from the bottom-right diagonal.
+        const int diag0 = row0 + p.kv_len - p.q_len - key0 - 2 * t;
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const float dist = diag0 + static_cast<float>(8 * r - n * 8 - e);
-                    s[n][2 * r + e] = fmaf(-slope, fabsf(dist), s[n][2 * r + e]);
+                    const int dist = diag0 + 8 * r - n * 8 - e;
+                    s[n][2 * r + e] -= slope * fabsf(static_cast<float>(dist));
                 }
     }
 }
