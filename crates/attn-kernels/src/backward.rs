@@ -360,7 +360,7 @@ impl FlashAttention {
             s.batch() as u32,
         );
 
-        let (name, grid, arch_str) = if hopper {
+        let (name, grid, arch_str, post, dq_acc) = if hopper {
             use crate::hopper::{encode_tma, tma_geometry, TmaElem};
             let name = catalog::bwd_hopper_entry_name(&unit, causal);
             let (main, arch_str) = self.function(&unit, &name, false, smem)?;
@@ -444,23 +444,9 @@ impl FlashAttention {
                 })
             }
             .map_err(driver("launching the backward kernel"))?;
-
-            let mut b = stream.launch_builder(&post);
-            b.arg(&dq_acc).arg(&dqp).arg(&params);
-            // SAFETY: matches ATTN_BWD_HOPPER_PREP_ENTRY's second kernel (dq_acc, dq,
-            // BwdParams): dq_acc as above, read at tiles of rows < Sq; dQ checked like the
-            // other outputs; one warp per row, bounded by q_len.
-            unsafe {
-                b.launch(LaunchConfig {
-                    grid_dim: row_grid,
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                })
-            }
-            .map_err(driver("launching the backward's dQ pass"))?;
             // The workspaces are freed in stream order (cudarc's async free).
-            drop((lse2, delta, dq_acc));
-            (name, grid, arch_str)
+            drop((lse2, delta));
+            (name, grid, arch_str, post, dq_acc)
         } else {
             let name = catalog::bwd_entry_name(&unit, causal);
             let (main, arch_str) = self.function(&unit, &name, false, smem)?;
@@ -519,23 +505,28 @@ impl FlashAttention {
                 })
             }
             .map_err(driver("launching the backward kernel"))?;
-
-            let mut b = stream.launch_builder(&post);
-            b.arg(&dq_acc).arg(&dqp).arg(&params);
-            // SAFETY: matches ATTN_BWD_PREP_ENTRY's second kernel (dq_acc, dq, BwdParams): dq_acc
-            // as above, dQ checked like the other outputs; one warp per row, bounded by q_len.
-            unsafe {
-                b.launch(LaunchConfig {
-                    grid_dim: row_grid,
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                })
-            }
-            .map_err(driver("launching the backward's dQ pass"))?;
             // The workspaces are freed in stream order (cudarc's async free) after the launches.
-            drop((delta, dq_acc));
-            (name, grid, arch_str)
+            drop(delta);
+            (name, grid, arch_str, post, dq_acc)
         };
+
+        // dQ in the storage type, from either engine's workspace.
+        let mut b = stream.launch_builder(&post);
+        b.arg(&dq_acc).arg(&dqp).arg(&params);
+        // SAFETY: matches the second kernel of ATTN_BWD_PREP_ENTRY or ATTN_BWD_HOPPER_PREP_ENTRY
+        // (dq_acc, dq, BwdParams), the one of the engine that filled dq_acc: its workspace
+        // (B·Hq·Sq rows of the bucket's width, or B·Hq·q_blocks tiles of 64 such rows) holds
+        // every row < Sq the pass reads; dQ was checked like the other outputs; one warp per
+        // row, bounded by q_len.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: row_grid,
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(driver("launching the backward's dQ pass"))?;
+        drop(dq_acc);
         drop(guards);
         drop(sems);
         Ok(BackwardInfo {

@@ -655,26 +655,31 @@ fn wgmma16_source(elem: Elem, n: usize) -> String {
         .map(|i| format!("\"+f\"(d[{}][{}])", i / 4, i % 4))
         .collect::<Vec<_>>()
         .join(", ");
+    // D = A·B (+ D when `accumulate`), A and B from shared memory; `trans` is the PTX
+    // transpose pair: "0, 0" both K-major, "1, 1" both MN-major.
+    let ss = |s: &mut String, name: &str, trans: &str| {
+        let _ = writeln!(
+            s,
+            "    static __device__ __forceinline__ void {name}(float (&d)[{}][4], uint64_t a, uint64_t b, bool accumulate) {{",
+            n / 8
+        );
+        let _ = writeln!(
+            s,
+            "        asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n\"\n            \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_ty}.{ptx_ty} {{{}}}, %{}, %{}, p, 1, 1, {trans};\\n}}\\n\"",
+            regs + 2,
+            list(0, regs),
+            regs,
+            regs + 1
+        );
+        let _ = writeln!(
+            s,
+            "            : {acc}\n            : \"l\"(a), \"l\"(b), \"r\"(static_cast<int>(accumulate)));"
+        );
+        let _ = writeln!(s, "    }}");
+    };
     let mut s = String::new();
     let _ = writeln!(s, "template <> struct Wgmma16<{ty}, {n}> {{");
-    let _ = writeln!(
-        s,
-        "    static __device__ __forceinline__ void ss(float (&d)[{}][4], uint64_t a, uint64_t b, bool accumulate) {{",
-        n / 8
-    );
-    let _ = writeln!(
-        s,
-        "        asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n\"\n            \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_ty}.{ptx_ty} {{{}}}, %{}, %{}, p, 1, 1, 0, 0;\\n}}\\n\"",
-        regs + 2,
-        list(0, regs),
-        regs,
-        regs + 1
-    );
-    let _ = writeln!(
-        s,
-        "            : {acc}\n            : \"l\"(a), \"l\"(b), \"r\"(static_cast<int>(accumulate)));"
-    );
-    let _ = writeln!(s, "    }}");
+    ss(&mut s, "ss", "0, 0");
     let _ = writeln!(
         s,
         "    static __device__ __forceinline__ void rs(float (&d)[{}][4], const uint32_t (&a)[4], uint64_t b) {{",
@@ -693,24 +698,7 @@ fn wgmma16_source(elem: Elem, n: usize) -> String {
     );
     let _ = writeln!(s, "    }}");
     // Both operands MN-major (transposed), from shared memory: the backward's dQ = dS·K.
-    let _ = writeln!(
-        s,
-        "    static __device__ __forceinline__ void ss_tt(float (&d)[{}][4], uint64_t a, uint64_t b, bool accumulate) {{",
-        n / 8
-    );
-    let _ = writeln!(
-        s,
-        "        asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n\"\n            \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_ty}.{ptx_ty} {{{}}}, %{}, %{}, p, 1, 1, 1, 1;\\n}}\\n\"",
-        regs + 2,
-        list(0, regs),
-        regs,
-        regs + 1
-    );
-    let _ = writeln!(
-        s,
-        "            : {acc}\n            : \"l\"(a), \"l\"(b), \"r\"(static_cast<int>(accumulate)));"
-    );
-    let _ = writeln!(s, "    }}");
+    ss(&mut s, "ss_tt", "1, 1");
     let _ = writeln!(s, "}};");
     s
 }

@@ -199,23 +199,26 @@ fn determinism_backward_deterministic_mode_is_bitwise_reproducible() {
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn validation_backward_refusals_write_nothing() {
+/// Runs a backward that must be refused (`lse_len` floats of LSE, `options`) on all-ones inputs
+/// and NaN-poisoned gradients; asserts no gradient was written and returns the error.
+fn refused_backward(
+    p: &Problem,
+    lse_len: usize,
+    options: BackwardOptions,
+) -> attn_kernels::KernelError {
     let gpu = gpu();
-    let p = problem((1, 4, 2, 64, 64, 64), Causal::None);
     let shape = p.shape();
     let (qd, kd) = (attn_kernels::dims_q(shape), attn_kernels::dims_kv(shape));
     let s = gpu.stream();
     let x = s.clone_htod(&vec![f16::ONE; shape.q_elems()]).unwrap();
     let kv = s.clone_htod(&vec![f16::ONE; shape.kv_elems()]).unwrap();
-    let lse = s.clone_htod(&vec![0f32; shape.lse_elems() - 1]).unwrap(); // one short
+    let lse = s.clone_htod(&vec![0f32; lse_len]).unwrap();
     let mut gq = upload_poisoned::<f16>(&gpu, shape.q_elems());
     let mut gk = upload_poisoned::<f16>(&gpu, shape.kv_elems());
     let mut gv = upload_poisoned::<f16>(&gpu, shape.kv_elems());
     let e = gpu
         .backward(Backward {
-            problem: &p,
+            problem: p,
             q: Tensor::bhsd(&x, qd),
             k: Tensor::bhsd(&kv, kd),
             v: Tensor::bhsd(&kv, kd),
@@ -225,60 +228,40 @@ fn validation_backward_refusals_write_nothing() {
             dq: TensorMut::bhsd(&mut gq, qd),
             dk: TensorMut::bhsd(&mut gk, kd),
             dv: TensorMut::bhsd(&mut gv, kd),
-            options: BackwardOptions::default(),
+            options,
         })
         .unwrap_err();
-    assert!(e.to_string().contains("LSE"), "{e}");
     for g in [&gq, &gk, &gv] {
         assert!(
             s.clone_dtoh(g).unwrap().iter().all(|x| x.is_nan()),
-            "a gradient was written"
+            "a gradient was written ({e})"
         );
     }
+    e
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn validation_backward_refusals_write_nothing() {
+    let p = problem((1, 4, 2, 64, 64, 64), Causal::None);
+    let lse_short = p.shape().lse_elems() - 1;
+    let e = refused_backward(&p, lse_short, BackwardOptions::default());
+    assert!(e.to_string().contains("LSE"), "{e}");
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn validation_backward_hopper_engine_refuses_other_buckets() {
-    let gpu = gpu();
     let p = problem((1, 2, 2, 64, 64, 256), Causal::None);
-    let shape = p.shape();
-    let (qd, kd) = (attn_kernels::dims_q(shape), attn_kernels::dims_kv(shape));
-    let s = gpu.stream();
-    let x = s.clone_htod(&vec![f16::ONE; shape.q_elems()]).unwrap();
-    let kv = s.clone_htod(&vec![f16::ONE; shape.kv_elems()]).unwrap();
-    let lse = s.clone_htod(&vec![0f32; shape.lse_elems()]).unwrap();
-    let mut gq = upload_poisoned::<f16>(&gpu, shape.q_elems());
-    let mut gk = upload_poisoned::<f16>(&gpu, shape.kv_elems());
-    let mut gv = upload_poisoned::<f16>(&gpu, shape.kv_elems());
-    let e = gpu
-        .backward(Backward {
-            problem: &p,
-            q: Tensor::bhsd(&x, qd),
-            k: Tensor::bhsd(&kv, kd),
-            v: Tensor::bhsd(&kv, kd),
-            o: Tensor::bhsd(&x, qd),
-            lse: lse.as_view(),
-            d_o: Tensor::bhsd(&x, qd),
-            dq: TensorMut::bhsd(&mut gq, qd),
-            dk: TensorMut::bhsd(&mut gk, kd),
-            dv: TensorMut::bhsd(&mut gv, kd),
-            options: BackwardOptions {
-                engine: BackwardEngine::Hopper,
-                ..Default::default()
-            },
-        })
-        .unwrap_err();
+    let options = BackwardOptions {
+        engine: BackwardEngine::Hopper,
+        ..Default::default()
+    };
+    let e = refused_backward(&p, p.shape().lse_elems(), options);
     assert!(
         matches!(e, attn_kernels::KernelError::EngineUnavailable(_)),
         "{e}"
     );
-    for g in [&gq, &gk, &gv] {
-        assert!(
-            s.clone_dtoh(g).unwrap().iter().all(|x| x.is_nan()),
-            "a gradient was written"
-        );
-    }
 }
 
 #[test]
