@@ -10,6 +10,10 @@
 // flight; four CTAs per SM (128 threads, 48 KiB of shared memory, ≤ 128 registers up to 4
 // rows) keep ~128 KiB per SM in flight, several times what hides DRAM latency.
 //
+// The per-stage math is a policy: DecodeFma below (every bucket and cache type), or
+// decode_tc.cuh's DecodeTc — both GEMMs on tensor cores — for an E4M3 cache at D = 32/64/128,
+// where the FMA stage is issue-bound.
+//
 // KV8: K/V are E4M3 codes (an FP8 KV cache, kv_fp8.cuh's format): half the bytes per stage,
 // widened exactly in registers (sm_89+'s cvt.f16x2.e4m3x2; fp8.cuh's integer trick on
 // sm_80), the scales folded into the scores and O. One code layout for dense, packed (cu_seqlens_k) and paged caches, `seqused_k` and
@@ -17,6 +21,7 @@
 // per (type, cache type, head-dim bucket, ROWS bucket). Softcap and (for one row) the sliding
 // window are runtime features; ALiBi and sinks run in the general MMA entries.
 #pragma once
+#include "decode_tc.cuh"
 #include "kv_fp8.cuh"
 #include "score_mod.cuh"
 #include "seqs.cuh"
@@ -49,32 +54,18 @@ struct DecodeConfig {
     static constexpr int kMergeBytes = (kGroups * ROWS * DK + 3 * kGroups * ROWS) * 4;
     static constexpr int kSmemBytes =
         kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes;
+    // The tensor-core stage (decode_tc.cuh) for E4M3 caches where a warp's share of a stage
+    // is whole 16-key blocks; its ring rows are chunk-swizzled.
+    static constexpr bool kTensorCores = KV8 && (DK == 32 || DK == 64 || DK == 128);
+    static constexpr int kSwizzle = kTensorCores ? (DK / 16 < 8 ? DK / 16 : 8) - 1 : 0; // DecodeTc's
+    static_assert(!kTensorCores || kKeys % 64 == 0, "whole 16-key blocks per warp");
+    // CTAs per SM the launch bounds promise: four (128 registers), except the FMA stage's
+    // eight-row entries, whose Q and O alone are 128 f32 registers (catalog.rs mirrors this).
+    static constexpr int kMinBlocks = kTensorCores || ROWS <= 4 ? 4 : 2;
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets");
     static_assert(ROWS >= 1 && ROWS <= 8, "decode rows");
     static_assert(!KV8 || DK % 16 == 0, "E4M3 rows are read in 16-byte chunks");
 };
-
-// Two E4M3 codes (byte 0 → the low half) → f16x2. sm_89+ converts in one instruction,
-// exactly; older archs use fp8.cuh's integer trick, which scales by 2^-8 (kDecodeWidenGain
-// says which, so the kernel's scales undo exactly what the widening did).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t word, bool high) {
-#if __CUDA_ARCH__ >= 890
-    const uint16_t pair = static_cast<uint16_t>(high ? word >> 16 : word & 0xFFFFu);
-    uint32_t h;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(pair));
-    return h;
-#else
-    return high ? cvt_hi(word) : cvt_lo(word);
-#endif
-}
-
-// What kv_descale's factor must be multiplied by for this arch's widening: kv_descale folds
-// in 2^8 for the integer trick; the hardware conversion loses nothing.
-#if __CUDA_ARCH__ >= 890
-constexpr float kDecodeWidenGain = 1.f / kCvtScale;
-#else
-constexpr float kDecodeWidenGain = 1.f;
-#endif
 
 // Eight columns of one key row (16 bytes of T, or 8 bytes of E4M3 codes) as f32.
 template <typename T, bool KV8>
@@ -101,167 +92,59 @@ __device__ __forceinline__ void load_row8(float (&x)[8], const void* src) {
     }
 }
 
-template <typename T, bool KV8, int DK, int ROWS>
-__device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
-                                              const std::conditional_t<KV8, uint8_t, T>* __restrict__ k,
-                                              const std::conditional_t<KV8, uint8_t, T>* __restrict__ v,
-                                              T* __restrict__ o, float* __restrict__ lse, float* __restrict__ ws_o,
-                                              float* __restrict__ ws_ml, unsigned int* __restrict__ counters,
-                                              const FwdParams& launch_p) {
+// The FMA stage: keys spread over groups of kLanes lanes, each lane holding 8 columns of a
+// key; whole dot products by a shuffle reduction inside the group; each group keeps its own
+// online-softmax state for all ROWS rows (the same on every lane of the group).
+template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
     using Cfg = DecodeConfig<T, KV8, DK, ROWS>;
-    using KV = typename Cfg::KV;
-    constexpr int kLanes = Cfg::kLanes;
-    constexpr int kGroups = Cfg::kGroups;
-    constexpr int KPG = Cfg::kKeysPerGroup;
-    constexpr int kKeys = Cfg::kKeys;
-    constexpr int kStages = Cfg::kStages;
-    extern __shared__ __align__(128) unsigned char smem_raw[];
+    static constexpr int kGroups = Cfg::kGroups;
 
-    const int split = blockIdx.x;
-    const int h = blockIdx.y;
-    const int b = blockIdx.z;
-    const int tid = threadIdx.x;
-    const int lane = tid % kLanes; // lane within the key group
-    const int group = tid / kLanes;
-    const bool active = lane < Cfg::kActive;
-
-    // This sequence's lengths (dense queries; packed or paged keys, seqused_k).
-    FwdParams p = launch_p;
-    const SeqRows seq_rows = resolve_sequence(p, b);
-    const bool paged = p.seqs.block_table != nullptr;
-    const int kvh = h / p.group;
-    const T* q_head = head_ptr(q, p.q_stride, b, h);
-    T* o_head = head_ptr(o, p.o_stride, b, h);
-    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * launch_p.q_len;
-    const KV* k_head;
-    const KV* v_head;
-    if (paged) { // the batch stride is the page stride; rows come from the table
-        k_head = k + static_cast<int64_t>(kvh) * p.k_stride[1];
-        v_head = v + static_cast<int64_t>(kvh) * p.v_stride[1];
-    } else {
-        k_head = head_ptr(k, p.k_stride, b, kvh) + static_cast<int64_t>(seq_rows.k_row0) * p.k_stride[2];
-        v_head = head_ptr(v, p.v_stride, b, kvh) + static_cast<int64_t>(seq_rows.k_row0) * p.v_stride[2];
-        if (p.seqs.cu_k != nullptr) { // packed K/V: no batch stride
-            k_head = k + static_cast<int64_t>(seq_rows.k_row0) * p.k_stride[2] + static_cast<int64_t>(kvh) * p.k_stride[1];
-            v_head = v + static_cast<int64_t>(seq_rows.k_row0) * p.v_stride[2] + static_cast<int64_t>(kvh) * p.v_stride[1];
-        }
-    }
-
-    // The keys this split reads: an equal share of the visible key tiles (the window's for
-    // one row; every key otherwise).
-    const KeyRange visible = row_key_range<false>(0, p);
-    const int key_lo = visible.lo;
-    const int key_hi = visible.hi > visible.lo ? visible.hi : visible.lo;
-    const int n_tiles = (key_hi - key_lo + kKeys - 1) / kKeys;
-    const int per = (n_tiles + p.n_splits - 1) / p.n_splits;
-    const int t_first = min(n_tiles, split * per);
-    const int t_count = min(n_tiles, t_first + per) - t_first;
-    const int key_begin = key_lo + t_first * kKeys;
-
-    // Q rows in f32 registers (rows past q_len and columns past head_dim are zero).
-    const int d_chunks = p.head_dim >> 3; // 8-column chunks of the problem's D
     float qf[ROWS][8];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        if (r < p.q_len && active && lane < d_chunks) {
-            const uint4 u = *reinterpret_cast<const uint4*>(q_head + static_cast<int64_t>(r) * p.q_stride[2] + lane * 8);
-            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float2 f = StorageTraits<T>::unpack(w[i]);
-                qf[r][2 * i] = f.x;
-                qf[r][2 * i + 1] = f.y;
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) qf[r][i] = 0.f;
-        }
-    }
-    // Scores in log2 units: s·k_scale·scale_log2, or through the softcap first.
-    const float k_desc = KV8 ? kv_descale(p.feat.k_descale, p.feat.descale_per_head, kvh) * kDecodeWidenGain : 1.f;
-    const float softcap_in = p.feat.softcap_in * k_desc;
-    const float score_mul = p.feat.softcap_in != 0.f ? p.scale_log2 : p.scale_log2 * k_desc;
-
-    // The ring: stage s holds K then V rows of kKeys keys, each kRowBytes, unswizzled (a
-    // key group reads one whole row: 8 or 16 lanes × 16 or 8 bytes, conflict-free).
-    const int* table = paged ? p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks : nullptr;
-    const PageDiv div{p.seqs.page_size, p.seqs.page_mul, p.seqs.page_shift};
-    const int code_chunks = KV8 ? p.head_dim >> 4 : d_chunks; // 16-byte chunks of a row of D
-    // The (page, row in page) of each copy's key, looked up one stage ahead (the table read
-    // is then off the path that issues the copies).
-    int pg[Cfg::kCopies], pr[Cfg::kCopies];
-    auto locate = [&](int key0) {
-#pragma unroll
-        for (int j = 0; j < Cfg::kCopies; ++j) {
-            const int i = tid + j * Cfg::kThreads;
-            const int g = key0 + i / Cfg::kChunks;
-            if (paged) {
-                const int slot = div.slot(g);
-                pg[j] = g < key_hi && i < kKeys * Cfg::kChunks ? page_of(table, slot, p.seqs.num_blocks) : 0;
-                pr[j] = g - slot * div.size;
-            } else {
-                pg[j] = 0;
-                pr[j] = g;
-            }
-        }
-    };
-    auto issue = [&](int stage, int key0) {
-        unsigned char* sk = smem_raw + stage * Cfg::kStageBytes;
-        unsigned char* sv = sk + kKeys * Cfg::kRowBytes;
-#pragma unroll
-        for (int j = 0; j < Cfg::kCopies; ++j) {
-            const int i = tid + j * Cfg::kThreads;
-            if (Cfg::kCopies * Cfg::kThreads != kKeys * Cfg::kChunks && i >= kKeys * Cfg::kChunks) break;
-            const int r = i / Cfg::kChunks;
-            const int c = i % Cfg::kChunks;
-            const bool in = key0 + r < key_hi && c < code_chunks;
-            const int64_t ko = static_cast<int64_t>(pg[j]) * p.k_stride[0] + static_cast<int64_t>(pr[j]) * p.k_stride[2];
-            const int64_t vo = static_cast<int64_t>(pg[j]) * p.v_stride[0] + static_cast<int64_t>(pr[j]) * p.v_stride[2];
-            const int cb = c * 16 / static_cast<int>(sizeof(KV)); // the chunk's first element
-            cp_async_16(smem_addr(sk + r * Cfg::kRowBytes + c * 16), in ? k_head + ko + cb : k_head, in);
-            cp_async_16(smem_addr(sv + r * Cfg::kRowBytes + c * 16), in ? v_head + vo + cb : v_head, in);
-        }
-    };
-
     float m[ROWS], l[ROWS], acc[ROWS][8];
+
+    // Q rows in f32 registers (rows past q_len and columns past head_dim are zero); the
+    // scores need no correction (returns 1).
+    __device__ __forceinline__ float load_q(const T* q_head, int64_t row_stride, int q_len, int head_dim, int tid) {
+        const int lane = tid % Cfg::kLanes;
+        const bool active = lane < Cfg::kActive;
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        m[r] = -INFINITY;
-        l[r] = 0.f;
+        for (int r = 0; r < ROWS; ++r) {
+            if (r < q_len && active && lane < (head_dim >> 3)) {
+                const uint4 u = *reinterpret_cast<const uint4*>(q_head + static_cast<int64_t>(r) * row_stride + lane * 8);
+                const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
+                for (int i = 0; i < 4; ++i) {
+                    const float2 f = StorageTraits<T>::unpack(w[i]);
+                    qf[r][2 * i] = f.x;
+                    qf[r][2 * i + 1] = f.y;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) qf[r][i] = 0.f;
+            }
+            m[r] = -INFINITY;
+            l[r] = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
+        }
+        return 1.f;
     }
 
-    // Prologue: kStages - 1 stages in flight, one commit group each (possibly empty).
-    locate(key_begin);
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < t_count) {
-            issue(s, key_begin + s * kKeys);
-            locate(key_begin + (s + 1) * kKeys);
-        }
-        cp_async_commit();
-    }
-    for (int t = 0; t < t_count; ++t) {
-        cp_async_wait<kStages - 2>();
-        __syncthreads(); // stage t landed for every thread; stage t-1's buffer is free
-        const int next = t + kStages - 1;
-        if (next < t_count) {
-            issue(next % kStages, key_begin + next * kKeys);
-            locate(key_begin + (next + 1) * kKeys);
-        }
-        cp_async_commit();
-
-        const int key0 = key_begin + t * kKeys;
-        const unsigned char* sk = smem_raw + (t % kStages) * Cfg::kStageBytes;
-        const unsigned char* sv = sk + kKeys * Cfg::kRowBytes;
-        // S for this group's keys group, group + kGroups, ... of the stage.
+    // One ring stage: this group's keys are group, group + kGroups, … of the stage, whose
+    // first key is key0.
+    __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int key0, int key_hi,
+                                          float softcap_in, float score_mul, int tid) {
+        constexpr int KPG = Cfg::kKeysPerGroup;
+        constexpr int kLanes = Cfg::kLanes;
+        const int lane = tid % kLanes;
+        const int group = tid / kLanes;
+        const bool active = lane < Cfg::kActive;
         float s[ROWS][KPG];
 #pragma unroll
         for (int kk = 0; kk < KPG; ++kk) {
             float kf[8];
             if (active) {
-                load_row8<T, KV8>(kf, sk + (group + kk * kGroups) * Cfg::kRowBytes + lane * 8 * sizeof(KV));
+                load_row8<T, KV8>(kf, sk + (group + kk * kGroups) * Cfg::kRowBytes + lane * 8 * sizeof(typename Cfg::KV));
             } else {
 #pragma unroll
                 for (int i = 0; i < 8; ++i) kf[i] = 0.f;
@@ -311,7 +194,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
 #pragma unroll
             for (int kk = 0; kk < KPG; ++kk) {
                 float vf[8];
-                load_row8<T, KV8>(vf, sv + (group + kk * kGroups) * Cfg::kRowBytes + lane * 8 * sizeof(KV));
+                load_row8<T, KV8>(vf, sv + (group + kk * kGroups) * Cfg::kRowBytes + lane * 8 * sizeof(typename Cfg::KV));
 #pragma unroll
                 for (int r = 0; r < ROWS; ++r)
 #pragma unroll
@@ -319,27 +202,182 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
             }
         }
     }
+
+    // This group's state for the merge: O rows into o_rows [ROWS][DK], (m, l) per row.
+    __device__ __forceinline__ void finish(float* o_rows, float* m_rows, float* l_rows, int tid) {
+        const int lane = tid % Cfg::kLanes;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            if (lane < Cfg::kActive) {
+#pragma unroll
+                for (int i = 0; i < 8; i += 4)
+                    *reinterpret_cast<float4*>(o_rows + r * DK + lane * 8 + i) =
+                        make_float4(acc[r][i], acc[r][i + 1], acc[r][i + 2], acc[r][i + 3]);
+            }
+            if (lane == 0) {
+                m_rows[r] = m[r];
+                l_rows[r] = l[r];
+            }
+        }
+    }
+};
+
+// DecodeTc (decode_tc.cuh) behind DecodeFma's interface: one group per warp, 16-key blocks.
+template <typename T, int DK, int ROWS> struct DecodeTcStage : DecodeTc<T, DK, ROWS> {
+    using Base = DecodeTc<T, DK, ROWS>;
+    static constexpr int kGroups = 4; // warps of the 128-thread CTA
+    static constexpr int kBlocks = DecodeConfig<T, true, DK, ROWS>::kKeys / (16 * kGroups);
+
+    __device__ __forceinline__ float load_q(const T* q_head, int64_t row_stride, int q_len, int head_dim, int tid) {
+        return Base::load_q(q_head, row_stride, q_len, head_dim, tid % 32);
+    }
+    __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int key0, int key_hi,
+                                          float softcap_in, float score_mul, int tid) {
+        const int row0 = (tid / 32) * 16 * kBlocks;
+        Base::template stage<kBlocks>(sk, sv, row0, key0 + row0, key_hi, softcap_in, score_mul, tid % 32);
+    }
+    __device__ __forceinline__ void finish(float* o_rows, float* m_rows, float* l_rows, int tid) {
+        Base::finish(o_rows, m_rows, l_rows, tid % 32);
+    }
+};
+
+template <typename T, bool KV8, int DK, int ROWS>
+__device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
+                                              const std::conditional_t<KV8, uint8_t, T>* __restrict__ k,
+                                              const std::conditional_t<KV8, uint8_t, T>* __restrict__ v,
+                                              T* __restrict__ o, float* __restrict__ lse, float* __restrict__ ws_o,
+                                              float* __restrict__ ws_ml, unsigned int* __restrict__ counters,
+                                              const FwdParams& launch_p) {
+    using Cfg = DecodeConfig<T, KV8, DK, ROWS>;
+    using KV = typename Cfg::KV;
+    using Stage = std::conditional_t<Cfg::kTensorCores, DecodeTcStage<T, DK, ROWS>, DecodeFma<T, KV8, DK, ROWS>>;
+    constexpr int kGroups = Stage::kGroups;
+    constexpr int kKeys = Cfg::kKeys;
+    constexpr int kStages = Cfg::kStages;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+
+    const int split = blockIdx.x;
+    const int h = blockIdx.y;
+    const int b = blockIdx.z;
+    const int tid = threadIdx.x;
+    const int group = Cfg::kTensorCores ? tid / 32 : tid / Cfg::kLanes;
+
+    // This sequence's lengths (dense queries; packed or paged keys, seqused_k).
+    FwdParams p = launch_p;
+    const SeqRows seq_rows = resolve_sequence(p, b);
+    const bool paged = p.seqs.block_table != nullptr;
+    const int kvh = h / p.group;
+    const T* q_head = head_ptr(q, p.q_stride, b, h);
+    T* o_head = head_ptr(o, p.o_stride, b, h);
+    float* lse_head = lse == nullptr ? nullptr : lse + static_cast<int64_t>(b * p.q_heads + h) * launch_p.q_len;
+    const KV* k_head;
+    const KV* v_head;
+    if (paged) { // the batch stride is the page stride; rows come from the table
+        k_head = k + static_cast<int64_t>(kvh) * p.k_stride[1];
+        v_head = v + static_cast<int64_t>(kvh) * p.v_stride[1];
+    } else {
+        k_head = head_ptr(k, p.k_stride, b, kvh) + static_cast<int64_t>(seq_rows.k_row0) * p.k_stride[2];
+        v_head = head_ptr(v, p.v_stride, b, kvh) + static_cast<int64_t>(seq_rows.k_row0) * p.v_stride[2];
+        if (p.seqs.cu_k != nullptr) { // packed K/V: no batch stride
+            k_head = k + static_cast<int64_t>(seq_rows.k_row0) * p.k_stride[2] + static_cast<int64_t>(kvh) * p.k_stride[1];
+            v_head = v + static_cast<int64_t>(seq_rows.k_row0) * p.v_stride[2] + static_cast<int64_t>(kvh) * p.v_stride[1];
+        }
+    }
+
+    // The keys this split reads: an equal share of the visible key tiles (the window's for
+    // one row; every key otherwise).
+    const KeyRange visible = row_key_range<false>(0, p);
+    const int key_lo = visible.lo;
+    const int key_hi = visible.hi > visible.lo ? visible.hi : visible.lo;
+    const int n_tiles = (key_hi - key_lo + kKeys - 1) / kKeys;
+    const int per = (n_tiles + p.n_splits - 1) / p.n_splits;
+    const int t_first = min(n_tiles, split * per);
+    const int t_count = min(n_tiles, t_first + per) - t_first;
+    const int key_begin = key_lo + t_first * kKeys;
+
+    Stage st;
+    const float q_unscale = st.load_q(q_head, p.q_stride[2], p.q_len, p.head_dim, tid);
+    // Scores in log2 units: s·k_scale·scale_log2, or through the softcap first.
+    const float k_desc =
+        (KV8 ? kv_descale(p.feat.k_descale, p.feat.descale_per_head, kvh) * kDecodeWidenGain : 1.f) * q_unscale;
+    const float softcap_in = p.feat.softcap_in * k_desc;
+    const float score_mul = p.feat.softcap_in != 0.f ? p.scale_log2 : p.scale_log2 * k_desc;
+
+    // The ring: stage s holds K then V rows of kKeys keys, each kRowBytes (16-byte chunks
+    // XOR-swizzled by the row for the tensor-core stage; a key group of the FMA stage reads
+    // one whole row, conflict-free unswizzled).
+    const int* table = paged ? p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks : nullptr;
+    const PageDiv div{p.seqs.page_size, p.seqs.page_mul, p.seqs.page_shift};
+    const int code_chunks = KV8 ? p.head_dim >> 4 : p.head_dim >> 3; // 16-byte chunks of a row of D
+    // The (page, row in page) of each copy's key, looked up one stage ahead (the table read
+    // is then off the path that issues the copies).
+    int pg[Cfg::kCopies], pr[Cfg::kCopies];
+    auto locate = [&](int key0) {
+#pragma unroll
+        for (int j = 0; j < Cfg::kCopies; ++j) {
+            const int i = tid + j * Cfg::kThreads;
+            const int g = key0 + i / Cfg::kChunks;
+            if (paged) {
+                const int slot = div.slot(g);
+                pg[j] = g < key_hi && i < kKeys * Cfg::kChunks ? page_of(table, slot, p.seqs.num_blocks) : 0;
+                pr[j] = g - slot * div.size;
+            } else {
+                pg[j] = 0;
+                pr[j] = g;
+            }
+        }
+    };
+    auto issue = [&](int stage, int key0) {
+        unsigned char* sk = smem_raw + stage * Cfg::kStageBytes;
+        unsigned char* sv = sk + kKeys * Cfg::kRowBytes;
+#pragma unroll
+        for (int j = 0; j < Cfg::kCopies; ++j) {
+            const int i = tid + j * Cfg::kThreads;
+            if (Cfg::kCopies * Cfg::kThreads != kKeys * Cfg::kChunks && i >= kKeys * Cfg::kChunks) break;
+            const int r = i / Cfg::kChunks;
+            const int c = i % Cfg::kChunks;
+            const bool in = key0 + r < key_hi && c < code_chunks;
+            const int64_t ko = static_cast<int64_t>(pg[j]) * p.k_stride[0] + static_cast<int64_t>(pr[j]) * p.k_stride[2];
+            const int64_t vo = static_cast<int64_t>(pg[j]) * p.v_stride[0] + static_cast<int64_t>(pr[j]) * p.v_stride[2];
+            const int cb = c * 16 / static_cast<int>(sizeof(KV)); // the chunk's first element
+            const int dst = r * Cfg::kRowBytes + ((c ^ (r & Cfg::kSwizzle)) << 4);
+            cp_async_16(smem_addr(sk + dst), in ? k_head + ko + cb : k_head, in);
+            cp_async_16(smem_addr(sv + dst), in ? v_head + vo + cb : v_head, in);
+        }
+    };
+
+    // Prologue: kStages - 1 stages in flight, one commit group each (possibly empty).
+    locate(key_begin);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < t_count) {
+            issue(s, key_begin + s * kKeys);
+            locate(key_begin + (s + 1) * kKeys);
+        }
+        cp_async_commit();
+    }
+    for (int t = 0; t < t_count; ++t) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads(); // stage t landed for every thread; stage t-1's buffer is free
+        const int next = t + kStages - 1;
+        if (next < t_count) {
+            issue(next % kStages, key_begin + next * kKeys);
+            locate(key_begin + (next + 1) * kKeys);
+        }
+        cp_async_commit();
+        const unsigned char* sk = smem_raw + (t % kStages) * Cfg::kStageBytes;
+        st.stage(sk, sk + kKeys * Cfg::kRowBytes, key_begin + t * kKeys, key_hi, softcap_in, score_mul, tid);
+    }
     cp_async_wait<0>();
     __syncthreads(); // the ring is free for the merge
 
     // Merge the groups' states: (m, l) and O per (group, row) through shared memory.
+    static_assert(Cfg::kSmemBytes >= (kGroups * ROWS * DK + 3 * kGroups * ROWS) * 4, "the merge fits the ring");
     float* sm_o = reinterpret_cast<float*>(smem_raw);          // [groups][ROWS][DK]
     float* sm_m = sm_o + kGroups * ROWS * DK;                   // [groups][ROWS]
     float* sm_l = sm_m + kGroups * ROWS;                        // [groups][ROWS]
     float* sm_w = sm_l + kGroups * ROWS;                        // [groups][ROWS] weights
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        if (active) {
-#pragma unroll
-            for (int i = 0; i < 8; i += 4)
-                *reinterpret_cast<float4*>(sm_o + (group * ROWS + r) * DK + lane * 8 + i) =
-                    make_float4(acc[r][i], acc[r][i + 1], acc[r][i + 2], acc[r][i + 3]);
-        }
-        if (lane == 0) {
-            sm_m[group * ROWS + r] = m[r];
-            sm_l[group * ROWS + r] = l[r];
-        }
-    }
+    st.finish(sm_o + group * ROWS * DK, sm_m + group * ROWS, sm_l + group * ROWS, tid);
     __syncthreads();
     // One thread per row: the merged max and denominator (lse_merge.cuh's rule; an empty row
     // — no key seen — keeps O = 0 and LSE = -inf). The weights fold in 1/L (unsplit) or the
@@ -406,7 +444,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
 // One entry per (type, cache type, head-dim bucket, rows bucket), with the forward entries'
 // argument list (src/launch.rs binds both alike).
 #define ATTN_DECODE_ENTRY(NAME, T, KV8, DK, ROWS)                                                  \
-    extern "C" __global__ void __launch_bounds__(128, (ROWS) <= 4 ? 4 : 2)                         \
+    extern "C" __global__ void __launch_bounds__(128, (attn::DecodeConfig<T, KV8, DK, ROWS>::kMinBlocks))                         \
         NAME(const T* __restrict__ q, const std::conditional_t<KV8, uint8_t, T>* __restrict__ k,   \
              const std::conditional_t<KV8, uint8_t, T>* __restrict__ v, T* __restrict__ o,         \
              float* __restrict__ lse, float* __restrict__ ws_o, float* __restrict__ ws_ml,         \

@@ -1,5 +1,6 @@
 // FP8 (E4M3) building blocks: the m16n8k32 tensor-core MMA, packing f32 pairs to E4M3,
-// widening E4M3 to f16 without FP8 hardware (sm_80), and the byte-row shared-memory layout.
+// widening E4M3 to f16 (with FP8 hardware on sm_89+, without it on sm_80), and the byte-row
+// shared-memory layout.
 #pragma once
 #include "ptx.cuh"
 
@@ -67,6 +68,28 @@ template <uint32_t SEL> __device__ __forceinline__ uint32_t e4m3x2_to_f16x2_scal
 __device__ __forceinline__ uint32_t cvt_lo(uint32_t codes) { return e4m3x2_to_f16x2_scaled<0x1404u>(codes); }
 __device__ __forceinline__ uint32_t cvt_hi(uint32_t codes) { return e4m3x2_to_f16x2_scaled<0x3424u>(codes); }
 constexpr float kCvtScale = 256.f; // 2^8: what one converted operand lost
+
+// Two E4M3 codes (byte 0 → the low half) → f16x2. sm_89+ converts in one instruction,
+// exactly; older archs use the integer trick above, which scales by 2^-8 (kDecodeWidenGain
+// says which, so the kernel's scales undo exactly what the widening did).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t word, bool high) {
+#if __CUDA_ARCH__ >= 890
+    const uint16_t pair = static_cast<uint16_t>(high ? word >> 16 : word & 0xFFFFu);
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(pair));
+    return h;
+#else
+    return high ? cvt_hi(word) : cvt_lo(word);
+#endif
+}
+
+// What kv_descale's factor must be multiplied by for this arch's widening: kv_descale folds
+// in 2^8 for the integer trick; the hardware conversion loses nothing.
+#if __CUDA_ARCH__ >= 890
+constexpr float kDecodeWidenGain = 1.f / kCvtScale;
+#else
+constexpr float kDecodeWidenGain = 1.f;
+#endif
 
 // Byte tiles: ROWS rows of ROW_BYTES bytes, 16-byte chunks XOR-swizzled so that the 8 rows
 // an ldmatrix phase reads land in distinct bank groups. With 128-byte rows (8 chunks) this is

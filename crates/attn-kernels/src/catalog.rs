@@ -92,7 +92,8 @@ pub enum Family {
     /// (`kernels/kv_append.cuh`). One unit per arch.
     KvAppend,
     /// The decode kernel (`kernels/decode_kernel.cuh`): 1–8 query rows against a long KV
-    /// cache on the FMA pipe, f16/bf16 or E4M3 K/V, per head-dim bucket.
+    /// cache on the FMA pipe (E4M3 K/V at buckets 32/64/128: tensor cores,
+    /// `kernels/decode_tc.cuh`), f16/bf16 or E4M3 K/V, per head-dim bucket.
     Decode,
 }
 

@@ -4,8 +4,10 @@
 //! A decode step is 1–8 query rows per (batch, KV head) — one token, or the G query heads of
 //! a KV head packed as rows (FlashAttention-3's PackGQA, done by the launcher) — against a long
 //! cache: a streaming problem the mma.sync tiles (16+ rows per warp) fit badly. The decode
-//! kernel computes dot products on the FMA pipe over key groups of lanes, reads f16/bf16 or
-//! E4M3 caches, dense, packed or paged, and splits the keys until the chip is full.
+//! kernel computes dot products on the FMA pipe over key groups of lanes — or, for an E4M3
+//! cache at head-dim buckets 32/64/128, on tensor cores with the rows as the MMA's N = 8
+//! (kernels/decode_tc.cuh) — reads f16/bf16 or E4M3 caches, dense, packed or paged, and
+//! splits the keys until the chip is full.
 
 use attn_ref::{Causal, Problem};
 
@@ -111,7 +113,9 @@ pub fn decode_keys_per_stage(bucket: usize, kv8: bool) -> usize {
 }
 
 /// CTAs of a decode entry one SM holds: four (48 KiB rings, ≤ 128 registers by their launch
-/// bounds); the 8-row entries are bounded to two (their state needs ~250 registers).
+/// bounds); the FMA stage's 8-row entries are bounded to two (their state needs ~250
+/// registers). The tensor-core E4M3 entries hold four at every row count; the split
+/// heuristic's aim of [`SPLIT_CTAS_PER_SM`] is below both, so this counts the smaller.
 fn ctas_per_sm(rows: usize) -> usize {
     if rows >= 8 {
         2

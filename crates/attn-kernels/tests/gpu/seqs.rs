@@ -21,6 +21,7 @@ use attn_ref::{
 };
 use half::{bf16, f16};
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
+use rand_distr::StandardNormal;
 
 use crate::{check_output, features::alibi_slopes, fresh_seed, gpu, randn, to_f32s};
 
@@ -54,6 +55,11 @@ struct SeqCase {
     kv8: Option<KvScaleKind>,
     /// Key splits asked for (`None`: the heuristic).
     splits: Option<usize>,
+    /// A power of two the standard-normal queries are multiplied by and the keys (and an
+    /// E4M3 cache's K scales) divided by, so the scores keep their size (1 almost everywhere;
+    /// the decode kernel's E4M3 tensor-core stage rescales a bf16 Q into f16's range, tested
+    /// with queries far outside it).
+    q_gain: f32,
 }
 
 /// How an E4M3 cache's scales are laid out.
@@ -122,13 +128,19 @@ fn run_case<T: StorageType + Element>(
     let nan = T::from_f32(f32::NAN);
     let mut seqs: Vec<SeqData<T>> = (0..b)
         .map(|i| SeqData {
-            q: randn(rng, hq * c.q_lens[i] * d),
-            k: randn(rng, hkv * c.k_lens[i] * d),
+            q: (0..hq * c.q_lens[i] * d)
+                .map(|_| T::from_f32(rng.sample::<f32, _>(StandardNormal) * c.q_gain))
+                .collect(),
+            // K shrinks by the queries' gain, so the scores (and the f32 LSE) stay O(1).
+            k: (0..hkv * c.k_lens[i] * d)
+                .map(|_| T::from_f32(rng.sample::<f32, _>(StandardNormal) / c.q_gain))
+                .collect(),
             v: randn(rng, hkv * c.k_lens[i] * d),
         })
         .collect();
     // An E4M3 cache: the reference sees the cache's dequantized values.
     let (k_scales, v_scales) = c.kv8.map_or((vec![], vec![]), |kind| kv8_scales(kind, hkv));
+    let k_scales: Vec<f32> = k_scales.iter().map(|s| s / c.q_gain).collect();
     let head_scale = |scales: &[f32], h: usize| scales[if scales.len() == 1 { 0 } else { h }];
     if c.kv8.is_some() {
         for (i, s) in seqs.iter_mut().enumerate() {
@@ -525,6 +537,7 @@ fn correctness_seqs_varlen() {
                         engine,
                         kv8: None,
                         splits: None,
+                        q_gain: 1.0,
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
@@ -546,6 +559,7 @@ fn correctness_seqs_varlen() {
                 engine,
                 kv8: None,
                 splits: None,
+                q_gain: 1.0,
             };
             run_dtypes(&gpu, &c, &mut rng, &mut failures);
         }
@@ -593,6 +607,7 @@ fn correctness_seqs_paged() {
                             engine,
                             kv8: None,
                             splits: None,
+                            q_gain: 1.0,
                         };
                         run_dtypes(&gpu, &c, &mut rng, &mut failures);
                     }
@@ -632,6 +647,7 @@ fn correctness_seqs_kv_cache_lengths() {
                         engine,
                         kv8: None,
                         splits: None,
+                        q_gain: 1.0,
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
@@ -671,6 +687,7 @@ fn correctness_seqs_kv_fp8() {
                         engine,
                         kv8: Some(kind),
                         splits: None,
+                        q_gain: 1.0,
                     };
                     run_dtypes(&gpu, &decode, &mut rng, &mut failures);
                 }
@@ -689,6 +706,7 @@ fn correctness_seqs_kv_fp8() {
                     engine: Engine::Auto,
                     kv8: Some(kind),
                     splits: None,
+                    q_gain: 1.0,
                 };
                 run_dtypes(&gpu, &prefill, &mut rng, &mut failures);
                 // Paged decode, pages straddling tiles; with a window and softcap (no
@@ -713,6 +731,7 @@ fn correctness_seqs_kv_fp8() {
                         engine,
                         kv8: Some(kind),
                         splits: None,
+                        q_gain: 1.0,
                     };
                     run_dtypes(&gpu, &paged, &mut rng, &mut failures);
                 }
@@ -749,7 +768,8 @@ fn correctness_seqs_decode() {
             num_blocks: 5 * cap.div_ceil(48) + 3,
         },
     };
-    for d in [128, 64, 256, 96, 32] {
+    // 112: a head dimension below its bucket (128), whose E4M3 rows end mid-chunk pair.
+    for d in [128, 64, 256, 96, 32, 112] {
         let kv8s = if d == 128 {
             vec![
                 None,
@@ -778,6 +798,7 @@ fn correctness_seqs_decode() {
                         engine: Engine::Decode,
                         kv8,
                         splits: None,
+                        q_gain: 1.0,
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
@@ -796,6 +817,7 @@ fn correctness_seqs_decode() {
                     engine: Engine::Decode,
                     kv8,
                     splits: Some(splits),
+                    q_gain: 1.0,
                 };
                 run_dtypes(&gpu, &c, &mut rng, &mut failures);
             }
@@ -837,8 +859,53 @@ fn correctness_seqs_decode() {
                     engine: Engine::Decode,
                     kv8,
                     splits: None,
+                    q_gain: 1.0,
                 };
                 run_dtypes(&gpu, &c, &mut rng, &mut failures);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// bf16 queries far outside f16's range (|q| up to ~5·10^5) and far below its normal range
+/// (~10^-6), with keys scaled the other way, against E4M3 caches: the decode kernel's tensor-core stage runs both GEMMs in f16,
+/// after scaling Q by a power of two, and must neither overflow nor lose the small queries'
+/// bits. Buckets 32, 64 and 128 (the tensor-core ones) and 96 (the FMA stage), 1-8 rows.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_seqs_decode_kv8_wide_bf16_queries() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for q_gain in [2f32.powi(17), 2f32.powi(-20)] {
+        for d in [128, 64, 32, 96] {
+            for (i, heads) in [(8, 2), (16, 2), (4, 4)].into_iter().enumerate() {
+                let c = SeqCase {
+                    heads,
+                    d,
+                    causal: Causal::None,
+                    features: Features::default(),
+                    q_lens: vec![1; 3],
+                    k_lens: vec![700, 1, 2048],
+                    q_packed: false,
+                    keys: if i == 0 {
+                        Keys::Dense { cap: 2048 }
+                    } else {
+                        Keys::Paged {
+                            page_size: 16,
+                            num_blocks: 3 * 2048 / 16 + 1,
+                        }
+                    },
+                    engine: Engine::Decode,
+                    kv8: Some(KvScaleKind::PerHead),
+                    splits: None,
+                    q_gain,
+                };
+                if let Err(e) = run_case::<bf16>(&gpu, &c, Dtype::Bf16, &mut rng) {
+                    failures.push(format!("q_gain {q_gain} D {d} heads {heads:?}: {e}"));
+                }
             }
         }
     }
@@ -1056,6 +1123,7 @@ fn correctness_seqs_general_split() {
                     engine: Engine::MmaSync,
                     kv8: None,
                     splits: None,
+                    q_gain: 1.0,
                 };
                 run_dtypes(&gpu, &c, &mut rng, &mut failures);
             }
@@ -1198,6 +1266,7 @@ fn sanitize_seqs_corrupt_device_indices() {
         engine: Engine::Auto,
         kv8: None,
         splits: None,
+        q_gain: 1.0,
     };
     run_dtypes(&gpu, &c, &mut rng, &mut failures);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
