@@ -3,8 +3,9 @@
 //! under 20 µs; ratios of means with bootstrap CIs, attn-stats):
 //! - **varlen**: 16 sequences of random lengths 128–4096 (DESIGN.md §7's `varlen` set)
 //!   through `forward_sequences` (packed Q/K/V) on the default engine (Hopper on sm_90) and
-//!   on the mma.sync engine, against the padded dense batch of the same sequences (B = 16,
-//!   S = the longest) on both engines;
+//!   on the mma.sync engine, the same packed queries against a paged KV cache (pages of 16
+//!   and 64 shuffled through the cache, `seqused_k`: chunked prefill's layout), and the padded
+//!   dense batch of the same sequences (B = 16, S = the longest) on both engines;
 //! - **paged decode**: batch 64, Hq 32 / Hkv 8, 4096 keys each, pages of 16 (§7's paged
 //!   shape), one query per sequence, through a shuffled block table, against the same keys in
 //!   a dense `[B, Hkv, S, D]` cache (dense `forward`, which may split) and through the dense
@@ -183,6 +184,70 @@ fn varlen(
             let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
             rows.push(Timed {
                 name: name.into(),
+                kernel,
+                samples,
+            });
+        }
+        // Packed queries against a paged KV cache holding the same sequences (chunked
+        // prefill's layout): pages shuffled through the cache, a table row per sequence.
+        for (ps, engine) in [
+            (16usize, Engine::Auto),
+            (16, Engine::MmaSync),
+            (64, Engine::Auto),
+        ] {
+            let template = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
+            let max_blocks = longest.div_ceil(ps);
+            let num_blocks = n * max_blocks;
+            let mut pages: Vec<i32> = (0..num_blocks as i32).collect();
+            pages.shuffle(&mut rng);
+            let table = st.clone_htod(&pages)?;
+            let used: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+            let used = st.clone_htod(&used)?;
+            let q = randn(&st, &mut rng, total * h * d)?;
+            let kc = randn(&st, &mut rng, num_blocks * ps * h * d)?;
+            let vc = randn(&st, &mut rng, num_blocks * ps * h * d)?;
+            let mut o = st.alloc_zeros::<f16>(total * h * d)?;
+            let dcu = st.clone_htod(&cu)?;
+            let dims = [1, h, total, d];
+            let kd = [num_blocks, h, ps, d];
+            let mut kernel = String::new();
+            let mut launch = |_: usize| -> anyhow::Result<()> {
+                let info = gpu.forward_sequences(
+                    Forward {
+                        problem: &template,
+                        q: Tensor::contiguous(q.as_view(), dims, Layout::Bshd),
+                        k: Tensor::contiguous(kc.as_view(), kd, Layout::Bshd),
+                        v: Tensor::contiguous(vc.as_view(), kd, Layout::Bshd),
+                        o: TensorMut::contiguous(o.as_view_mut(), dims, Layout::Bshd),
+                        lse: None,
+                        options: ForwardOptions {
+                            engine,
+                            ..Default::default()
+                        },
+                    },
+                    Sequences {
+                        queries: QueryRows::Packed {
+                            cu_seqlens: Indices::new(dcu.as_view()),
+                        },
+                        keys: KeyRows::Paged {
+                            block_table: Indices::new(table.as_view()),
+                        },
+                        seqused_k: Some(Indices::new(used.as_view())),
+                    },
+                )?;
+                kernel = info.kernel;
+                Ok(())
+            };
+            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+            rows.push(Timed {
+                name: format!(
+                    "varlen (packed Q), paged KV, page {ps}, {}",
+                    if engine == Engine::Auto {
+                        "default engine"
+                    } else {
+                        "mma.sync"
+                    }
+                ),
                 kernel,
                 samples,
             });

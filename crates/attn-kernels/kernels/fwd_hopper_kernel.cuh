@@ -31,6 +31,7 @@
 #include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
 #include "epilogue.cuh"
 #include "fp8.cuh"
+#include "load.cuh"
 #include "mask.cuh"
 #include "score_mod.cuh"
 #include "seqs.cuh"
@@ -170,6 +171,70 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     if (warpgroup == 0) {
         // Producer: one thread drives TMA; the other 127 only give their registers back.
         setmaxnreg_dec<L::kProducerRegs>();
+        if constexpr (FEATURES && !FP8) {
+            if (p.seqs.block_table != nullptr) {
+                // A paged cache (FlashAttention-3 reads pages with per-thread copies in its
+                // producer; here TMA still moves them): a key tile spans pages, so it arrives
+                // in boxes of `box` rows, gcd(BN, page size) (the host encodes K and V boxes
+                // of that height), each inside one page. Lane i of the producer warp looks
+                // up box i's page and issues its copies, so the table reads of a tile overlap.
+                if (threadIdx.x >= 32) return;
+                const int lane_p = threadIdx.x;
+                const int* table = p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks;
+                const int page_size = p.seqs.page_size;
+                int box = BN, rest = page_size; // Euclid: gcd(BN, page size)
+                while (rest != 0) {
+                    const int t = box % rest;
+                    box = rest;
+                    rest = t;
+                }
+                if (lane_p == 0) {
+                    tma_prefetch_desc(tma_q);
+                    tma_prefetch_desc(tma_k);
+                    tma_prefetch_desc(tma_v);
+                    mbar_arrive_expect_tx(bar_q, L::kQBytes);
+#pragma unroll
+                    for (int c = 0; c < L::kSubTiles; ++c)
+                        tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * L::kColsPerSub, rows.q_row0 + m0,
+                                    h, q_batch);
+                }
+                // This lane's box: rows [lane·box, lane·box + box) of every tile (none past BN).
+                const bool has_box = lane_p * box < BN;
+                const int box_off = lane_p * box * L::kRowBytes; // = lane·box·128 in K and V
+                for (int j = 0; j < n_tiles; ++j) {
+                    const int s = j % STAGES;
+                    const uint32_t parity = ((j / STAGES) & 1) ^ 1;
+                    // Keys past the sequence's (whose table slots may not exist) read page 0;
+                    // the mask drops them and the consumers zero V's tail rows.
+                    const int key = (t_begin + j) * BN + lane_p * box;
+                    int page = 0, row = 0;
+                    if (has_box && key < p.kv_len) {
+                        const int slot = key / page_size;
+                        page = page_of(table, slot, p.seqs.num_blocks);
+                        row = key - slot * page_size;
+                    }
+                    mbar_wait(&empty_k[s], parity);
+                    if (lane_p == 0) mbar_arrive_expect_tx(&full_k[s], L::kKBytes);
+                    __syncwarp();
+                    if (has_box) {
+#pragma unroll
+                        for (int c = 0; c < L::kSubTiles; ++c)
+                            tma_load_4d(sK + s * L::kKBytes + c * BN * L::kRowBytes + box_off, tma_k, &full_k[s],
+                                        c * L::kColsPerSub, row, kvh, page);
+                    }
+                    mbar_wait(&empty_v[s], parity);
+                    if (lane_p == 0) mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
+                    __syncwarp();
+                    if (has_box) {
+#pragma unroll
+                        for (int c = 0; c < L::kSubTiles; ++c)
+                            tma_load_4d(sV + s * L::kVBytes + c * BN * 128 + box_off, tma_v, &full_v[s], c * 64, row,
+                                        kvh, page);
+                    }
+                }
+                return;
+            }
+        }
         if (threadIdx.x == 0) {
             tma_prefetch_desc(tma_q);
             tma_prefetch_desc(tma_k);
@@ -258,7 +323,8 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     // other data (see above); every consumer thread zeroes a share of them (whole 128-byte
     // rows, so the swizzle does not matter), then they meet before any P·V reads the tile.
     // Uniform over the CTA: it depends on p and j only.
-    const bool clear_v_tail = FEATURES && (p.seqs.cu_k != nullptr || p.seqs.seqused_k != nullptr);
+    const bool clear_v_tail =
+        FEATURES && (p.seqs.cu_k != nullptr || p.seqs.seqused_k != nullptr || p.seqs.block_table != nullptr);
     auto clear_v_rows = [&](int j, unsigned char* v_tile) {
         const int first = p.kv_len - (t_begin + j) * BN; // the tile's first row past the keys
         if (!clear_v_tail || j + 1 != n_tiles || first >= BN) return;

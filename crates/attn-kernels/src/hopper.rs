@@ -264,6 +264,17 @@ pub(crate) fn tma_geometry(
     })
 }
 
+/// Rows of one K/V TMA box of the Hopper forward over a paged cache: gcd(BN, page size), so
+/// that every box of a key tile lies inside one page (pages hold a multiple of 16 keys, so
+/// boxes keep TMA's swizzle atoms whole). The kernel computes the same gcd.
+pub(crate) fn paged_box_rows(block_n: usize, page_size: usize) -> usize {
+    let (mut a, mut b) = (block_n, page_size);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// One encoded TMA descriptor, passed by value as a `__grid_constant__` kernel parameter.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -333,6 +344,27 @@ mod tests {
     use super::*;
     use crate::tensor::Layout;
     use attn_ref::{AttnShape, Causal};
+
+    #[test]
+    fn paged_boxes_divide_the_tile_and_the_page() {
+        let tiles = crate::catalog::FWD_HEAD_DIM_BUCKETS
+            .iter()
+            .flat_map(|&b| crate::catalog::hopper_tiles(b));
+        for tile in tiles {
+            let bn = tile.block_n;
+            for page in (16..=512).step_by(16) {
+                let rows = paged_box_rows(bn, page);
+                assert!(rows >= 16 && rows % 16 == 0, "BN {bn}, page {page}: {rows}");
+                assert_eq!(bn % rows, 0);
+                assert_eq!(page % rows, 0);
+                // At most 16 boxes: the kernel gives one producer lane to each.
+                assert!(bn / rows <= 16);
+            }
+        }
+        assert_eq!(paged_box_rows(128, 16), 16);
+        assert_eq!(paged_box_rows(128, 256), 128);
+        assert_eq!(paged_box_rows(176, 64), 16);
+    }
 
     #[test]
     fn geometry_of_both_layouts() {

@@ -1103,7 +1103,7 @@ impl FlashAttention {
     /// The Hopper tile a launch runs with (`Some(None)`: the bucket's default), or `None` for
     /// the mma.sync kernel (see [`Engine`]). `planted`: a debug launch (tile dumps, planted
     /// bugs), which only the mma.sync kernel has. `seqs`: a sequence layout's plan; the
-    /// Hopper engine runs varlen batches and KV-cache lengths, not paged caches, and `Auto`
+    /// Hopper engine runs varlen batches, KV-cache lengths and paged caches, and `Auto`
     /// gives it only launches whose longest query sequence fills more than the mma.sync
     /// general config's 64-row block (decode-like launches waste less there).
     fn hopper_choice(
@@ -1114,13 +1114,9 @@ impl FlashAttention {
         planted: bool,
         seqs: Option<&crate::seqs::SeqPlan>,
     ) -> Result<Option<Option<HopperTile>>, KernelError> {
-        let paged = seqs.is_some_and(|s| s.paged);
         match opts.engine {
             // Engine::Decode was taken (or refused) by the decode kernel before this.
             Engine::MmaSync | Engine::Decode => Ok(None),
-            Engine::Hopper(_) if paged => Err(KernelError::EngineUnavailable(
-                "the Hopper engine does not read paged KV caches yet; use Engine::Auto or Engine::MmaSync".into(),
-            )),
             Engine::Hopper(tile) => {
                 if !self.is_hopper() {
                     return Err(KernelError::EngineUnavailable(format!(
@@ -1136,7 +1132,7 @@ impl FlashAttention {
                 Ok(Some(tile))
             }
             Engine::Auto => {
-                if planted || !self.is_hopper() || paged {
+                if planted || !self.is_hopper() {
                     return Ok(None);
                 }
                 if seqs.is_some() && problem.shape().q_len() <= 64 {
@@ -1203,7 +1199,13 @@ impl FlashAttention {
         }
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
         let elem = crate::config::elem_of(T::DTYPE).into();
-        let rows_kv = plan.tile.block_n;
+        // A paged cache arrives in boxes inside one page (kernels/fwd_hopper_kernel.cuh).
+        let rows_kv = match seqs {
+            Some((sp, _)) if sp.paged => {
+                crate::hopper::paged_box_rows(plan.tile.block_n, sp.seqs.page_size as usize)
+            }
+            _ => plan.tile.block_n,
+        };
         let geometry = |dims, strides, rows| tma_geometry(dims, strides, 2, TMA_BOX_COLS, rows);
         let tma_q = encode_tma(
             &geometry(q.dims, q.strides, plan.tile.block_m())?,

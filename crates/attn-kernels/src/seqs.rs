@@ -30,8 +30,8 @@
 //!
 //! These launches run unsplit in the general entry points (the ones with the score-modifying
 //! features): the mma.sync kernel's on every arch, and on sm_90 the Hopper kernel's for varlen
-//! batches and KV-cache lengths whose longest query sequence exceeds 64 rows (`Engine::Auto`;
-//! `Engine::Hopper` takes any). Paged caches run on the mma.sync kernel.
+//! batches, KV-cache lengths and paged caches whose longest query sequence exceeds 64 rows
+//! (`Engine::Auto`; `Engine::Hopper` takes any). Decode-shaped launches run the decode kernel.
 
 use attn_ref::{reference::varlen::check_cu_seqlens, AttnError, AttnShape, Causal, Problem};
 use cudarc::driver::{CudaView, DevicePtr, SyncOnDrop};

@@ -48,8 +48,8 @@ struct SeqCase {
     k_lens: Vec<usize>,
     q_packed: bool,
     keys: Keys,
-    /// The engine asked for (`Auto` takes the Hopper kernel on sm_90 for unpaged layouts
-    /// whose longest query sequence exceeds 64 rows).
+    /// The engine asked for (`Auto` takes the Hopper kernel on sm_90 for layouts whose
+    /// longest query sequence exceeds 64 rows).
     engine: Engine,
     /// K/V as an E4M3 cache ([`FlashAttention::forward_kv_fp8`]) instead of in Q's type.
     kv8: Option<KvScaleKind>,
@@ -444,7 +444,16 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
                 }
             }
             Ok(kernel) => {
+                // The engine that ran: Hopper when asked, and Auto's choice on sm_90.
+                let max_q = c.q_lens.iter().copied().max().unwrap_or(0);
+                let hopper = matches!(c.engine, Engine::Hopper(_))
+                    || (c.engine == Engine::Auto
+                        && c.kv8.is_none()
+                        && gpu.compute_capability() == (9, 0)
+                        && max_q > 64);
+                // The Hopper engine reads every sequence layout in its feature entries.
                 let want = match (c.keys, c.kv8.is_some()) {
+                    _ if hopper => "_feat",
                     (Keys::Paged { .. }, false) => "_paged",
                     (Keys::Paged { .. }, true) => "_paged_kv8",
                     (_, false) => "_feat",
@@ -454,14 +463,6 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
                 if !name.ends_with(want) {
                     failures.push(format!("{c:?}: ran {kernel}, not a `{want}` entry"));
                 }
-                // The engine that ran: Hopper when asked, and Auto's choice on sm_90.
-                let max_q = c.q_lens.iter().copied().max().unwrap_or(0);
-                let hopper = matches!(c.engine, Engine::Hopper(_))
-                    || (c.engine == Engine::Auto
-                        && c.kv8.is_none()
-                        && gpu.compute_capability() == (9, 0)
-                        && !matches!(c.keys, Keys::Paged { .. })
-                        && max_q > 64);
                 if hopper != kernel.starts_with("attn_fwdh_") {
                     failures.push(format!(
                         "{:?}: ran {kernel} (Hopper expected: {hopper})",
@@ -590,8 +591,12 @@ fn correctness_seqs_paged() {
                         Features::default()
                     };
                     // Decode runs on the decode kernel under Auto; mma.sync's paged
-                    // entries run it too.
-                    for engine in [Engine::Auto, Engine::MmaSync] {
+                    // entries run it too, and so does the Hopper engine (on sm_90), whose
+                    // key tiles arrive in one TMA box per page (16 and 48: several boxes a
+                    // tile; 256: one).
+                    let mut engines = engines(&gpu);
+                    engines.push(Engine::Auto);
+                    for engine in engines {
                         let c = SeqCase {
                             heads: (8, 2),
                             d,
@@ -1204,10 +1209,6 @@ fn sanitize_seqs_corrupt_device_indices() {
     let kc = st
         .clone_htod(&vec![f16::from_f32(0.25); blocks * ps * hkv * d])
         .unwrap();
-    let mut o = st
-        .clone_htod(&vec![f16::from_f32(f32::NAN); 64 * hq * d])
-        .unwrap();
-    let mut lse = st.clone_htod(&vec![f32::NAN; hq * 64]).unwrap();
     // Packed Q whose prefix sums run past its 64 rows and backwards; a table with entries
     // outside the cache; seqused_k past the capacity and negative.
     let cu_q = st.clone_htod(&[0, 40, 1 << 30, -5]).unwrap();
@@ -1217,35 +1218,45 @@ fn sanitize_seqs_corrupt_device_indices() {
     let used = st.clone_htod(&[48, 1 << 30, -3]).unwrap();
     let qdims = [1, hq, 64, d];
     let kdims = [blocks, hkv, ps, d];
-    gpu.forward_sequences(
-        Forward {
-            problem: &p,
-            q: Tensor::contiguous(q.as_view(), qdims, Layout::Bshd),
-            k: Tensor::contiguous(kc.as_view(), kdims, Layout::Bshd),
-            v: Tensor::contiguous(kc.as_view(), kdims, Layout::Bshd),
-            o: TensorMut::contiguous(o.as_view_mut(), qdims, Layout::Bshd),
-            lse: Some(lse.as_view_mut()),
-            options: ForwardOptions::default(),
-        },
-        Sequences {
-            queries: QueryRows::Packed {
-                cu_seqlens: Indices::new(cu_q.as_view()),
+    // Both engines on sm_90 (the Hopper kernel reads pages by TMA boxes).
+    for engine in engines(&gpu) {
+        let mut o = st
+            .clone_htod(&vec![f16::from_f32(f32::NAN); 64 * hq * d])
+            .unwrap();
+        let mut lse = st.clone_htod(&vec![f32::NAN; hq * 64]).unwrap();
+        gpu.forward_sequences(
+            Forward {
+                problem: &p,
+                q: Tensor::contiguous(q.as_view(), qdims, Layout::Bshd),
+                k: Tensor::contiguous(kc.as_view(), kdims, Layout::Bshd),
+                v: Tensor::contiguous(kc.as_view(), kdims, Layout::Bshd),
+                o: TensorMut::contiguous(o.as_view_mut(), qdims, Layout::Bshd),
+                lse: Some(lse.as_view_mut()),
+                options: ForwardOptions {
+                    engine,
+                    ..Default::default()
+                },
             },
-            keys: KeyRows::Paged {
-                block_table: Indices::new(table.as_view()),
+            Sequences {
+                queries: QueryRows::Packed {
+                    cu_seqlens: Indices::new(cu_q.as_view()),
+                },
+                keys: KeyRows::Paged {
+                    block_table: Indices::new(table.as_view()),
+                },
+                seqused_k: Some(Indices::new(used.as_view())),
             },
-            seqused_k: Some(Indices::new(used.as_view())),
-        },
-    )
-    .unwrap();
-    st.synchronize().expect("the stream stays healthy");
-    // Sequence 0 (rows 0..40, 48 keys through pages 0, 1, and the clamped −100 → 0) is
-    // well defined: every key and value is 0.25, so O = 0.25.
-    let out: Vec<f16> = st.clone_dtoh(&o).unwrap();
-    for r in 0..40 {
-        for h in 0..hq {
-            let x = out[(r * hq + h) * d].to_f32();
-            assert!((x - 0.25).abs() < 1e-3, "row {r} head {h}: {x}");
+        )
+        .unwrap();
+        st.synchronize().expect("the stream stays healthy");
+        // Sequence 0 (rows 0..40, 48 keys through pages 0, 1, and the clamped −100 → 0) is
+        // well defined: every key and value is 0.25, so O = 0.25.
+        let out: Vec<f16> = st.clone_dtoh(&o).unwrap();
+        for r in 0..40 {
+            for h in 0..hq {
+                let x = out[(r * hq + h) * d].to_f32();
+                assert!((x - 0.25).abs() < 1e-3, "{engine:?}: row {r} head {h}: {x}");
+            }
         }
     }
     // And the device still computes right afterwards.
@@ -1273,6 +1284,10 @@ fn sanitize_seqs_corrupt_device_indices() {
     // The Hopper engine (TMA coordinates from the indices): packed Q over a dense cache of
     // 48 rows with the same corrupt cu_seqlens_q and seqused_k.
     if gpu.compute_capability() == (9, 0) {
+        let mut o = st
+            .clone_htod(&vec![f16::from_f32(f32::NAN); 64 * hq * d])
+            .unwrap();
+        let mut lse = st.clone_htod(&vec![f32::NAN; hq * 64]).unwrap();
         let cache = [b, hkv, 48, d];
         let kc = st
             .clone_htod(&vec![f16::from_f32(0.25); b * hkv * 48 * d])
