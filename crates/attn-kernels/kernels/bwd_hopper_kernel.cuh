@@ -95,15 +95,7 @@ __device__ __forceinline__ void bwd_hopper_preprocess(const T* __restrict__ o, c
     const int64_t bh = static_cast<int64_t>(b) * p.q_heads + h;
     float acc = 0.f, l2 = INFINITY;
     if (row < p.q_len) {
-        const T* orow = head_ptr(o, p.o_stride, b, h) + static_cast<int64_t>(row) * p.o_stride[2];
-        const T* drow = head_ptr(d_o, p.do_stride, b, h) + static_cast<int64_t>(row) * p.do_stride[2];
-        for (int d = 2 * lane; d < p.head_dim; d += 64) {
-            const float2 x = StorageTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(orow + d));
-            const float2 y = StorageTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(drow + d));
-            acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
-        }
-#pragma unroll
-        for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+        acc = row_delta(o, d_o, p, b, h, row, lane);
         const float l = lse[bh * p.q_len + row];
         if (l != -INFINITY) l2 = l * kBwdLog2e;
     }

@@ -80,14 +80,11 @@ struct BwdConfig {
     static_assert(BM >= 64 && BM % 64 == 0, "Pᵀ/dSᵀ rows must span the 8-chunk swizzle");
 };
 
-// Δ = rowsum(dO ∘ O) per (b, h, row) in f32; one warp per row. Grid (ceil(Sq/8), Hq, B).
+// Δ = rowsum(dO ∘ O) of query row `row` of (b, h) in f32, summed over the warp (every lane
+// gets it); both engines' preprocessing passes call it.
 template <typename T>
-__device__ __forceinline__ void bwd_preprocess(const T* __restrict__ o, const T* __restrict__ d_o,
-                                               float* __restrict__ delta, const BwdParams& p) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row = blockIdx.x * 8 + warp;
-    const int h = blockIdx.y, b = blockIdx.z;
-    if (row >= p.q_len) return;
+__device__ __forceinline__ float row_delta(const T* __restrict__ o, const T* __restrict__ d_o, const BwdParams& p,
+                                           int b, int h, int row, int lane) {
     const T* orow = head_ptr(o, p.o_stride, b, h) + static_cast<int64_t>(row) * p.o_stride[2];
     const T* drow = head_ptr(d_o, p.do_stride, b, h) + static_cast<int64_t>(row) * p.do_stride[2];
     float acc = 0.f;
@@ -98,6 +95,18 @@ __device__ __forceinline__ void bwd_preprocess(const T* __restrict__ o, const T*
     }
 #pragma unroll
     for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+    return acc;
+}
+
+// Δ per (b, h, row); one warp per row. Grid (ceil(Sq/8), Hq, B).
+template <typename T>
+__device__ __forceinline__ void bwd_preprocess(const T* __restrict__ o, const T* __restrict__ d_o,
+                                               float* __restrict__ delta, const BwdParams& p) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * 8 + warp;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (row >= p.q_len) return;
+    const float acc = row_delta(o, d_o, p, b, h, row, lane);
     if (lane == 0) delta[(static_cast<int64_t>(b) * p.q_heads + h) * p.q_len + row] = acc;
 }
 

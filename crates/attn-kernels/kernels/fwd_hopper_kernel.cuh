@@ -92,8 +92,9 @@ template <bool B> struct BoolConst {
 // p.feat (score_mod.cuh, shared with the mma.sync kernel); the producer loads only the key
 // tiles inside the block's window (FA3's local n-block range) and the mask hook of every
 // schedule runs the score modification. The FEATURES entries also run sequence layouts
-// (p.seqs, seqs.cuh; paged caches excepted): packed Q/O and K/V are TMA tensors of one batch
-// whose row coordinates start at the sequence's offset. Rows past a sequence's end are the
+// (p.seqs, seqs.cuh): packed Q/O and K/V are TMA tensors of one batch whose row
+// coordinates start at the sequence's offset, and a paged cache arrives in boxes that each lie
+// in one page (the producer's paged branch). Rows past a sequence's end are the
 // next sequence's (or the cache's unused rows), not TMA's zeros: the mask drops their keys and
 // the epilogue their query rows, and the consumers clear the V rows past the sequence's end in
 // its last key tile before P·V reads them, so non-finite values there (an uninitialized cache)
@@ -201,18 +202,27 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 // This lane's box: rows [lane·box, lane·box + box) of every tile (none past BN).
                 const bool has_box = lane_p * box < BN;
                 const int box_off = lane_p * box * L::kRowBytes; // = lane·box·128 in K and V
-                for (int j = 0; j < n_tiles; ++j) {
-                    const int s = j % STAGES;
-                    const uint32_t parity = ((j / STAGES) & 1) ^ 1;
-                    // Keys past the sequence's (whose table slots may not exist) read page 0;
-                    // the mask drops them and the consumers zero V's tail rows.
+                // Box (page, row in page) of tile j; keys past the sequence's (whose table
+                // slots may not exist) read page 0: the mask drops them and the consumers zero
+                // V's tail rows. Looked up one tile ahead, so the table read's latency hides
+                // under the wait for the next free stage.
+                int page = 0, row = 0;
+                auto lookup = [&](int j) {
                     const int key = (t_begin + j) * BN + lane_p * box;
-                    int page = 0, row = 0;
-                    if (has_box && key < p.kv_len) {
+                    page = 0;
+                    row = 0;
+                    if (has_box && j < n_tiles && key < p.kv_len) {
                         const int slot = key / page_size;
                         page = page_of(table, slot, p.seqs.num_blocks);
                         row = key - slot * page_size;
                     }
+                };
+                lookup(0);
+                for (int j = 0; j < n_tiles; ++j) {
+                    const int s = j % STAGES;
+                    const uint32_t parity = ((j / STAGES) & 1) ^ 1;
+                    const int page_j = page, row_j = row;
+                    lookup(j + 1);
                     mbar_wait(&empty_k[s], parity);
                     if (lane_p == 0) mbar_arrive_expect_tx(&full_k[s], L::kKBytes);
                     __syncwarp();
@@ -220,7 +230,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 #pragma unroll
                         for (int c = 0; c < L::kSubTiles; ++c)
                             tma_load_4d(sK + s * L::kKBytes + c * BN * L::kRowBytes + box_off, tma_k, &full_k[s],
-                                        c * L::kColsPerSub, row, kvh, page);
+                                        c * L::kColsPerSub, row_j, kvh, page_j);
                     }
                     mbar_wait(&empty_v[s], parity);
                     if (lane_p == 0) mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
@@ -228,8 +238,8 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                     if (has_box) {
 #pragma unroll
                         for (int c = 0; c < L::kSubTiles; ++c)
-                            tma_load_4d(sV + s * L::kVBytes + c * BN * 128 + box_off, tma_v, &full_v[s], c * 64, row,
-                                        kvh, page);
+                            tma_load_4d(sV + s * L::kVBytes + c * BN * 128 + box_off, tma_v, &full_v[s], c * 64,
+                                        row_j, kvh, page_j);
                     }
                 }
                 return;
