@@ -141,26 +141,72 @@ fn varlen(
             .map(|&l| 4.0 * (h * l * l * d) as f64 / if causal == Causal::None { 1.0 } else { 2.0 })
             .sum();
         let mut rows = Vec::new();
-        // Packed, default engine (Hopper on sm_90) and mma.sync.
-        for (name, engine) in [
-            ("varlen (packed), default engine", Engine::Auto),
-            ("varlen (packed), mma.sync", Engine::MmaSync),
+        // Packed, default engine (Hopper on sm_90) and mma.sync; then the same packed queries
+        // against a paged KV cache holding the same sequences (chunked prefill's layout):
+        // pages shuffled through the cache, a table row per sequence, `seqused_k`.
+        let template = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
+        for (name, engine, page) in [
+            ("varlen (packed), default engine", Engine::Auto, None),
+            ("varlen (packed), mma.sync", Engine::MmaSync, None),
+            (
+                "varlen (packed Q), paged KV, page 16, default engine",
+                Engine::Auto,
+                Some(16usize),
+            ),
+            (
+                "varlen (packed Q), paged KV, page 16, mma.sync",
+                Engine::MmaSync,
+                Some(16),
+            ),
+            (
+                "varlen (packed Q), paged KV, page 64, default engine",
+                Engine::Auto,
+                Some(64),
+            ),
         ] {
-            let template = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
             let q = randn(&st, &mut rng, total * h * d)?;
-            let k = randn(&st, &mut rng, total * h * d)?;
-            let v = randn(&st, &mut rng, total * h * d)?;
             let mut o = st.alloc_zeros::<f16>(total * h * d)?;
             let dcu = st.clone_htod(&cu)?;
             let dims = [1, h, total, d];
+            // K/V: packed like Q, or `pages` (None: packed) of `ps` rows.
+            let (kd, pages) = match page {
+                None => (dims, None),
+                Some(ps) => {
+                    let max_blocks = longest.div_ceil(ps);
+                    let mut pages: Vec<i32> = (0..(n * max_blocks) as i32).collect();
+                    pages.shuffle(&mut rng);
+                    let used: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+                    (
+                        [n * max_blocks, h, ps, d],
+                        Some((st.clone_htod(&pages)?, st.clone_htod(&used)?)),
+                    )
+                }
+            };
+            let kv_elems = kd.iter().product();
+            let k = randn(&st, &mut rng, kv_elems)?;
+            let v = randn(&st, &mut rng, kv_elems)?;
             let mut kernel = String::new();
             let mut launch = |_: usize| -> anyhow::Result<()> {
+                let (keys, seqused_k) = match &pages {
+                    None => (
+                        KeyRows::Packed {
+                            cu_seqlens: Indices::new(dcu.as_view()),
+                        },
+                        None,
+                    ),
+                    Some((table, used)) => (
+                        KeyRows::Paged {
+                            block_table: Indices::new(table.as_view()),
+                        },
+                        Some(Indices::new(used.as_view())),
+                    ),
+                };
                 let info = gpu.forward_sequences(
                     Forward {
                         problem: &template,
                         q: Tensor::contiguous(q.as_view(), dims, Layout::Bshd),
-                        k: Tensor::contiguous(k.as_view(), dims, Layout::Bshd),
-                        v: Tensor::contiguous(v.as_view(), dims, Layout::Bshd),
+                        k: Tensor::contiguous(k.as_view(), kd, Layout::Bshd),
+                        v: Tensor::contiguous(v.as_view(), kd, Layout::Bshd),
                         o: TensorMut::contiguous(o.as_view_mut(), dims, Layout::Bshd),
                         lse: None,
                         options: ForwardOptions {
@@ -172,10 +218,8 @@ fn varlen(
                         queries: QueryRows::Packed {
                             cu_seqlens: Indices::new(dcu.as_view()),
                         },
-                        keys: KeyRows::Packed {
-                            cu_seqlens: Indices::new(dcu.as_view()),
-                        },
-                        seqused_k: None,
+                        keys,
+                        seqused_k,
                     },
                 )?;
                 kernel = info.kernel;
@@ -184,70 +228,6 @@ fn varlen(
             let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
             rows.push(Timed {
                 name: name.into(),
-                kernel,
-                samples,
-            });
-        }
-        // Packed queries against a paged KV cache holding the same sequences (chunked
-        // prefill's layout): pages shuffled through the cache, a table row per sequence.
-        for (ps, engine) in [
-            (16usize, Engine::Auto),
-            (16, Engine::MmaSync),
-            (64, Engine::Auto),
-        ] {
-            let template = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
-            let max_blocks = longest.div_ceil(ps);
-            let num_blocks = n * max_blocks;
-            let mut pages: Vec<i32> = (0..num_blocks as i32).collect();
-            pages.shuffle(&mut rng);
-            let table = st.clone_htod(&pages)?;
-            let used: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
-            let used = st.clone_htod(&used)?;
-            let q = randn(&st, &mut rng, total * h * d)?;
-            let kc = randn(&st, &mut rng, num_blocks * ps * h * d)?;
-            let vc = randn(&st, &mut rng, num_blocks * ps * h * d)?;
-            let mut o = st.alloc_zeros::<f16>(total * h * d)?;
-            let dcu = st.clone_htod(&cu)?;
-            let dims = [1, h, total, d];
-            let kd = [num_blocks, h, ps, d];
-            let mut kernel = String::new();
-            let mut launch = |_: usize| -> anyhow::Result<()> {
-                let info = gpu.forward_sequences(
-                    Forward {
-                        problem: &template,
-                        q: Tensor::contiguous(q.as_view(), dims, Layout::Bshd),
-                        k: Tensor::contiguous(kc.as_view(), kd, Layout::Bshd),
-                        v: Tensor::contiguous(vc.as_view(), kd, Layout::Bshd),
-                        o: TensorMut::contiguous(o.as_view_mut(), dims, Layout::Bshd),
-                        lse: None,
-                        options: ForwardOptions {
-                            engine,
-                            ..Default::default()
-                        },
-                    },
-                    Sequences {
-                        queries: QueryRows::Packed {
-                            cu_seqlens: Indices::new(dcu.as_view()),
-                        },
-                        keys: KeyRows::Paged {
-                            block_table: Indices::new(table.as_view()),
-                        },
-                        seqused_k: Some(Indices::new(used.as_view())),
-                    },
-                )?;
-                kernel = info.kernel;
-                Ok(())
-            };
-            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
-            rows.push(Timed {
-                name: format!(
-                    "varlen (packed Q), paged KV, page {ps}, {}",
-                    if engine == Engine::Auto {
-                        "default engine"
-                    } else {
-                        "mma.sync"
-                    }
-                ),
                 kernel,
                 samples,
             });
