@@ -10,9 +10,9 @@
 // flight; four CTAs per SM (128 threads, 48 KiB of shared memory, ≤ 128 registers up to 4
 // rows) keep ~128 KiB per SM in flight, several times what hides DRAM latency.
 //
-// The per-stage math is a policy: DecodeFma below (every bucket and cache type), or
-// decode_tc.cuh's DecodeTc — both GEMMs on tensor cores — for an E4M3 cache at D = 32/64/128,
-// where the FMA stage is issue-bound.
+// The per-stage math is a policy: DecodeFma below (f16/bf16 caches, and E4M3 caches at
+// buckets 96 and 160-256), or decode_tc.cuh's DecodeTc — both GEMMs on tensor cores — for an
+// E4M3 cache at D = 32/64/128, where the FMA stage was issue-bound (docs/PERF.md).
 //
 // KV8: K/V are E4M3 codes (an FP8 KV cache, kv_fp8.cuh's format): half the bytes per stage,
 // widened exactly in registers (sm_89+'s cvt.f16x2.e4m3x2; fp8.cuh's integer trick on
