@@ -41,6 +41,8 @@ struct FwdSeqs {
     int bottom_right;       // causal alignment per sequence: diag_offset = Sk_b − Sq_b (1) or 0
     unsigned page_mul;      // g / page_size = umulhi(g, page_mul) >> page_shift for 0 <= g < 2^31
     int page_shift;         //   (magic-number division, FlashAttention's use of cutlass::FastDivmod)
+    int flat_block_m;       // packed Q on a flat grid: its query-block rows (0: grid.z is the batch)
+    int reserved;           // keeps the struct's size a multiple of 8 (the Rust mirror's)
 };
 
 // Scalars of one forward launch. Pointers are passed as separate kernel arguments so that

@@ -129,20 +129,27 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     uint64_t* empty_v = empty_k + STAGES;
 
     // Causal grids run the longest query blocks first, so the short ones fill the tail.
-    const int m_block = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    int m_block = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int h = blockIdx.y;
-    const int b = blockIdx.z;
-    const int m0 = m_block * kBM;
+    int b = blockIdx.z;
     static_assert(!(FEATURES && FP8), "the FP8 kernels take no features");
     static_assert(!(FEATURES && PINGPONG), "the features' V clearing syncs the consumers outside ping-pong turns");
-    // FEATURES: this CTA's sequence (its lengths, causal alignment and row offsets); the grid
-    // covers the longest, so a block past this one's end has nothing to do.
+    // FEATURES: this CTA's sequence (its lengths, causal alignment and row offsets). Packed
+    // queries run a flat grid whose x enumerates every sequence's query blocks (seqs.cuh,
+    // flat_query_block); otherwise the grid covers the longest sequence, so a block past this
+    // one's end has nothing to do.
     FwdParams seq_p = p_in;
     SeqRows rows{0, 0};
     if constexpr (FEATURES) {
+        if (p_in.seqs.flat_block_m != 0) {
+            int local, count;
+            if (!flat_query_block(p_in, blockIdx.x, b, local, count)) return; // past the last block
+            m_block = CAUSAL ? count - 1 - local : local;
+        }
         rows = resolve_sequence(seq_p, b);
-        if (m0 >= seq_p.q_len) return; // the whole CTA, before any barrier
+        if (m_block * kBM >= seq_p.q_len) return; // the whole CTA, before any barrier
     }
+    const int m0 = m_block * kBM;
     const FwdParams& p = seq_p;
     const int q_batch = FEATURES && p.seqs.cu_q != nullptr ? 0 : b; // packed: one batch of rows
     const int k_batch = FEATURES && p.seqs.cu_k != nullptr ? 0 : b;

@@ -40,4 +40,46 @@ __device__ __forceinline__ SeqRows resolve_sequence(FwdParams& p, int b) {
     return rows;
 }
 
+// A flat grid over packed queries (p.seqs.flat_block_m != 0): grid.x enumerates the query
+// blocks of every sequence in order, so no CTA is launched for a block past its sequence's
+// end (a grid over the longest sequence launches B · ceil(max_len / BM) CTAs, most of which
+// exit at once on a batch of mixed lengths). Finds CTA x's sequence `b`, its block index
+// `local` in that sequence and the sequence's block count, by a warp-wide prefix sum over
+// the per-sequence block counts, 32 sequences per step (the search of FlashAttention-3's
+// varlen tile scheduler, hopper/tile_scheduler.hpp). Every warp runs it (no barrier); the
+// counts use the same clamped lengths as resolve_sequence, capped by the grid's q_len (a
+// longer sequence's rows past it are not computed, as on the batch grid). False: x is past
+// the last block (the grid is sized by an upper bound). Call with the whole warp converged.
+__device__ __forceinline__ bool flat_query_block(const FwdParams& p, int x, int& b, int& local, int& count) {
+    const int lane = threadIdx.x & 31;
+    const int bm = p.seqs.flat_block_m;
+    int base = 0; // blocks of the sequences before this step's
+    for (int c = 0; c < p.batch; c += 32) {
+        const int i = c + lane;
+        int n = 0;
+        if (i < p.batch) {
+            const int a = clamp_index(p.seqs.cu_q[i], 0, p.seqs.total_q);
+            const int len = clamp_index(p.seqs.cu_q[i + 1], a, p.seqs.total_q) - a;
+            n = ((len < p.q_len ? len : p.q_len) + bm - 1) / bm;
+        }
+        int incl = n; // inclusive scan of the counts over the lanes
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += y;
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, base + incl > x);
+        if (hit != 0u) {
+            const int l = __ffs(hit) - 1;
+            const int before = __shfl_sync(0xffffffffu, incl - n, l);
+            count = __shfl_sync(0xffffffffu, n, l);
+            b = c + l;
+            local = x - base - before;
+            return true;
+        }
+        base += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    return false;
+}
+
 } // namespace attn

@@ -195,6 +195,17 @@ pub(crate) fn plan_hopper(
     })
 }
 
+/// grid.x of a Hopper launch over packed queries (kernels/seqs.cuh, `flat_query_block`): an
+/// upper bound of the query blocks of all sequences, Σ ceil(min(len_b, q_len) / BM), from
+/// what the host knows without reading the device-resident `cu_seqlens_q`: the rows `total_q`
+/// need at most ceil(total_q / BM) + B − 1 blocks (each sequence wastes less than one), and
+/// the batch grid's B · ceil(q_len / BM). CTAs past the last block exit at once. At least 1.
+pub(crate) fn flat_grid_x(total_q: usize, batch: usize, q_len: usize, block_m: usize) -> usize {
+    let packed = total_q.div_ceil(block_m) + batch.saturating_sub(1);
+    let batch_grid = q_len.div_ceil(block_m).saturating_mul(batch);
+    packed.min(batch_grid).max(1)
+}
+
 /// Columns of one f16/bf16 TMA box: 64 two-byte elements, one 128-byte swizzle span.
 pub(crate) const TMA_BOX_COLS: usize = 64;
 
@@ -344,6 +355,66 @@ mod tests {
     use super::*;
     use crate::tensor::Layout;
     use attn_ref::{AttnShape, Causal};
+
+    /// The device's `flat_query_block` (kernels/seqs.cuh) in scalar form: CTA x's
+    /// (sequence, block in it, the sequence's block count), None past the last block.
+    fn flat_query_block(cu_q: &[i32], q_len: usize, bm: usize, x: usize) -> Option<(usize, usize, usize)> {
+        let total = *cu_q.last()?;
+        let mut base = 0;
+        for b in 0..cu_q.len() - 1 {
+            let a = cu_q[b].clamp(0, total);
+            let len = (cu_q[b + 1].clamp(a, total) - a) as usize;
+            let n = len.min(q_len).div_ceil(bm);
+            if x < base + n {
+                return Some((b, x - base, n));
+            }
+            base += n;
+        }
+        None
+    }
+
+    #[test]
+    fn the_flat_grid_covers_every_query_block_once() {
+        use rand::{rngs::StdRng, Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(16);
+        for case in 0..400 {
+            let batch = rng.random_range(1..=70);
+            let bm = [64, 128, 192][case % 3];
+            let lens: Vec<usize> = (0..batch)
+                .map(|_| match rng.random_range(0..4) {
+                    0 => 0,
+                    1 => rng.random_range(1..=bm),
+                    _ => rng.random_range(1..=5000),
+                })
+                .collect();
+            let longest = lens.iter().copied().max().unwrap_or(0);
+            // The grid's q_len is the longest length, or a smaller cap (rows past it are
+            // not computed on either grid).
+            let q_len = if case % 5 == 0 { longest / 2 } else { longest };
+            let mut cu = vec![0i32];
+            for &l in &lens {
+                cu.push(cu.last().unwrap() + l as i32);
+            }
+            let total = *cu.last().unwrap() as usize;
+            let grid = flat_grid_x(total, batch, q_len, bm);
+            let mut seen = vec![Vec::new(); batch];
+            for x in 0..grid {
+                if let Some((b, local, n)) = flat_query_block(&cu, q_len, bm, x) {
+                    assert_eq!(n, lens[b].min(q_len).div_ceil(bm));
+                    seen[b].push(local);
+                }
+            }
+            for (b, blocks) in seen.iter().enumerate() {
+                let want: Vec<usize> = (0..lens[b].min(q_len).div_ceil(bm)).collect();
+                assert_eq!(blocks, &want, "case {case}: sequence {b} of {lens:?}, grid {grid}");
+            }
+            // Never more CTAs than the batch grid would launch.
+            assert!(grid <= q_len.div_ceil(bm).max(1) * batch);
+        }
+        // Empty batches still launch one CTA, which finds no block.
+        assert_eq!(flat_grid_x(0, 4, 0, 128), 1);
+        assert_eq!(flat_query_block(&[0, 0, 0], 0, 128, 0), None);
+    }
 
     #[test]
     fn paged_boxes_divide_the_tile_and_the_page() {

@@ -106,6 +106,11 @@ pub(crate) struct FwdSeqs {
     pub page_mul: u32,
     /// Its shift.
     pub page_shift: i32,
+    /// Packed queries on a flat grid ([`crate::hopper::flat_grid_x`]): the query block's rows;
+    /// 0 when grid.z is the batch.
+    pub flat_block_m: i32,
+    /// Padding, as in kernels/common.cuh.
+    pub reserved: i32,
 }
 
 /// Scalars of one launch, mirrored from `attn::FwdParams` in kernels/common.cuh (same field
@@ -1192,10 +1197,21 @@ impl FlashAttention {
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
         let mut index_guards = Vec::new();
+        let mut grid = plan.grid;
         if let Some((sp, layout)) = seqs {
             params.seqs = sp.seqs;
             params.kv_len = sp.kv_len as i32; // i32-checked by plan_sequences
             index_guards = bind_indices(stream, layout, &mut params.seqs);
+            if params.seqs.cu_q != 0 {
+                // Packed queries: a flat grid over every sequence's query blocks.
+                let s = problem.shape();
+                let bm = plan.tile.block_m();
+                grid.0 =
+                    crate::hopper::flat_grid_x(sp.seqs.total_q as usize, s.batch(), s.q_len(), bm)
+                        as u32;
+                grid.2 = 1;
+                params.seqs.flat_block_m = bm as i32;
+            }
         }
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
         let elem = crate::config::elem_of(T::DTYPE).into();
@@ -1216,7 +1232,7 @@ impl FlashAttention {
         let tma_v = encode_tma(&geometry(v.dims, v.strides, rows_kv)?, ptrs.v, elem)?;
         let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
         let launch_cfg = LaunchConfig {
-            grid_dim: plan.grid,
+            grid_dim: grid,
             block_dim: (plan.tile.threads() as u32, 1, 1),
             shared_mem_bytes: plan.smem_bytes,
         };
@@ -1252,7 +1268,7 @@ impl FlashAttention {
             kernel: name,
             arch,
             config: plan.tile.as_config(),
-            grid: plan.grid,
+            grid,
             splits: 1,
             smem_bytes: plan.smem_bytes,
         })
@@ -2268,8 +2284,8 @@ mod tests {
         let st = Layout::Bshd.strides(dims_kv(s));
         let params = plan.params.with_strides(st, st, st, st);
         assert_eq!(params.k_stride, [300 * 2 * 64, 64, 2 * 64]);
-        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8 + 56 + 64);
-        assert_eq!(std::mem::size_of::<FwdSeqs>(), 64);
+        assert_eq!(std::mem::size_of::<FwdParams>(), 48 + 12 * 8 + 56 + 72);
+        assert_eq!(std::mem::size_of::<FwdSeqs>(), 72);
         assert_eq!(std::mem::size_of::<FwdFeatures>(), 56);
     }
 
