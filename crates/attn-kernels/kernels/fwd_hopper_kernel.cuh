@@ -463,6 +463,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 release_k(j + 1);
                 mask_tile(j + 1);
                 softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain);
+                schedule_after(softmax.l[1]); // the softmax overlaps P·V(j), see schedule_after
                 wgmma_wait<0>();
                 wgmma_fence_operands(acc_o);
                 release_v(j);
