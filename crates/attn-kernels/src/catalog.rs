@@ -373,7 +373,8 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
 /// outside ping-pong's turns — which is the default up to D = 192 except at D ≤ 64 (the
 /// default is the 192-row ping-pong tile; the 192-row three-stage tile runs the features).
 /// Above D = 192 the default's 80-key ping-pong tile also spills (8 bytes, ptxas of CUDA 13.0)
-/// with the features' state, and the 64-key overlap tile runs them.
+/// with the features' state, and the 64-key overlap tile runs them. (A third stage at D = 128
+/// did not win back the paged prefill's loss to the overlap fix: run 57, docs/PERF.md.)
 pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
     let tiles = hopper_tiles(bucket);
     if bucket > 192 {
@@ -522,6 +523,14 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
 /// (H100, 4,16,4096,64 f16: 537 vs 621–635 µs, docs/PERF.md run 23), rounded down.
 const HOPPER_192_ROW_SPEEDUP: f64 = 1.15;
 
+/// The non-causal D = 128 default above [`HOPPER_WIDE_MIN_KEYS`] keys: 176 keys per stage,
+/// ping-pong and intra-warpgroup overlap.
+pub const HOPPER_D128_WIDE: HopperTile = ht(176, 2, true, true);
+
+/// Keys below which a 176-key tile wastes too much of its last tile (S = 512: 3 tiles of 176
+/// for 512 keys) to be the default; the 128-key tile stays there (not timed below 2048).
+pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
+
 /// The Hopper tile an unpinned launch of `bucket` runs for `q_len` query rows in
 /// `batch_heads` (batch × query heads) blocks of rows on `sm_count` SMs: the bucket's default,
 /// except that at D ≤ 64 the 192-row default gives way to the 128-row three-stage tile when a
@@ -529,14 +538,30 @@ const HOPPER_192_ROW_SPEEDUP: f64 = 1.15;
 /// time ∝ waves × rows per CTA ÷ per-row speed; small grids (S = 512, or 2×8×2048) lose to
 /// wave quantization with 192 rows (run 24: 1.03× cuDNN's time at S = 512 against 0.88×
 /// with 128 rows in run 5).
+///
+/// At D = 128 a launch without a mask over at least [`HOPPER_WIDE_MIN_KEYS`] keys runs 176 keys
+/// per stage with ping-pong ([`HOPPER_D128_WIDE`], FlashAttention-3's `tile_size_fwd_sm90`
+/// choice for non-causal D = 128): once the softmax overlapped P·V (wgmma.cuh's
+/// `schedule_after`), it took 0.99× cuDNN's time at 1,16,16384,128 against 1.06× for the
+/// 128-key tile, and 1.02–1.03× against 1.08–1.10× at 4,16,4096,128 (run 56, two
+/// repetitions); with a causal mask both took 1.02–1.03×, so causal launches keep 128 keys.
 pub fn hopper_default_tile(
     bucket: usize,
     q_len: usize,
+    kv_len: usize,
+    causal: bool,
     batch_heads: usize,
     sm_count: usize,
 ) -> Option<HopperTile> {
     let tiles = hopper_tiles(bucket);
     let first = *tiles.first()?;
+    if bucket == 128
+        && !causal
+        && kv_len >= HOPPER_WIDE_MIN_KEYS
+        && tiles.contains(&HOPPER_D128_WIDE)
+    {
+        return Some(HOPPER_D128_WIDE);
+    }
     let narrow = tiles
         .iter()
         .copied()

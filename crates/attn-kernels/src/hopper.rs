@@ -9,7 +9,7 @@
 //! descriptors are encoded on the host for every launch (a few hundred nanoseconds of CPU,
 //! no device work) and passed by value as kernel parameters.
 
-use attn_ref::Problem;
+use attn_ref::{Causal, Problem};
 use cudarc::driver::{sys, DeviceRepr};
 
 use crate::{
@@ -154,7 +154,14 @@ pub(crate) fn plan_hopper(
     let features = !problem.features().is_empty() || sequences;
     let asked = match tile {
         None if features => catalog::hopper_feature_tile(bucket),
-        None => catalog::hopper_default_tile(bucket, s.q_len(), s.batch() * s.q_heads(), sm_count),
+        None => catalog::hopper_default_tile(
+            bucket,
+            s.q_len(),
+            s.kv_len(),
+            problem.causal() != Causal::None,
+            s.batch() * s.q_heads(),
+            sm_count,
+        ),
         t => t,
     };
     let tile = pick_tile(
@@ -354,11 +361,16 @@ pub(crate) fn encode_tma(
 mod tests {
     use super::*;
     use crate::tensor::Layout;
-    use attn_ref::{AttnShape, Causal};
+    use attn_ref::AttnShape;
 
     /// The device's `flat_query_block` (kernels/seqs.cuh) in scalar form: CTA x's
     /// (sequence, block in it, the sequence's block count), None past the last block.
-    fn flat_query_block(cu_q: &[i32], q_len: usize, bm: usize, x: usize) -> Option<(usize, usize, usize)> {
+    fn flat_query_block(
+        cu_q: &[i32],
+        q_len: usize,
+        bm: usize,
+        x: usize,
+    ) -> Option<(usize, usize, usize)> {
         let total = *cu_q.last()?;
         let mut base = 0;
         for b in 0..cu_q.len() - 1 {
@@ -406,7 +418,10 @@ mod tests {
             }
             for (b, blocks) in seen.iter().enumerate() {
                 let want: Vec<usize> = (0..lens[b].min(q_len).div_ceil(bm)).collect();
-                assert_eq!(blocks, &want, "case {case}: sequence {b} of {lens:?}, grid {grid}");
+                assert_eq!(
+                    blocks, &want,
+                    "case {case}: sequence {b} of {lens:?}, grid {grid}"
+                );
             }
             // Never more CTAs than the batch grid would launch.
             assert!(grid <= q_len.div_ceil(bm).max(1) * batch);
@@ -535,14 +550,46 @@ mod tests {
             let t = tile(b, h, sq);
             assert_eq!((t.consumers, t.stages), (2, 3), "{b},{h},{sq}");
         }
-        // D = 128 has one default.
+    }
+
+    #[test]
+    fn d128_takes_176_keys_without_a_mask_over_long_keys() {
+        let tile = |sk, causal| {
+            let p = Problem::new(AttnShape::new(4, 16, 16, 4096, sk, 128).unwrap(), causal);
+            plan_hopper(&p, None, 232_448, false, 132).unwrap().tile
+        };
+        let narrow = catalog::hopper_tiles(128)[0];
+        let wide = catalog::HOPPER_D128_WIDE;
+        assert!(catalog::hopper_tiles(128).contains(&wide));
+        assert_eq!((wide.block_n, wide.pingpong, wide.intra), (176, true, true));
+        assert_eq!(tile(4096, Causal::None), wide);
+        assert_eq!(tile(catalog::HOPPER_WIDE_MIN_KEYS, Causal::None), wide);
+        assert_eq!(
+            tile(catalog::HOPPER_WIDE_MIN_KEYS - 1, Causal::None),
+            narrow
+        );
+        assert_eq!(tile(512, Causal::None), narrow);
+        assert_eq!(tile(4096, Causal::TopLeft), narrow);
+        assert_eq!(tile(4096, Causal::BottomRight), narrow);
+        // Other buckets keep their first tile.
         let p = Problem::new(
-            AttnShape::new(1, 8, 8, 512, 512, 128).unwrap(),
+            AttnShape::new(4, 16, 16, 4096, 4096, 96).unwrap(),
             Causal::None,
         );
         assert_eq!(
             plan_hopper(&p, None, 232_448, false, 132).unwrap().tile,
-            catalog::hopper_tiles(128)[0]
+            catalog::hopper_tiles(96)[0]
+        );
+        // Features keep the feature tile (ping-pong is not built for them).
+        let f = Problem::new(
+            AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
+            Causal::None,
+        )
+        .with_softcap(30.0)
+        .unwrap();
+        assert_eq!(
+            Some(plan_hopper(&f, None, 232_448, false, 132).unwrap().tile),
+            catalog::hopper_feature_tile(128)
         );
     }
 
