@@ -18,6 +18,9 @@ use std::{
 #[allow(dead_code)]
 mod nvcc;
 
+#[path = "build/cubin_cache.rs"]
+mod cubin_cache;
+
 #[path = "src/catalog.rs"]
 #[allow(dead_code)]
 mod catalog;
@@ -31,6 +34,11 @@ struct Job {
     src: PathBuf,
     out: PathBuf,
     log: PathBuf,
+    /// Cache slot name and key (`build/cubin_cache.rs`).
+    slot: String,
+    key: String,
+    /// The `kernels/` digest the key was made with.
+    headers: [u8; 32],
 }
 
 fn main() {
@@ -48,6 +56,7 @@ fn main() {
         "CUDA_PATH",
         "ATTN_CUDA_ARCHS",
         "ATTN_HEAD_DIMS",
+        "ATTN_CUBIN_CACHE",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -94,6 +103,14 @@ fn main() {
         fs::create_dir_all(d).expect("create OUT_DIR subdirectory");
     }
 
+    // `ATTN_CUBIN_CACHE=off` compiles everything afresh.
+    let cache_dir = match env::var("ATTN_CUBIN_CACHE").as_deref() {
+        Ok("off") | Ok("0") => None,
+        _ => cubin_cache::dir_for(&out_dir),
+    };
+    let toolchain = toolchain_id(&nvcc_path);
+    let headers = cubin_cache::tree_digest(&kernels).expect("read kernels/");
+
     let mut jobs = Vec::new();
     for unit in &units {
         let stem = unit.name();
@@ -110,9 +127,14 @@ fn main() {
             let src = src_dir.join(format!("{stem}.{tag}.cu"));
             // Rewritten only when changed, so nvcc's inputs keep their timestamps.
             if fs::read_to_string(&src).ok().as_deref() != Some(source.as_str()) {
-                fs::write(&src, source).expect("write a generated unit");
+                fs::write(&src, &source).expect("write a generated unit");
             }
+            let flags = nvcc_flags(arch, dbg);
+            let key = cubin_cache::key(&toolchain, &flags, &headers, &source);
             jobs.push(Job {
+                slot: format!("{stem}.sm_{arch}.{tag}"),
+                key,
+                headers,
                 unit: stem.clone(),
                 arch,
                 debug: dbg,
@@ -137,7 +159,7 @@ fn main() {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(job) = jobs.get(i) else { break };
-                if let Err(e) = compile(&nvcc_path, &kernels, job) {
+                if let Err(e) = compile_cached(&nvcc_path, &kernels, cache_dir.as_deref(), job) {
                     failures.lock().expect("no poisoned lock").push(e);
                 }
             });
@@ -150,17 +172,66 @@ fn main() {
     write_table(&generated, &jobs, &nvcc_path.display().to_string());
 }
 
+/// The flags of one compile, less the include directory and the file names.
+fn nvcc_flags(arch: &str, debug: bool) -> Vec<String> {
+    let mode: &[&str] = if debug {
+        &nvcc::DEBUG_FLAGS
+    } else {
+        &nvcc::RELEASE_FLAGS
+    };
+    ["-cubin"]
+        .iter()
+        .chain(nvcc::COMMON_FLAGS.iter())
+        .chain(mode)
+        .map(|s| s.to_string())
+        .chain(["-gencode".to_string(), nvcc::gencode(arch)])
+        .collect()
+}
+
+/// What identifies the compiler in a cache key: its path and `nvcc --version`.
+fn toolchain_id(nvcc_path: &Path) -> String {
+    let version = Command::new(nvcc_path)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    format!("{}\n{version}", nvcc_path.display())
+}
+
+/// Copies the cubin and report from the cache when the key matches; otherwise compiles and
+/// stores the result (a cache write failure only costs a compile next time).
+fn compile_cached(
+    nvcc_path: &Path,
+    include: &Path,
+    cache: Option<&Path>,
+    job: &Job,
+) -> Result<(), String> {
+    if let Some(entry) = cache.and_then(|c| cubin_cache::load(c, &job.slot, &job.key)) {
+        fs::write(&job.out, &entry.cubin)
+            .and_then(|()| fs::write(&job.log, &entry.ptxas_log))
+            .map_err(|e| format!("writing {}: {e}", job.out.display()))?;
+        return Ok(());
+    }
+    compile(nvcc_path, include, job)?;
+    // A header edited while this build ran: the cubin may not match the key, so keep it out.
+    let headers_now = cubin_cache::tree_digest(include).ok();
+    if headers_now.as_ref() != Some(&job.headers) {
+        return Ok(());
+    }
+    if let Some(dir) = cache {
+        if let (Ok(cubin), Ok(ptxas_log)) = (fs::read(&job.out), fs::read_to_string(&job.log)) {
+            let entry = cubin_cache::Entry { cubin, ptxas_log };
+            if let Err(e) = cubin_cache::store(dir, &job.slot, &job.key, &entry) {
+                println!("cargo:warning=attn-kernels: cubin cache not written ({e})");
+            }
+        }
+    }
+    Ok(())
+}
+
 fn compile(nvcc_path: &Path, include: &Path, job: &Job) -> Result<(), String> {
     let mut cmd = Command::new(nvcc_path);
-    cmd.arg("-cubin")
-        .args(nvcc::COMMON_FLAGS)
-        .args(if job.debug {
-            &nvcc::DEBUG_FLAGS[..]
-        } else {
-            &nvcc::RELEASE_FLAGS[..]
-        })
-        .arg("-gencode")
-        .arg(nvcc::gencode(job.arch))
+    cmd.args(nvcc_flags(job.arch, job.debug))
         .arg("-I")
         .arg(include)
         .arg(&job.src)

@@ -11,6 +11,12 @@ mod bench;
 mod bundle;
 mod compare;
 mod cuda;
+// The cubin cache attn-kernels' build script uses; compiled here for its tests.
+#[cfg(test)]
+#[path = "../../crates/attn-kernels/build/cubin_cache.rs"]
+mod cubin_cache;
+#[cfg(test)]
+mod cubin_cache_tests;
 mod flags;
 mod forward;
 mod gate;

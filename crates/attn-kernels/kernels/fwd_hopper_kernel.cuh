@@ -74,8 +74,8 @@ template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2> struc
 };
 
 // Barrier ids: 0 is __syncthreads; 1 gathers the consumers before the epilogue reuses the Q
-// tile; 2 after they cleared V rows of a sequence's last key tile; 3.. order the consumers'
-// GEMMs (one per consumer).
+// tile; 2 after they (under ping-pong: consumer 0) cleared V rows of a sequence's last key
+// tile; 3.. order the consumers' GEMMs (one per consumer).
 constexpr int kBarEpilogue = 1;
 constexpr int kBarVClear = 2;
 constexpr int kBarSchedBase = 3;
@@ -99,8 +99,12 @@ template <bool B> struct BoolConst {
 // the epilogue their query rows, and the consumers clear the V rows past the sequence's end in
 // its last key tile before P·V reads them, so non-finite values there (an uninitialized cache)
 // cannot reach O through 0·NaN.
+// SEQS: the sequence layouts alone, without the score modifications (FEATURES implies them):
+// the masks of the dense entries and none of the features' state, so that a wide tile whose
+// registers the features overflow (D = 128's 176-key ping-pong tile spills 52 bytes with them,
+// CUDA 13.0) still runs varlen batches and KV caches.
 template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA, bool FP8,
-          bool FEATURES = false, int CONSUMERS = 2>
+          bool FEATURES = false, int CONSUMERS = 2, bool SEQS = false>
 __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __restrict__ lse, const TmaDesc* tma_q,
                                                   const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const float* __restrict__ q_scale,
@@ -133,14 +137,15 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     const int h = blockIdx.y;
     int b = blockIdx.z;
     static_assert(!(FEATURES && FP8), "the FP8 kernels take no features");
-    static_assert(!(FEATURES && PINGPONG), "the features' V clearing syncs the consumers outside ping-pong turns");
-    // FEATURES: this CTA's sequence (its lengths, causal alignment and row offsets). Packed
+    static_assert(!(SEQS && (FP8 || FEATURES)), "SEQS: the layouts without the features");
+    constexpr bool kSeqs = FEATURES || SEQS; // this entry resolves sequence layouts
+    // kSeqs: this CTA's sequence (its lengths, causal alignment and row offsets). Packed
     // queries run a flat grid whose x enumerates every sequence's query blocks (seqs.cuh,
     // flat_query_block); otherwise the grid covers the longest sequence, so a block past this
     // one's end has nothing to do.
     FwdParams seq_p = p_in;
     SeqRows rows{0, 0};
-    if constexpr (FEATURES) {
+    if constexpr (kSeqs) {
         if (p_in.seqs.flat_block_m != 0) {
             int local, count;
             if (!flat_query_block(p_in, blockIdx.x, b, local, count)) return; // past the last block
@@ -151,8 +156,8 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     }
     const int m0 = m_block * kBM;
     const FwdParams& p = seq_p;
-    const int q_batch = FEATURES && p.seqs.cu_q != nullptr ? 0 : b; // packed: one batch of rows
-    const int k_batch = FEATURES && p.seqs.cu_k != nullptr ? 0 : b;
+    const int q_batch = kSeqs && p.seqs.cu_q != nullptr ? 0 : b; // packed: one batch of rows
+    const int k_batch = kSeqs && p.seqs.cu_k != nullptr ? 0 : b;
     // Key tiles [t_begin, t_begin + n_tiles); FEATURES: the keys all rows see, [all_lo, all_hi).
     int t_begin = 0, n_tiles, all_lo = 0, all_hi = 0;
     if constexpr (FEATURES) {
@@ -179,7 +184,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     if (warpgroup == 0) {
         // Producer: one thread drives TMA; the other 127 only give their registers back.
         setmaxnreg_dec<L::kProducerRegs>();
-        if constexpr (FEATURES && !FP8) {
+        if constexpr (kSeqs && !FP8) {
             if (p.seqs.block_table != nullptr) {
                 // A paged cache (FlashAttention-3 reads pages with per-thread copies in its
                 // producer; here TMA still moves them): a key tile spans pages, so it arrives
@@ -337,29 +342,36 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         }
     };
     // FEATURES with a sequence layout: V rows past the sequence's keys in its last tile hold
-    // other data (see above); every consumer thread zeroes a share of them (whole 128-byte
-    // rows, so the swizzle does not matter), then they meet before any P·V reads the tile.
-    // Uniform over the CTA: it depends on p and j only.
+    // other data (see above); consumer threads zero them (whole 128-byte rows, so the swizzle
+    // does not matter) before any P·V reads the tile. Without ping-pong every consumer
+    // thread takes a share and they all meet. Under PINGPONG the consumers are in different
+    // turns, so consumer 0 clears alone, inside its turn: the turns go 0, 1, .. for every
+    // tile, so its P·V(j) is the tile's first; a barrier of its own warpgroup orders its own
+    // reads, and handing the turn on (a named barrier: the writes before it are visible to
+    // the threads it releases) orders the other consumers'. Uniform over the CTA: it depends
+    // on p and j only.
     const bool clear_v_tail =
-        FEATURES && (p.seqs.cu_k != nullptr || p.seqs.seqused_k != nullptr || p.seqs.block_table != nullptr);
+        kSeqs && (p.seqs.cu_k != nullptr || p.seqs.seqused_k != nullptr || p.seqs.block_table != nullptr);
+    constexpr int kClearThreads = PINGPONG ? 128 : 128 * CONSUMERS;
     auto clear_v_rows = [&](int j, unsigned char* v_tile) {
         const int first = p.kv_len - (t_begin + j) * BN; // the tile's first row past the keys
         if (!clear_v_tail || j + 1 != n_tiles || first >= BN) return;
+        if (PINGPONG && cw != 0) return;
         const int lo = first < 0 ? 0 : first;
         const int chunks = L::kSubTiles * (BN - lo) * 8; // 16-byte chunks
-        for (int i = threadIdx.x - 128; i < chunks; i += 128 * CONSUMERS) {
+        for (int i = threadIdx.x - 128; i < chunks; i += kClearThreads) {
             const int c = i / ((BN - lo) * 8);
             const int r = i % ((BN - lo) * 8);
             *reinterpret_cast<uint4*>(v_tile + c * BN * 128 + lo * 128 + r * 16) = make_uint4(0, 0, 0, 0);
         }
         fence_proxy_async_smem(); // generic-proxy writes before wgmma's async-proxy reads
-        named_barrier_sync(kBarVClear, 128 * CONSUMERS);
+        named_barrier_sync(kBarVClear, kClearThreads);
     };
     // O += P·V of key tile j: k-step kk reads keys 16kk.. (16 rows of 128 bytes per sub-tile).
     auto issue_pv = [&](int j, const uint32_t (&pa)[kKP][4]) {
         const int s = j % STAGES;
         mbar_wait(&full_v[s], (j / STAGES) & 1);
-        if constexpr (FEATURES) clear_v_rows(j, sV + s * L::kVBytes);
+        if constexpr (kSeqs) clear_v_rows(j, sV + s * L::kVBytes);
         const uint32_t v_addr = smem_addr(sV + s * L::kVBytes);
         wgmma_fence_operands(acc_o);
         wgmma_fence();
@@ -495,7 +507,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     T* o_head = head_ptr(o, p.o_stride, q_batch, h) + static_cast<int64_t>(rows.q_row0) * p.o_stride[2];
     float* lse_head = nullptr;
     if (lse != nullptr) {
-        lse_head = FEATURES && p.seqs.cu_q != nullptr
+        lse_head = kSeqs && p.seqs.cu_q != nullptr
                        ? lse + static_cast<int64_t>(h) * p.seqs.total_q + rows.q_row0
                        : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
     }
@@ -516,12 +528,12 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
 // One extern "C" entry per (dtype, bucket, tile, mode), generated by src/catalog.rs. The three
 // TMA descriptors are __grid_constant__ parameters (TMA reads them from parameter space).
-#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, FEATURES, CONSUMERS)               \
+#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, FEATURES, CONSUMERS, SEQS)         \
     extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                              \
         NAME(T* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,   \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v, \
              const attn::FwdParams p) {                                                                 \
-        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false, FEATURES, CONSUMERS>(    \
+        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false, FEATURES, CONSUMERS, SEQS>( \
             o, lse, &tma_q, &tma_k, &tma_v, nullptr, nullptr, nullptr, p);                              \
     }
 

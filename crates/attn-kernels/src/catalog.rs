@@ -368,13 +368,13 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
     })
 }
 
-/// The Hopper tile with the features' entry points (also the varlen / KV-cache launches):
-/// the bucket's first tile without ping-pong — the features' V clearing syncs the consumers
-/// outside ping-pong's turns — which is the default up to D = 192 except at D ≤ 64 (the
-/// default is the 192-row ping-pong tile; the 192-row three-stage tile runs the features).
-/// Above D = 192 the default's 80-key ping-pong tile also spills (8 bytes, ptxas of CUDA 13.0)
-/// with the features' state, and the 64-key overlap tile runs them. (A third stage at D = 128
-/// did not win back the paged prefill's loss to the overlap fix: run 57, docs/PERF.md.)
+/// The Hopper tile with the features' entry points (also the varlen / KV-cache launches)
+/// that runs every mask: the bucket's first tile without ping-pong, which is the default up
+/// to D = 192 except at D ≤ 64 (the default is the 192-row ping-pong tile; the 192-row
+/// three-stage tile runs the features). Above D = 192 the default's 80-key ping-pong tile
+/// also spills (8 bytes, ptxas of CUDA 13.0) with the features' state, and the 64-key overlap
+/// tile runs them. (A third stage at D = 128 did not win back the paged prefill's loss to the
+/// overlap fix: run 57, docs/PERF.md.) [`hopper_feature_tiles`] lists the others.
 pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
     let tiles = hopper_tiles(bucket);
     if bucket > 192 {
@@ -384,6 +384,68 @@ pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
             .find(|t| t.block_n == 64 && t.intra && !t.pingpong);
     }
     tiles.iter().copied().find(|t| !t.pingpong)
+}
+
+/// The Hopper tiles of `bucket` with entries for sequence layouts alone (`_seq`: varlen
+/// batches and KV caches without window, softcap, ALiBi or sinks; the kernel's `SEQS`): at
+/// D = 128 the dense default's wide tile ([`HOPPER_D128_WIDE`]), so that a varlen launch runs
+/// what the same dense launch runs (issue 16's target is the one's time against the
+/// other's). The features' state spills in it (52 bytes, CUDA 13.0), so it has no `_feat`
+/// entries.
+pub fn hopper_seq_tiles(bucket: usize) -> Vec<HopperTile> {
+    if bucket == 128 && hopper_tiles(bucket).contains(&HOPPER_D128_WIDE) {
+        vec![HOPPER_D128_WIDE]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The tile an unpinned launch with a sequence layout and no features runs: the dense
+/// default's rule for the wide D = 128 tile ([`hopper_default_tile`]: no mask, at least
+/// [`HOPPER_WIDE_MIN_KEYS`] keys in the longest sequence), else [`hopper_feature_tile`].
+pub fn hopper_seq_default_tile(bucket: usize, kv_len: usize, causal: bool) -> Option<HopperTile> {
+    if !causal
+        && kv_len >= HOPPER_WIDE_MIN_KEYS
+        && hopper_seq_tiles(bucket).contains(&HOPPER_D128_WIDE)
+    {
+        return Some(HOPPER_D128_WIDE);
+    }
+    hopper_feature_tile(bucket)
+}
+
+/// What a Hopper forward entry runs beyond the dense problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HopperVariant {
+    /// Dense `[B, H, S, D]` tensors (any strides), the causal mask or none.
+    Dense,
+    /// Also sequence layouts (varlen, KV-cache lengths, paged caches): `_seq`.
+    Seqs,
+    /// Also the score-modifying features (window, softcap, ALiBi, sinks) with the sequence
+    /// layouts: `_feat`.
+    Features,
+}
+
+impl HopperVariant {
+    /// The entry name's suffix.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            HopperVariant::Dense => "",
+            HopperVariant::Seqs => "_seq",
+            HopperVariant::Features => "_feat",
+        }
+    }
+
+    /// The variants `tile` of `bucket` is compiled in.
+    pub fn of(bucket: usize, tile: &HopperTile) -> Vec<HopperVariant> {
+        let mut v = vec![HopperVariant::Dense];
+        if hopper_seq_tiles(bucket).contains(tile) {
+            v.push(HopperVariant::Seqs);
+        }
+        if hopper_feature_tile(bucket) == Some(*tile) {
+            v.push(HopperVariant::Features);
+        }
+        v
+    }
 }
 
 /// The configs of `bucket` instantiated for `arch` (those that fit its shared memory).
@@ -647,13 +709,12 @@ pub fn hopper_fp8_entry_name(unit: &UnitKey, tile: &HopperTile, causal: bool) ->
     )
 }
 
-/// The extern "C" name of a Hopper forward entry; `features`: the entry with the
-/// score-modifying features (`_feat`, only for [`hopper_feature_tile`]).
+/// The extern "C" name of a Hopper forward entry of `variant`.
 pub fn hopper_entry_name(
     unit: &UnitKey,
     tile: &HopperTile,
     causal: bool,
-    features: bool,
+    variant: HopperVariant,
 ) -> String {
     format!(
         "attn_fwdh_{}_d{}_{}_{}{}",
@@ -661,7 +722,7 @@ pub fn hopper_entry_name(
         unit.head_dim,
         tile.name(),
         if causal { "causal" } else { "full" },
-        if features { "_feat" } else { "" }
+        variant.suffix()
     )
 }
 
@@ -1299,16 +1360,14 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             s.push_str("} // namespace attn\n\n");
             let ty = unit.elem.cuda_type();
             for t in tiles {
-                let with_features = hopper_feature_tile(d) == Some(*t);
-                for features in [false, true] {
-                    if features && !with_features {
-                        continue;
-                    }
+                for variant in HopperVariant::of(d, t) {
+                    let features = variant == HopperVariant::Features;
+                    let seqs = variant == HopperVariant::Seqs;
                     for causal in [false, true] {
                         let _ = writeln!(
                             s,
-                            "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {features}, {})",
-                            hopper_entry_name(unit, t, causal, features),
+                            "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {features}, {}, {seqs})",
+                            hopper_entry_name(unit, t, causal, variant),
                             t.block_n,
                             t.stages,
                             t.pingpong,

@@ -13,7 +13,7 @@ use attn_ref::{Causal, Problem};
 use cudarc::driver::{sys, DeviceRepr};
 
 use crate::{
-    catalog::{self, Elem, HopperTile},
+    catalog::{self, Elem, HopperTile, HopperVariant},
     config::{choose_splits, KernelConfig},
     launch::{check_sizes, fwd_params, FwdParams},
     tensor::Strides,
@@ -131,14 +131,16 @@ pub(crate) fn pick_tile(
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HopperPlan {
     pub tile: HopperTile,
+    /// Which entries of the tile run it.
+    pub variant: HopperVariant,
     pub bucket: usize,
     pub grid: (u32, u32, u32),
     pub smem_bytes: u32,
     pub params: FwdParams,
 }
 
-/// `sequences`: a varlen / KV-cache launch ([`crate::seqs`]), which runs in the feature
-/// entries like a problem with features.
+/// `sequences`: a varlen / KV-cache launch ([`crate::seqs`]), which runs in the `_seq` or
+/// `_feat` entries ([`HopperVariant`]).
 pub(crate) fn plan_hopper(
     problem: &Problem,
     tile: Option<HopperTile>,
@@ -149,16 +151,19 @@ pub(crate) fn plan_hopper(
     check_sizes(problem)?;
     let s = problem.shape();
     let bucket = crate::config::bucket_for(s.head_dim())?;
-    // A problem with features (or a sequence layout) runs the bucket's feature tile unless
-    // one was asked for; others the default for the grid's size.
-    let features = !problem.features().is_empty() || sequences;
+    let causal = problem.causal() != Causal::None;
+    // A problem with features runs the bucket's feature tile, one with only a sequence layout
+    // the wide tile's `_seq` entries where the dense default would be wide; others the
+    // default for the grid's size. A pinned tile must have the entries the launch needs.
+    let features = !problem.features().is_empty();
     let asked = match tile {
         None if features => catalog::hopper_feature_tile(bucket),
+        None if sequences => catalog::hopper_seq_default_tile(bucket, s.kv_len(), causal),
         None => catalog::hopper_default_tile(
             bucket,
             s.q_len(),
             s.kv_len(),
-            problem.causal() != Causal::None,
+            causal,
             s.batch() * s.q_heads(),
             sm_count,
         ),
@@ -169,15 +174,34 @@ pub(crate) fn plan_hopper(
         asked,
         &format!("head_dim {}", s.head_dim()),
     )?;
-    if features && Some(tile) != catalog::hopper_feature_tile(bucket) {
+    let variants = HopperVariant::of(bucket, &tile);
+    let variant = if features {
+        HopperVariant::Features
+    } else if sequences {
+        // The feature entries run sequence layouts too; a tile with both takes `_seq`.
+        if variants.contains(&HopperVariant::Seqs) {
+            HopperVariant::Seqs
+        } else {
+            HopperVariant::Features
+        }
+    } else {
+        HopperVariant::Dense
+    };
+    if !variants.contains(&variant) {
+        let with: Vec<String> = catalog::hopper_tiles(bucket)
+            .iter()
+            .filter(|t| HopperVariant::of(bucket, t).contains(&variant))
+            .map(|t| t.name())
+            .collect();
         return Err(KernelError::EngineUnavailable(format!(
-            "the Hopper engine runs {} only in tile {} (asked: {}); leave the tile unset",
-            if sequences && problem.features().is_empty() {
-                "varlen batches and KV-cache lengths".to_string()
-            } else {
+            "the Hopper engine runs {} only in tile{} {} (asked: {}); leave the tile unset",
+            if features {
                 crate::launch::feature_names(problem)
+            } else {
+                "varlen batches and KV-cache lengths".to_string()
             },
-            catalog::hopper_feature_tile(bucket).map_or_else(String::new, |t| t.name()),
+            if with.len() == 1 { "" } else { "s" },
+            with.join(", "),
             tile.name()
         )));
     }
@@ -191,6 +215,7 @@ pub(crate) fn plan_hopper(
     }
     Ok(HopperPlan {
         tile,
+        variant,
         bucket,
         grid: (
             s.q_len().div_ceil(tile.block_m()) as u32,
@@ -580,15 +605,42 @@ mod tests {
             plan_hopper(&p, None, 232_448, false, 132).unwrap().tile,
             catalog::hopper_tiles(96)[0]
         );
-        // Features keep the feature tile (ping-pong is not built for them).
+        // Features keep the feature tile (the wide tile spills with their state); a
+        // sequence layout alone follows the dense rule in the wide tile's `_seq` entries.
         let f = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
             Causal::None,
         )
         .with_softcap(30.0)
         .unwrap();
+        let plan = plan_hopper(&f, None, 232_448, false, 132).unwrap();
+        assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
+        assert_eq!(plan.variant, HopperVariant::Features);
+        assert!(plan_hopper(&f, Some(wide), 232_448, true, 132).is_err());
+        let dense = Problem::new(
+            AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
+            Causal::None,
+        );
+        let plan = plan_hopper(&dense, None, 232_448, true, 132).unwrap();
+        assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Seqs));
+        let plan = plan_hopper(&dense, None, 232_448, false, 132).unwrap();
+        assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Dense));
+        let short = Problem::new(
+            AttnShape::new(4, 16, 16, 4096, 512, 128).unwrap(),
+            Causal::None,
+        );
+        let plan = plan_hopper(&short, None, 232_448, true, 132).unwrap();
+        assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
+        assert_eq!(plan.variant, HopperVariant::Features);
+        // Pinned, the wide tile runs a short varlen launch in its `_seq` entries.
+        let plan = plan_hopper(&short, Some(wide), 232_448, true, 132).unwrap();
+        assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Seqs));
+        let causal = Problem::new(
+            AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
+            Causal::BottomRight,
+        );
         assert_eq!(
-            Some(plan_hopper(&f, None, 232_448, false, 132).unwrap().tile),
+            Some(plan_hopper(&causal, None, 232_448, true, 132).unwrap().tile),
             catalog::hopper_feature_tile(128)
         );
     }
@@ -600,8 +652,17 @@ mod tests {
             assert!(catalog::hopper_tiles(b).contains(&t), "bucket {b}");
             assert!(
                 !t.pingpong,
-                "bucket {b}: the features run outside ping-pong"
+                "bucket {b}: the general feature tile runs without ping-pong"
             );
+            assert!(HopperVariant::of(b, &t).contains(&HopperVariant::Features));
+            for s in catalog::hopper_seq_tiles(b) {
+                assert!(catalog::hopper_tiles(b).contains(&s), "bucket {b}");
+                assert_eq!(
+                    HopperVariant::of(b, &s),
+                    [HopperVariant::Dense, HopperVariant::Seqs],
+                    "bucket {b}: `_seq` tiles have no `_feat` entries"
+                );
+            }
             if (96..=192).contains(&b) {
                 assert_eq!(t, catalog::hopper_tiles(b)[0], "bucket {b}: the default");
             }

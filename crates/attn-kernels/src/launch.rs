@@ -1185,9 +1185,8 @@ impl FlashAttention {
         )?;
         let unit = hopper_unit(T::DTYPE, plan.bucket);
         let causal = problem.causal() != Causal::None;
-        // Sequence layouts run in the feature entries (kernels/seqs.cuh).
-        let features = !problem.features().is_empty() || seqs.is_some();
-        let name = hopper_entry_name(&unit, &plan.tile, causal, features);
+        // Sequence layouts run in the `_seq` or `_feat` entries (kernels/seqs.cuh).
+        let name = hopper_entry_name(&unit, &plan.tile, causal, plan.variant);
         let (func, arch) = self.function(&unit, &name, false, plan.smem_bytes as usize)?;
         let stream = &self.stream;
         let o_strides = o.strides;

@@ -100,6 +100,20 @@ fn engines(gpu: &FlashAttention) -> Vec<Engine> {
     }
 }
 
+/// [`engines`] plus, on sm_90, the Hopper tiles with `_seq` entries for head dim `d` (D = 128's
+/// wide ping-pong tile, which an unpinned launch takes only from 1024 keys on), for the cases
+/// without features.
+fn engines_for(gpu: &FlashAttention, d: usize) -> Vec<Engine> {
+    let mut v = engines(gpu);
+    if gpu.compute_capability() == (9, 0) {
+        if let Ok(bucket) = attn_kernels::bucket_for(d) {
+            let tiles = attn_kernels::catalog::hopper_seq_tiles(bucket);
+            v.extend(tiles.into_iter().map(|t| Engine::Hopper(Some(t))));
+        }
+    }
+    v
+}
+
 /// Everything one sequence needs for its reference: `[1, H, S, D]` Q, K, V.
 struct SeqData<T> {
     q: Vec<T>,
@@ -431,7 +445,39 @@ fn run_case<T: StorageType + Element>(
     }
 }
 
+/// The suffix of the Hopper entry that runs `c`: `_seq` (sequence layouts alone) in a tile
+/// with those entries, pinned or the unpinned choice, else `_feat`.
+fn hopper_suffix(c: &SeqCase) -> &'static str {
+    use attn_kernels::catalog::{hopper_seq_default_tile, hopper_seq_tiles};
+    let Ok(bucket) = attn_kernels::bucket_for(c.d) else {
+        return "_feat";
+    };
+    let tile = match c.engine {
+        Engine::Hopper(Some(t)) => Some(t),
+        _ => hopper_seq_default_tile(
+            bucket,
+            c.k_lens.iter().copied().max().unwrap_or(0),
+            c.causal != Causal::None,
+        ),
+    };
+    let seq_tile = tile.is_some_and(|t| hopper_seq_tiles(bucket).contains(&t));
+    if seq_tile && c.features.is_empty() {
+        "_seq"
+    } else {
+        "_feat"
+    }
+}
+
 fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mut Vec<String>) {
+    // A tile pinned for its `_seq` entries has no feature entries: those cases run in the
+    // other engines (`engines_for`).
+    if let Engine::Hopper(Some(t)) = c.engine {
+        let seq_only = attn_kernels::bucket_for(c.d)
+            .is_ok_and(|b| attn_kernels::catalog::hopper_seq_tiles(b).contains(&t));
+        if seq_only && !c.features.is_empty() {
+            return;
+        }
+    }
     for dtype in [Dtype::F16, Dtype::Bf16] {
         let r = match dtype {
             Dtype::F16 => run_case::<f16>(gpu, c, dtype, rng),
@@ -451,9 +497,10 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
                         && c.kv8.is_none()
                         && gpu.compute_capability() == (9, 0)
                         && max_q > 64);
-                // The Hopper engine reads every sequence layout in its feature entries.
+                // The Hopper engine reads every sequence layout in its `_seq` and feature
+                // entries.
                 let want = match (c.keys, c.kv8.is_some()) {
-                    _ if hopper => "_feat",
+                    _ if hopper => hopper_suffix(c),
                     (Keys::Paged { .. }, false) => "_paged",
                     (Keys::Paged { .. }, true) => "_paged_kv8",
                     (_, false) => "_feat",
@@ -522,8 +569,8 @@ fn correctness_seqs_varlen() {
     // Empty, one-row, tails, Sq > Sk and Sq < Sk, a sequence with rows and no keys.
     let q_lens = vec![0, 1, 77, 200, 130, 64, 3];
     let k_lens = vec![5, 1, 300, 200, 0, 81, 250];
-    for engine in engines(&gpu).into_iter().chain([Engine::Auto]) {
-        for d in [64, 128, 40, 256] {
+    for d in [64, 128, 40, 256] {
+        for engine in engines_for(&gpu, d).into_iter().chain([Engine::Auto]) {
             for causal in CAUSALS {
                 for features in [Features::default(), all_features(q_lens.len(), 4)] {
                     let c = SeqCase {
@@ -546,8 +593,8 @@ fn correctness_seqs_varlen() {
         }
     }
     // Dense queries over packed keys, with keys and queries past 192-row blocks.
-    for engine in engines(&gpu) {
-        for d in [64, 128] {
+    for d in [64, 128] {
+        for engine in engines_for(&gpu, d) {
             let c = SeqCase {
                 heads: (4, 4),
                 d,
@@ -557,6 +604,30 @@ fn correctness_seqs_varlen() {
                 k_lens: vec![500, 333, 401],
                 q_packed: false,
                 keys: Keys::Packed,
+                engine,
+                kv8: None,
+                splits: None,
+                q_gain: 1.0,
+            };
+            run_dtypes(&gpu, &c, &mut rng, &mut failures);
+        }
+    }
+    // Over 1024 keys without a mask an unpinned D = 128 launch takes the wide tile's `_seq`
+    // entries (hopper_suffix checks which ran); a short sequence and one past it in the same
+    // batch, and GQA.
+    let mut engines: Vec<Engine> = engines(&gpu).into_iter().skip(1).collect();
+    engines.push(Engine::Auto);
+    for engine in engines {
+        for keys in [Keys::Packed, Keys::Dense { cap: 1600 }] {
+            let c = SeqCase {
+                heads: (8, 2),
+                d: 128,
+                causal: Causal::None,
+                features: Features::default(),
+                q_lens: vec![700, 1300, 5],
+                k_lens: vec![1100, 1500, 20],
+                q_packed: true,
+                keys,
                 engine,
                 kv8: None,
                 splits: None,
@@ -594,7 +665,7 @@ fn correctness_seqs_paged() {
                     // entries run it too, and so does the Hopper engine (on sm_90), whose
                     // key tiles arrive in one TMA box per page (16 and 48: several boxes a
                     // tile; 256: one).
-                    let mut engines = engines(&gpu);
+                    let mut engines = engines_for(&gpu, d);
                     engines.push(Engine::Auto);
                     for engine in engines {
                         let c = SeqCase {
@@ -632,8 +703,8 @@ fn correctness_seqs_kv_cache_lengths() {
     let mut failures = Vec::new();
     // The cache rows past seqused_k are NaN: the Hopper kernel must clear them from its last
     // V tile (its TMA loads whole tiles of the cache).
-    for engine in engines(&gpu).into_iter().chain([Engine::Auto]) {
-        for d in [64, 128] {
+    for d in [64, 128] {
+        for engine in engines_for(&gpu, d).into_iter().chain([Engine::Auto]) {
             for causal in CAUSALS {
                 for sq in [1, 19, 150] {
                     let c = SeqCase {
