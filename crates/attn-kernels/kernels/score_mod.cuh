@@ -88,7 +88,10 @@ __device__ __forceinline__ void apply_mask_range(float (&s)[NT][4], int key0, co
 // few 1e-7, which the softcap c multiplies into the logit. (tanh.approx.f32, which
 // FlashAttention uses through cutlass::fast_tanh, has a relative error of 2^-11: 0.015 in
 // the logit at c = 30, far above the f16 rounding the tolerance rule allows.) ±inf and large
-// |x| saturate to ±1; NaN stays NaN.
+// |x| saturate to ±1; NaN stays NaN. Two MUFU ops (ex2, rcp) per score on top of the
+// softmax's ex2 make softcap MUFU-bound (1.66× plain at D = 128); a reciprocal by Newton's
+// iteration on the FMA pipe instead (one MUFU op) was slower still, 2.11× (run 60,
+// docs/PERF.md): the feature entries are issue-bound too.
 __device__ __forceinline__ float softcap_tanh(float x) {
     const float e = exp2f(x * 2.885390081777926815f); // 2·log2(e)
     return 1.f - __fdividef(2.f, e + 1.f);
@@ -107,16 +110,18 @@ __device__ __forceinline__ void apply_score_mod(float (&s)[NT][4], int key0, int
             for (int i = 0; i < 4; ++i) s[n][i] = softcap_tanh(s[n][i] * f);
     }
     if (slope != 0.f) {
-        // |i + Sk − Sq − j|: the distance from the bottom-right diagonal.
-        const int diag0 = row0 + p.kv_len - p.q_len - key0 - 2 * t;
+        // |i + Sk − Sq − j|: the distance from the bottom-right diagonal, in float from one
+        // conversion per tile: an int → float conversion per score runs on the same
+        // quarter-rate pipe as ex2 (train-bench: 1.2–1.3× plain with it). Exact below 2^24.
+        const float diag0 = static_cast<float>(row0 + p.kv_len - p.q_len - key0 - 2 * t);
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const int dist = diag0 + 8 * r - n * 8 - e;
-                    s[n][2 * r + e] -= slope * fabsf(static_cast<float>(dist));
+                    const float dist = diag0 + static_cast<float>(8 * r - n * 8 - e);
+                    s[n][2 * r + e] -= slope * fabsf(dist);
                 }
     }
 }
