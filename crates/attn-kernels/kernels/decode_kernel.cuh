@@ -98,6 +98,8 @@ __device__ __forceinline__ void load_row8(float (&x)[8], const void* src) {
 template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
     using Cfg = DecodeConfig<T, KV8, DK, ROWS>;
     static constexpr int kGroups = Cfg::kGroups;
+    // The key group thread tid belongs to (also its slot in the merge).
+    static __device__ __forceinline__ int group_of(int tid) { return tid / Cfg::kLanes; }
 
     float qf[ROWS][8];
     float m[ROWS], l[ROWS], acc[ROWS][8];
@@ -137,7 +139,7 @@ template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
         constexpr int KPG = Cfg::kKeysPerGroup;
         constexpr int kLanes = Cfg::kLanes;
         const int lane = tid % kLanes;
-        const int group = tid / kLanes;
+        const int group = group_of(tid);
         const bool active = lane < Cfg::kActive;
         float s[ROWS][KPG];
 #pragma unroll
@@ -227,6 +229,7 @@ template <typename T, int DK, int ROWS> struct DecodeTcStage : DecodeTc<T, DK, R
     using Base = DecodeTc<T, DK, ROWS>;
     static constexpr int kGroups = 4; // warps of the 128-thread CTA
     static constexpr int kBlocks = DecodeConfig<T, true, DK, ROWS>::kKeys / (16 * kGroups);
+    static __device__ __forceinline__ int group_of(int tid) { return tid / 32; }
 
     __device__ __forceinline__ float load_q(const T* q_head, int64_t row_stride, int q_len, int head_dim, int tid) {
         return Base::load_q(q_head, row_stride, q_len, head_dim, tid % 32);
@@ -260,7 +263,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
     const int h = blockIdx.y;
     const int b = blockIdx.z;
     const int tid = threadIdx.x;
-    const int group = Cfg::kTensorCores ? tid / 32 : tid / Cfg::kLanes;
+    const int group = Stage::group_of(tid);
 
     // This sequence's lengths (dense queries; packed or paged keys, seqused_k).
     FwdParams p = launch_p;

@@ -184,6 +184,17 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     if (warpgroup == 0) {
         // Producer: one thread drives TMA; the other 127 only give their registers back.
         setmaxnreg_dec<L::kProducerRegs>();
+        // The descriptors' prefetch and the Q tile, issued once by the thread that loads.
+        auto load_q_tile = [&]() {
+            tma_prefetch_desc(tma_q);
+            tma_prefetch_desc(tma_k);
+            tma_prefetch_desc(tma_v);
+            mbar_arrive_expect_tx(bar_q, L::kQBytes);
+#pragma unroll
+            for (int c = 0; c < L::kSubTiles; ++c)
+                tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * L::kColsPerSub, rows.q_row0 + m0, h,
+                            q_batch);
+        };
         if constexpr (kSeqs && !FP8) {
             if (p.seqs.block_table != nullptr) {
                 // A paged cache (FlashAttention-3 reads pages with per-thread copies in its
@@ -201,16 +212,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                     box = rest;
                     rest = t;
                 }
-                if (lane_p == 0) {
-                    tma_prefetch_desc(tma_q);
-                    tma_prefetch_desc(tma_k);
-                    tma_prefetch_desc(tma_v);
-                    mbar_arrive_expect_tx(bar_q, L::kQBytes);
-#pragma unroll
-                    for (int c = 0; c < L::kSubTiles; ++c)
-                        tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * L::kColsPerSub, rows.q_row0 + m0,
-                                    h, q_batch);
-                }
+                if (lane_p == 0) load_q_tile();
                 // This lane's box: rows [lane·box, lane·box + box) of every tile (none past BN).
                 const bool has_box = lane_p * box < BN;
                 const int box_off = lane_p * box * L::kRowBytes; // = lane·box·128 in K and V
@@ -258,14 +260,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             }
         }
         if (threadIdx.x == 0) {
-            tma_prefetch_desc(tma_q);
-            tma_prefetch_desc(tma_k);
-            tma_prefetch_desc(tma_v);
-            mbar_arrive_expect_tx(bar_q, L::kQBytes);
-#pragma unroll
-            for (int c = 0; c < L::kSubTiles; ++c)
-                tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * L::kColsPerSub, rows.q_row0 + m0, h,
-                            q_batch);
+            load_q_tile();
             for (int j = 0; j < n_tiles; ++j) {
                 const int s = j % STAGES;
                 const uint32_t use = j / STAGES;

@@ -135,19 +135,29 @@ pub(crate) struct HopperPlan {
     pub variant: HopperVariant,
     pub bucket: usize,
     pub grid: (u32, u32, u32),
+    /// The kernel's `seqs.flat_block_m`: the block's rows on a flat grid, else 0.
+    pub flat_block_m: i32,
     pub smem_bytes: u32,
     pub params: FwdParams,
 }
 
-/// `sequences`: a varlen / KV-cache launch ([`crate::seqs`]), which runs in the `_seq` or
-/// `_feat` entries ([`HopperVariant`]).
+/// What a sequence layout ([`crate::seqs`]) tells the Hopper plan.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SeqLaunch {
+    /// Packed queries: the rows of the packed tensor (`total_q`), for the flat grid.
+    pub packed_total_q: Option<usize>,
+}
+
+/// `sequences`: a varlen / KV-cache launch, which runs in the `_seq` or `_feat` entries
+/// ([`HopperVariant`]); packed queries run a flat grid ([`flat_grid_x`]).
 pub(crate) fn plan_hopper(
     problem: &Problem,
     tile: Option<HopperTile>,
     max_smem: usize,
-    sequences: bool,
+    seq_launch: Option<SeqLaunch>,
     sm_count: usize,
 ) -> Result<HopperPlan, KernelError> {
+    let sequences = seq_launch.is_some();
     check_sizes(problem)?;
     let s = problem.shape();
     let bucket = crate::config::bucket_for(s.head_dim())?;
@@ -213,15 +223,32 @@ pub(crate) fn plan_hopper(
             limit: max_smem,
         });
     }
+    // Packed queries: one flat x over every sequence's query blocks (kernels/seqs.cuh,
+    // `flat_query_block`), instead of B × the longest sequence's blocks.
+    let (grid, flat_block_m) = match seq_launch.and_then(|l| l.packed_total_q) {
+        Some(total_q) => (
+            (
+                flat_grid_x(total_q, s.batch(), s.q_len(), tile.block_m()) as u32,
+                s.q_heads() as u32,
+                1,
+            ),
+            tile.block_m() as i32,
+        ),
+        None => (
+            (
+                s.q_len().div_ceil(tile.block_m()) as u32,
+                s.q_heads() as u32,
+                s.batch() as u32,
+            ),
+            0,
+        ),
+    };
     Ok(HopperPlan {
         tile,
         variant,
         bucket,
-        grid: (
-            s.q_len().div_ceil(tile.block_m()) as u32,
-            s.q_heads() as u32,
-            s.batch() as u32,
-        ),
+        grid,
+        flat_block_m,
         smem_bytes: smem as u32,
         params: fwd_params(problem, 1),
     })
@@ -503,7 +530,7 @@ mod tests {
             AttnShape::new(2, 4, 2, 300, 500, 96).unwrap(),
             Causal::TopLeft,
         );
-        let plan = plan_hopper(&p, None, 232_448, false, 132).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, None, 132).unwrap();
         assert_eq!(plan.bucket, 96);
         assert_eq!(plan.tile, catalog::hopper_tiles(96)[0]);
         assert_eq!(plan.grid, (3, 4, 2));
@@ -514,11 +541,11 @@ mod tests {
         let wide = catalog::hopper_tiles(256)[0];
         assert!(!catalog::hopper_tiles(96).contains(&wide));
         assert!(matches!(
-            plan_hopper(&p, Some(wide), 232_448, false, 132),
+            plan_hopper(&p, Some(wide), 232_448, None, 132),
             Err(KernelError::UnknownConfig { .. })
         ));
         assert!(matches!(
-            plan_hopper(&p, None, 100_000, false, 132),
+            plan_hopper(&p, None, 100_000, None, 132),
             Err(KernelError::ConfigTooLarge { .. })
         ));
     }
@@ -546,7 +573,7 @@ mod tests {
             AttnShape::new(2, 4, 4, 4096, 4096, 64).unwrap(),
             Causal::None,
         );
-        let plan = plan_hopper(&p, Some(t), 232_448, false, 132).unwrap();
+        let plan = plan_hopper(&p, Some(t), 232_448, None, 132).unwrap();
         assert_eq!(plan.grid, (22, 4, 2), "4096 rows in blocks of 192");
         // Q is 192 rows of 128 bytes; three stages of 128-key K and V tiles.
         assert_eq!(
@@ -564,7 +591,7 @@ mod tests {
     fn small_d64_grids_take_the_128_row_tile() {
         let tile = |b, h, sq| {
             let p = Problem::new(AttnShape::new(b, h, h, sq, sq, 64).unwrap(), Causal::None);
-            plan_hopper(&p, None, 232_448, false, 132).unwrap().tile
+            plan_hopper(&p, None, 232_448, None, 132).unwrap().tile
         };
         let wide = catalog::hopper_tiles(64)[0];
         assert_eq!(wide.consumers, 3);
@@ -581,7 +608,7 @@ mod tests {
     fn d128_takes_176_keys_without_a_mask_over_long_keys() {
         let tile = |sk, causal| {
             let p = Problem::new(AttnShape::new(4, 16, 16, 4096, sk, 128).unwrap(), causal);
-            plan_hopper(&p, None, 232_448, false, 132).unwrap().tile
+            plan_hopper(&p, None, 232_448, None, 132).unwrap().tile
         };
         let narrow = catalog::hopper_tiles(128)[0];
         let wide = catalog::HOPPER_D128_WIDE;
@@ -602,7 +629,7 @@ mod tests {
             Causal::None,
         );
         assert_eq!(
-            plan_hopper(&p, None, 232_448, false, 132).unwrap().tile,
+            plan_hopper(&p, None, 232_448, None, 132).unwrap().tile,
             catalog::hopper_tiles(96)[0]
         );
         // Features keep the feature tile (the wide tile spills with their state); a
@@ -613,36 +640,67 @@ mod tests {
         )
         .with_softcap(30.0)
         .unwrap();
-        let plan = plan_hopper(&f, None, 232_448, false, 132).unwrap();
+        let plan = plan_hopper(&f, None, 232_448, None, 132).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.variant, HopperVariant::Features);
-        assert!(plan_hopper(&f, Some(wide), 232_448, true, 132).is_err());
+        assert!(plan_hopper(&f, Some(wide), 232_448, Some(SeqLaunch::default()), 132).is_err());
         let dense = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
             Causal::None,
         );
-        let plan = plan_hopper(&dense, None, 232_448, true, 132).unwrap();
+        let plan = plan_hopper(&dense, None, 232_448, Some(SeqLaunch::default()), 132).unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Seqs));
-        let plan = plan_hopper(&dense, None, 232_448, false, 132).unwrap();
+        let plan = plan_hopper(&dense, None, 232_448, None, 132).unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Dense));
         let short = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 512, 128).unwrap(),
             Causal::None,
         );
-        let plan = plan_hopper(&short, None, 232_448, true, 132).unwrap();
+        let plan = plan_hopper(&short, None, 232_448, Some(SeqLaunch::default()), 132).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.variant, HopperVariant::Features);
         // Pinned, the wide tile runs a short varlen launch in its `_seq` entries.
-        let plan = plan_hopper(&short, Some(wide), 232_448, true, 132).unwrap();
+        let plan =
+            plan_hopper(&short, Some(wide), 232_448, Some(SeqLaunch::default()), 132).unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Seqs));
         let causal = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
             Causal::BottomRight,
         );
         assert_eq!(
-            Some(plan_hopper(&causal, None, 232_448, true, 132).unwrap().tile),
+            Some(
+                plan_hopper(&causal, None, 232_448, Some(SeqLaunch::default()), 132)
+                    .unwrap()
+                    .tile
+            ),
             catalog::hopper_feature_tile(128)
         );
+    }
+
+    #[test]
+    fn packed_queries_plan_a_flat_grid_and_dense_queries_a_batch_grid() {
+        // 3 sequences of at most 700 rows, 1305 rows in all, 8 heads.
+        let p = Problem::new(
+            AttnShape::new(3, 8, 8, 700, 900, 128).unwrap(),
+            Causal::BottomRight,
+        );
+        let packed = SeqLaunch {
+            packed_total_q: Some(1305),
+        };
+        let plan = plan_hopper(&p, None, 232_448, Some(packed), 132).unwrap();
+        let bm = plan.tile.block_m();
+        assert_eq!(plan.flat_block_m, bm as i32);
+        assert_eq!(
+            plan.grid,
+            (flat_grid_x(1305, 3, 700, bm) as u32, 8, 1),
+            "x enumerates the blocks of every sequence; no batch dimension"
+        );
+        assert!((plan.grid.0 as usize) < 3 * 700usize.div_ceil(bm));
+        for seq in [Some(SeqLaunch::default()), None] {
+            let plan = plan_hopper(&p, None, 232_448, seq, 132).unwrap();
+            assert_eq!(plan.flat_block_m, 0);
+            assert_eq!(plan.grid, (700usize.div_ceil(bm) as u32, 8, 3));
+        }
     }
 
     #[test]
@@ -677,19 +735,19 @@ mod tests {
         )
         .with_window(100, 0)
         .unwrap();
-        let plan = plan_hopper(&p, None, 232_448, false, 132).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, None, 132).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.params.feat.window_left, 100);
         // Above D = 192 the feature tile is not the default: an unset tile picks it.
         let wide = p
             .with_shape(AttnShape::new(1, 8, 2, 300, 500, 256).unwrap())
             .unwrap();
-        let plan = plan_hopper(&wide, None, 232_448, false, 132).unwrap();
+        let plan = plan_hopper(&wide, None, 232_448, None, 132).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(256));
         assert_ne!(plan.tile, catalog::hopper_tiles(256)[0]);
         let other = catalog::hopper_tiles(128)[1];
         assert!(matches!(
-            plan_hopper(&p, Some(other), 232_448, false, 132),
+            plan_hopper(&p, Some(other), 232_448, None, 132),
             Err(KernelError::EngineUnavailable(_))
         ));
         // Decode with sinks: the mma.sync kernel would not split it (features never split),

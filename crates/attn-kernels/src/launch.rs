@@ -1176,11 +1176,15 @@ impl FlashAttention {
         tile: Option<HopperTile>,
         seqs: Option<(crate::seqs::SeqPlan, &Sequences<'_>)>,
     ) -> Result<LaunchInfo, KernelError> {
+        let seq_launch = seqs.map(|(sp, layout)| crate::hopper::SeqLaunch {
+            packed_total_q: matches!(layout.queries, crate::seqs::QueryRows::Packed { .. })
+                .then_some(sp.seqs.total_q as usize),
+        });
         let plan = plan_hopper(
             problem,
             tile,
             self.max_smem_per_block(),
-            seqs.is_some(),
+            seq_launch,
             self.sm_count(),
         )?;
         let unit = hopper_unit(T::DTYPE, plan.bucket);
@@ -1196,21 +1200,12 @@ impl FlashAttention {
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
         let mut index_guards = Vec::new();
-        let mut grid = plan.grid;
+        let grid = plan.grid;
         if let Some((sp, layout)) = seqs {
             params.seqs = sp.seqs;
             params.kv_len = sp.kv_len as i32; // i32-checked by plan_sequences
             index_guards = bind_indices(stream, layout, &mut params.seqs);
-            if params.seqs.cu_q != 0 {
-                // Packed queries: a flat grid over every sequence's query blocks.
-                let s = problem.shape();
-                let bm = plan.tile.block_m();
-                grid.0 =
-                    crate::hopper::flat_grid_x(sp.seqs.total_q as usize, s.batch(), s.q_len(), bm)
-                        as u32;
-                grid.2 = 1;
-                params.seqs.flat_block_m = bm as i32;
-            }
+            params.seqs.flat_block_m = plan.flat_block_m;
         }
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
         let elem = crate::config::elem_of(T::DTYPE).into();
