@@ -145,6 +145,12 @@ fn varlen(
         // against a paged KV cache holding the same sequences (chunked prefill's layout):
         // pages shuffled through the cache, a table row per sequence, `seqused_k`.
         let template = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
+        // The Hopper tile that reads a page of ≥ 64 keys in boxes of ≥ 64 rows (the default
+        // non-causal tile, 176 keys, reads every page size in 16-row boxes: gcd(176, page)).
+        let narrow = match attn_kernels::catalog::hopper_feature_tile(d) {
+            Some(t) if gpu.compute_capability() == (9, 0) => Engine::Hopper(Some(t)),
+            _ => Engine::Auto,
+        };
         for (name, engine, page) in [
             ("varlen (packed), default engine", Engine::Auto, None),
             ("varlen (packed), mma.sync", Engine::MmaSync, None),
@@ -162,6 +168,21 @@ fn varlen(
                 "varlen (packed Q), paged KV, page 64, default engine",
                 Engine::Auto,
                 Some(64),
+            ),
+            (
+                "varlen (packed Q), paged KV, page 64, Hopper 128-key tile",
+                narrow,
+                Some(64),
+            ),
+            (
+                "varlen (packed Q), paged KV, page 256, default engine",
+                Engine::Auto,
+                Some(256),
+            ),
+            (
+                "varlen (packed Q), paged KV, page 256, Hopper 128-key tile",
+                narrow,
+                Some(256),
             ),
         ] {
             let q = randn(&st, &mut rng, total * h * d)?;
