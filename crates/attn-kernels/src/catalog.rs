@@ -374,7 +374,8 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
 /// three-stage tile runs the features). Above D = 192 the default's 80-key ping-pong tile
 /// also spills (8 bytes, ptxas of CUDA 13.0) with the features' state, and the 64-key overlap
 /// tile runs them. (A third stage at D = 128 did not win back the paged prefill's loss to the
-/// overlap fix: run 57, docs/PERF.md.) [`hopper_feature_tiles`] lists the others.
+/// overlap fix: run 57, docs/PERF.md.) [`hopper_seq_tile`] is the other tile that runs sequence
+/// layouts.
 pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
     let tiles = hopper_tiles(bucket);
     if bucket > 192 {
@@ -386,18 +387,14 @@ pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
     tiles.iter().copied().find(|t| !t.pingpong)
 }
 
-/// The Hopper tiles of `bucket` with entries for sequence layouts alone (`_seq`: varlen
+/// The Hopper tile of `bucket` with entries for sequence layouts alone (`_seq`: varlen
 /// batches and KV caches without window, softcap, ALiBi or sinks; the kernel's `SEQS`): at
 /// D = 128 the dense default's wide tile ([`HOPPER_D128_WIDE`]), so that a varlen launch runs
 /// what the same dense launch runs (issue 16's target is the one's time against the
 /// other's). The features' state spills in it (52 bytes, CUDA 13.0), so it has no `_feat`
 /// entries.
-pub fn hopper_seq_tiles(bucket: usize) -> Vec<HopperTile> {
-    if bucket == 128 && hopper_tiles(bucket).contains(&HOPPER_D128_WIDE) {
-        vec![HOPPER_D128_WIDE]
-    } else {
-        Vec::new()
-    }
+pub fn hopper_seq_tile(bucket: usize) -> Option<HopperTile> {
+    (bucket == 128 && hopper_tiles(bucket).contains(&HOPPER_D128_WIDE)).then_some(HOPPER_D128_WIDE)
 }
 
 /// The tile an unpinned launch with a sequence layout and no features runs: the dense
@@ -406,7 +403,7 @@ pub fn hopper_seq_tiles(bucket: usize) -> Vec<HopperTile> {
 pub fn hopper_seq_default_tile(bucket: usize, kv_len: usize, causal: bool) -> Option<HopperTile> {
     if !causal
         && kv_len >= HOPPER_WIDE_MIN_KEYS
-        && hopper_seq_tiles(bucket).contains(&HOPPER_D128_WIDE)
+        && hopper_seq_tile(bucket) == Some(HOPPER_D128_WIDE)
     {
         return Some(HOPPER_D128_WIDE);
     }
@@ -435,16 +432,20 @@ impl HopperVariant {
         }
     }
 
-    /// The variants `tile` of `bucket` is compiled in.
-    pub fn of(bucket: usize, tile: &HopperTile) -> Vec<HopperVariant> {
-        let mut v = vec![HopperVariant::Dense];
-        if hopper_seq_tiles(bucket).contains(tile) {
-            v.push(HopperVariant::Seqs);
+    /// Every variant, in entry order.
+    pub const ALL: [HopperVariant; 3] = [
+        HopperVariant::Dense,
+        HopperVariant::Seqs,
+        HopperVariant::Features,
+    ];
+
+    /// Whether `tile` of `bucket` is compiled in this variant.
+    pub fn is_built(self, bucket: usize, tile: &HopperTile) -> bool {
+        match self {
+            HopperVariant::Dense => true,
+            HopperVariant::Seqs => hopper_seq_tile(bucket) == Some(*tile),
+            HopperVariant::Features => hopper_feature_tile(bucket) == Some(*tile),
         }
-        if hopper_feature_tile(bucket) == Some(*tile) {
-            v.push(HopperVariant::Features);
-        }
-        v
     }
 }
 
@@ -1360,7 +1361,7 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             s.push_str("} // namespace attn\n\n");
             let ty = unit.elem.cuda_type();
             for t in tiles {
-                for variant in HopperVariant::of(d, t) {
+                for variant in HopperVariant::ALL.into_iter().filter(|v| v.is_built(d, t)) {
                     let features = variant == HopperVariant::Features;
                     let seqs = variant == HopperVariant::Seqs;
                     for causal in [false, true] {

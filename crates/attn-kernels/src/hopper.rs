@@ -184,23 +184,18 @@ pub(crate) fn plan_hopper(
         asked,
         &format!("head_dim {}", s.head_dim()),
     )?;
-    let variants = HopperVariant::of(bucket, &tile);
-    let variant = if features {
-        HopperVariant::Features
-    } else if sequences {
-        // The feature entries run sequence layouts too; a tile with both takes `_seq`.
-        if variants.contains(&HopperVariant::Seqs) {
-            HopperVariant::Seqs
-        } else {
-            HopperVariant::Features
-        }
-    } else {
+    // The feature entries run sequence layouts too; a tile with `_seq` entries takes those.
+    let variant = if !sequences && !features {
         HopperVariant::Dense
+    } else if !features && HopperVariant::Seqs.is_built(bucket, &tile) {
+        HopperVariant::Seqs
+    } else {
+        HopperVariant::Features
     };
-    if !variants.contains(&variant) {
+    if !variant.is_built(bucket, &tile) {
         let with: Vec<String> = catalog::hopper_tiles(bucket)
             .iter()
-            .filter(|t| HopperVariant::of(bucket, t).contains(&variant))
+            .filter(|t| variant.is_built(bucket, t))
             .map(|t| t.name())
             .collect();
         return Err(KernelError::EngineUnavailable(format!(
@@ -712,11 +707,15 @@ mod tests {
                 !t.pingpong,
                 "bucket {b}: the general feature tile runs without ping-pong"
             );
-            assert!(HopperVariant::of(b, &t).contains(&HopperVariant::Features));
-            for s in catalog::hopper_seq_tiles(b) {
+            assert!(HopperVariant::Features.is_built(b, &t));
+            if let Some(s) = catalog::hopper_seq_tile(b) {
                 assert!(catalog::hopper_tiles(b).contains(&s), "bucket {b}");
+                let built: Vec<_> = HopperVariant::ALL
+                    .into_iter()
+                    .filter(|v| v.is_built(b, &s))
+                    .collect();
                 assert_eq!(
-                    HopperVariant::of(b, &s),
+                    built,
                     [HopperVariant::Dense, HopperVariant::Seqs],
                     "bucket {b}: `_seq` tiles have no `_feat` entries"
                 );

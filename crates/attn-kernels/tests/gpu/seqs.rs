@@ -107,8 +107,8 @@ fn engines_for(gpu: &FlashAttention, d: usize) -> Vec<Engine> {
     let mut v = engines(gpu);
     if gpu.compute_capability() == (9, 0) {
         if let Ok(bucket) = attn_kernels::bucket_for(d) {
-            let tiles = attn_kernels::catalog::hopper_seq_tiles(bucket);
-            v.extend(tiles.into_iter().map(|t| Engine::Hopper(Some(t))));
+            let tile = attn_kernels::catalog::hopper_seq_tile(bucket);
+            v.extend(tile.map(|t| Engine::Hopper(Some(t))));
         }
     }
     v
@@ -448,7 +448,7 @@ fn run_case<T: StorageType + Element>(
 /// The suffix of the Hopper entry that runs `c`: `_seq` (sequence layouts alone) in a tile
 /// with those entries, pinned or the unpinned choice, else `_feat`.
 fn hopper_suffix(c: &SeqCase) -> &'static str {
-    use attn_kernels::catalog::{hopper_seq_default_tile, hopper_seq_tiles};
+    use attn_kernels::catalog::{hopper_seq_default_tile, hopper_seq_tile};
     let Ok(bucket) = attn_kernels::bucket_for(c.d) else {
         return "_feat";
     };
@@ -460,7 +460,7 @@ fn hopper_suffix(c: &SeqCase) -> &'static str {
             c.causal != Causal::None,
         ),
     };
-    let seq_tile = tile.is_some_and(|t| hopper_seq_tiles(bucket).contains(&t));
+    let seq_tile = tile.is_some_and(|t| hopper_seq_tile(bucket) == Some(t));
     if seq_tile && c.features.is_empty() {
         "_seq"
     } else {
@@ -473,7 +473,7 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
     // other engines (`engines_for`).
     if let Engine::Hopper(Some(t)) = c.engine {
         let seq_only = attn_kernels::bucket_for(c.d)
-            .is_ok_and(|b| attn_kernels::catalog::hopper_seq_tiles(b).contains(&t));
+            .is_ok_and(|b| attn_kernels::catalog::hopper_seq_tile(b) == Some(t));
         if seq_only && !c.features.is_empty() {
             return;
         }
