@@ -37,7 +37,7 @@ struct Job {
     /// Cache slot name and key (`build/cubin_cache.rs`).
     slot: String,
     key: String,
-    /// The `kernels/` digest the key was made with.
+    /// The digest of the included headers the key was made with.
     headers: [u8; 32],
 }
 
@@ -109,7 +109,6 @@ fn main() {
         _ => cubin_cache::dir_for(&out_dir),
     };
     let toolchain = toolchain_id(&nvcc_path);
-    let headers = cubin_cache::tree_digest(&kernels).expect("read kernels/");
 
     let mut jobs = Vec::new();
     for unit in &units {
@@ -130,6 +129,7 @@ fn main() {
                 fs::write(&src, &source).expect("write a generated unit");
             }
             let flags = nvcc_flags(arch, dbg);
+            let headers = cubin_cache::include_digest(&kernels, &source).expect("read kernels/");
             let key = cubin_cache::key(&toolchain, &flags, &headers, &source);
             jobs.push(Job {
                 slot: format!("{stem}.sm_{arch}.{tag}"),
@@ -214,7 +214,9 @@ fn compile_cached(
     }
     compile(nvcc_path, include, job)?;
     // A header edited while this build ran: the cubin may not match the key, so keep it out.
-    let headers_now = cubin_cache::tree_digest(include).ok();
+    let headers_now = fs::read_to_string(&job.src)
+        .ok()
+        .and_then(|source| cubin_cache::include_digest(include, &source).ok());
     if headers_now.as_ref() != Some(&job.headers) {
         return Ok(());
     }

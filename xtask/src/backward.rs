@@ -2,13 +2,17 @@
 //! (DESIGN.md §9). Runs our forward (for O and LSE) and then our backward on `.npy` inputs in
 //! either layout, and writes dQ, dK, dV (and O, LSE when asked) as f32 `.npy`, so a PyTorch
 //! user can compare the gradients with autograd or with the reference on the same files.
+//! The serving features (`--window`, `--softcap`, `--alibi`, `--sinks`, as on `xtask
+//! reference`) are differentiated too; with `--sinks`, `--dsinks` writes dL/d(sink) `[Hq]`.
+//! Packed variable-length batches are not taken here (the library's `backward_with` takes
+//! them).
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use attn_kernels::{
-    Backward, BackwardEngine, BackwardOptions, Dtype, Forward, ForwardOptions, Layout, StorageType,
-    Tensor, TensorMut,
+    Backward, BackwardEngine, BackwardExtras, BackwardOptions, Dtype, Forward, ForwardOptions,
+    Layout, StorageType, Tensor, TensorMut,
 };
 use attn_ref::{AttnShape, Problem};
 
@@ -65,6 +69,11 @@ pub struct Args {
     /// mma.sync), `mma-sync`, or `hopper` (refused where it cannot run).
     #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
     engine: EngineArg,
+    /// Where to write the sink logits' gradient, `[Hq]` f32 (with --sinks).
+    #[arg(long)]
+    dsinks: Option<PathBuf>,
+    #[command(flatten)]
+    features: crate::reference::FeatureArgs,
 }
 
 /// `--engine` of `xtask backward`.
@@ -115,6 +124,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(s) = args.scale {
         problem = problem.with_scale(s)?;
     }
+    let problem = crate::reference::apply_features(problem, &args.features)?;
+    if args.dsinks.is_some() && problem.features().sinks.is_none() {
+        bail!("--dsinks needs --sinks (the gradient of the sink logits)");
+    }
     let opts = BackwardOptions {
         deterministic: args.deterministic,
         engine: args.engine.into(),
@@ -138,6 +151,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(p) = &args.lse {
         npy::write(p, &[b, hq, sq], &out.lse)?;
     }
+    if let (Some(p), Some(ds)) = (&args.dsinks, &out.dsinks) {
+        npy::write(p, &[hq], ds)?;
+    }
     eprintln!("ran {} then {}", out.forward, out.backward);
     Ok(())
 }
@@ -157,6 +173,7 @@ struct Grads {
     dv: Vec<f32>,
     o: Vec<f32>,
     lse: Vec<f32>,
+    dsinks: Option<Vec<f32>>,
     forward: String,
     backward: String,
 }
@@ -196,19 +213,27 @@ fn run_typed<T: StorageType>(
         lse: Some(lse.as_view_mut()),
         options: ForwardOptions::default(),
     })?;
-    let bwd = gpu.backward(Backward {
-        problem,
-        q: t(&q, qd, layout),
-        k: t(&k, kd, layout),
-        v: t(&v, kd, layout),
-        o: t(&o, qd, layout),
-        lse: lse.as_view(),
-        d_o: t(&d_o, qd, layout),
-        dq: TensorMut::contiguous(dq.as_view_mut(), qd, layout),
-        dk: TensorMut::contiguous(dk.as_view_mut(), kd, layout),
-        dv: TensorMut::contiguous(dv.as_view_mut(), kd, layout),
-        options,
-    })?;
+    let mut dsinks = st.clone_htod(&vec![f32::NAN; s.q_heads()])?;
+    let sinks = problem.features().sinks.is_some();
+    let bwd = gpu.backward_with(
+        Backward {
+            problem,
+            q: t(&q, qd, layout),
+            k: t(&k, kd, layout),
+            v: t(&v, kd, layout),
+            o: t(&o, qd, layout),
+            lse: lse.as_view(),
+            d_o: t(&d_o, qd, layout),
+            dq: TensorMut::contiguous(dq.as_view_mut(), qd, layout),
+            dk: TensorMut::contiguous(dk.as_view_mut(), kd, layout),
+            dv: TensorMut::contiguous(dv.as_view_mut(), kd, layout),
+            options,
+        },
+        BackwardExtras {
+            dsinks: sinks.then(|| dsinks.as_view_mut()),
+            ..BackwardExtras::default()
+        },
+    )?;
     let down = |x: &cudarc::driver::CudaSlice<T>| -> anyhow::Result<Vec<f32>> {
         Ok(st.clone_dtoh(x)?.iter().map(|e| e.to_f32()).collect())
     };
@@ -218,6 +243,11 @@ fn run_typed<T: StorageType>(
         dv: down(&dv)?,
         o: down(&o)?,
         lse: st.clone_dtoh(&lse)?,
+        dsinks: if sinks {
+            Some(st.clone_dtoh(&dsinks)?)
+        } else {
+            None
+        },
         forward: fwd.kernel,
         backward: bwd.kernel,
     })

@@ -80,15 +80,40 @@ fn every_key_input_changes_the_key() {
 }
 
 #[test]
-fn a_header_edit_changes_the_tree_digest() {
-    let dir = Scratch::new("tree");
+fn the_include_digest_follows_includes_and_ignores_other_headers() {
+    let dir = Scratch::new("includes");
     fs::create_dir_all(dir.0.join("sub")).expect("mkdir");
-    fs::write(dir.0.join("a.cuh"), "int a;").expect("write");
-    fs::write(dir.0.join("sub/b.cuh"), "int b;").expect("write");
-    let before = cubin_cache::tree_digest(&dir.0).expect("digest");
-    assert_eq!(before, cubin_cache::tree_digest(&dir.0).expect("digest"));
-    fs::write(dir.0.join("sub/b.cuh"), "int b2;").expect("write");
-    assert_ne!(before, cubin_cache::tree_digest(&dir.0).expect("digest"));
+    fs::write(
+        dir.0.join("a.cuh"),
+        "#pragma once\n  #  include \"sub/b.cuh\"\nint a;",
+    )
+    .expect("write");
+    fs::write(dir.0.join("sub/b.cuh"), "#include <cuda.h>\nint b;").expect("write");
+    fs::write(dir.0.join("other.cuh"), "int other;").expect("write");
+    let unit = "#include \"a.cuh\"\nATTN_ENTRY(x)\n";
+    let digest = || cubin_cache::include_digest(&dir.0, unit).expect("digest");
+    let before = digest();
+    assert_eq!(before, digest());
+    // A header outside the unit's closure does not touch its key ...
+    fs::write(dir.0.join("other.cuh"), "int other2;").expect("write");
+    assert_eq!(before, digest());
+    // ... a header reached through another one does.
+    fs::write(dir.0.join("sub/b.cuh"), "#include <cuda.h>\nint b2;").expect("write");
+    let after = digest();
+    assert_ne!(before, after);
+    // A quoted include that is not there enters by name, and a new file of that name
+    // changes the digest.
+    let missing = "#include \"a.cuh\"\n#include \"gone.cuh\"\n";
+    let d1 = cubin_cache::include_digest(&dir.0, missing).expect("digest");
+    assert_ne!(d1, after);
+    fs::write(dir.0.join("gone.cuh"), "int g;").expect("write");
+    assert_ne!(
+        d1,
+        cubin_cache::include_digest(&dir.0, missing).expect("digest")
+    );
+    // Include cycles terminate.
+    fs::write(dir.0.join("gone.cuh"), "#include \"a.cuh\"").expect("write");
+    cubin_cache::include_digest(&dir.0, missing).expect("digest");
 }
 
 #[test]

@@ -116,7 +116,11 @@ pub fn run(args: Args) -> Result<()> {
                 s.alloc_zeros::<bf16>(shape.kv_elems())?,
             );
             let bh = Layout::Bhsd;
-            let mut fwd_of = |p: &Problem| -> Result<Vec<f64>> {
+            // O and LSE are passed in, so one problem's forward can feed its backward.
+            let fwd_of = |p: &Problem,
+                          o: &mut cudarc::driver::CudaSlice<bf16>,
+                          lse: &mut cudarc::driver::CudaSlice<f32>|
+             -> Result<Vec<f64>> {
                 time(&gpu, args.warmup, args.iters, || {
                     gpu.forward(Forward {
                         problem: p,
@@ -130,19 +134,25 @@ pub fn run(args: Args) -> Result<()> {
                     Ok(())
                 })
             };
-            let fwd = fwd_of(&p)?;
-            let window = fwd_of(&p.with_window(256, if causal { 0 } else { 256 })?)?;
-            let softcap = fwd_of(&p.with_softcap(30.0)?)?;
+            let windowed = p.with_window(256, if causal { 0 } else { 256 })?;
+            let capped = p.with_softcap(30.0)?;
             let slopes: Vec<f32> = (0..h)
                 .map(|i| 2f32.powf(-8.0 * (i + 1) as f32 / h as f32))
                 .collect();
-            let alibi = fwd_of(&p.with_alibi(Alibi::PerHead(slopes))?)?;
-            // The forward once more, so O and LSE are the plain problem's for the backward.
-            fwd_of(&p)?;
-            let mut bwd_of = |det: bool, engine: BackwardEngine| -> Result<Vec<f64>> {
+            let biased = p.with_alibi(Alibi::PerHead(slopes))?;
+            let fwd = fwd_of(&p, &mut o, &mut lse)?;
+            let window = fwd_of(&windowed, &mut o, &mut lse)?;
+            let softcap = fwd_of(&capped, &mut o, &mut lse)?;
+            let alibi = fwd_of(&biased, &mut o, &mut lse)?;
+            let mut bwd_of = |p: &Problem,
+                              o: &cudarc::driver::CudaSlice<bf16>,
+                              lse: &cudarc::driver::CudaSlice<f32>,
+                              det: bool,
+                              engine: BackwardEngine|
+             -> Result<Vec<f64>> {
                 time(&gpu, args.warmup, args.iters, || {
                     gpu.backward(Backward {
-                        problem: &p,
+                        problem: p,
                         q: Tensor::contiguous(q.as_view(), qd, bh),
                         k: Tensor::contiguous(k.as_view(), kd, bh),
                         v: Tensor::contiguous(v.as_view(), kd, bh),
@@ -160,11 +170,20 @@ pub fn run(args: Args) -> Result<()> {
                     Ok(())
                 })
             };
-            let bwd = bwd_of(false, BackwardEngine::Auto)?;
-            let bwd_det = bwd_of(true, BackwardEngine::Auto)?;
+            // The features' backward (the mma.sync kernel's general entry), each on its own
+            // forward's O and LSE.
+            let bwd_alibi = bwd_of(&biased, &o, &lse, false, BackwardEngine::Auto)?;
+            fwd_of(&capped, &mut o, &mut lse)?;
+            let bwd_softcap = bwd_of(&capped, &o, &lse, false, BackwardEngine::Auto)?;
+            fwd_of(&windowed, &mut o, &mut lse)?;
+            let bwd_window = bwd_of(&windowed, &o, &lse, false, BackwardEngine::Auto)?;
+            // The forward once more, so O and LSE are the plain problem's for the backward.
+            fwd_of(&p, &mut o, &mut lse)?;
+            let bwd = bwd_of(&p, &o, &lse, false, BackwardEngine::Auto)?;
+            let bwd_det = bwd_of(&p, &o, &lse, true, BackwardEngine::Auto)?;
             // The mma.sync kernel on the same device: the sm_80/89 path, timed where Auto
             // takes the wgmma one.
-            let bwd_mma = bwd_of(false, BackwardEngine::MmaSync)?;
+            let bwd_mma = bwd_of(&p, &o, &lse, false, BackwardEngine::MmaSync)?;
             let flops = shape.flops(mask);
             let tf = |us: f64, mult: f64| mult * flops / us * 1e-6;
             let m = |x: &[f64]| median(&mut x.to_vec());
@@ -176,10 +195,17 @@ pub fn run(args: Args) -> Result<()> {
                 m(&bwd), tf(m(&bwd), 2.5), m(&bwd_det), m(&bwd_det) / m(&bwd),
                 m(&bwd_mma), tf(m(&bwd_mma), 2.5)
             );
+            println!(
+                "    bwd general entry vs plain mma.sync: window {:.3}× softcap {:.3}× alibi {:.3}×",
+                m(&bwd_window) / m(&bwd_mma),
+                m(&bwd_softcap) / m(&bwd_mma),
+                m(&bwd_alibi) / m(&bwd_mma)
+            );
             rows.push(serde_json::json!({
                 "shape": [b, h, n, d, causal],
                 "fwd_us": fwd, "window_us": window, "softcap_us": softcap, "alibi_us": alibi,
                 "bwd_us": bwd, "bwd_det_us": bwd_det, "bwd_mma_us": bwd_mma, "flops_fwd": flops,
+                "bwd_window_us": bwd_window, "bwd_softcap_us": bwd_softcap, "bwd_alibi_us": bwd_alibi,
             }));
         }
     }

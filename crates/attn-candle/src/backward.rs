@@ -4,10 +4,9 @@
 //!   recomputes O and LSE in f64), read through candle's own strided copies and narrowed to
 //!   the inputs' dtype once at the end.
 //! - CUDA (`cuda` feature): attn-kernels' backward kernels on candle's stream (`cuda.rs`).
-//! - Both implement attention with causal masks (both alignments) and GQA. The CPU path
-//!   also takes sliding windows, softcap and ALiBi (attn-ref's backward applies every
-//!   forward feature); the CUDA backward kernels do not yet, so on CUDA those are a candle
-//!   error naming the feature, never a wrong gradient.
+//! - Both implement attention with causal masks (both alignments), GQA, sliding windows,
+//!   softcap and ALiBi: attn-ref's backward applies every forward feature, and so do the
+//!   CUDA backward kernels' general entries (the mma.sync kernel's `_feat` entries).
 //! - Varlen: per-sequence reference backward on the CPU; an error on CUDA (the backward
 //!   kernels have no varlen mode). The paged op: an error on both (a decode-time op).
 
@@ -21,43 +20,6 @@ use crate::{
 
 /// The three gradients of an op, shaped like its inputs.
 type Grads = (Tensor, Tensor, Tensor);
-
-/// Errors naming every feature of `p` that the CUDA backward kernels do not implement.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-fn check_gpu_features(p: &Problem) -> Result<()> {
-    let f = p.features();
-    let side = |w: i64| {
-        if w < 0 {
-            "unbounded".to_string()
-        } else {
-            w.to_string()
-        }
-    };
-    let mut names = Vec::new();
-    if let Some((l, r)) = f.window {
-        names.push(format!(
-            "sliding windows (here left {}, right {})",
-            side(l),
-            side(r)
-        ));
-    }
-    if let Some(c) = f.softcap {
-        names.push(format!("softcap (here {c})"));
-    }
-    if f.alibi.is_some() {
-        names.push("ALiBi".to_string());
-    }
-    if f.sinks.is_some() {
-        names.push("attention sinks".to_string());
-    }
-    if names.is_empty() {
-        return Ok(());
-    }
-    Err(err(format!(
-        "{BACKWARD_UNSUPPORTED} {} on CUDA: the CUDA backward kernels implement attention with causal masks (both alignments) and GQA only; the CPU device has gradients for every feature. A window wider than the keys, or (None, Some(0)) (the causal mask), has a backward on CUDA",
-        names.join(", ")
-    )))
-}
 
 fn check_grad_shape(d_o: &Tensor, q: &Tensor) -> Result<()> {
     if d_o.dims() != q.dims() {
@@ -126,10 +88,7 @@ impl FlashAttn {
         match q.device() {
             Device::Cpu => cpu_dense(&problem, q, k, v, d_o),
             #[cfg(feature = "cuda")]
-            Device::Cuda(_) => {
-                check_gpu_features(&problem)?;
-                self.cuda_backward(&problem, q, k, v, d_o)
-            }
+            Device::Cuda(_) => self.cuda_backward(&problem, q, k, v, d_o),
             dev => Err(err(format!(
                 "backward on {:?} is not supported (the CPU device, or CUDA with the `cuda` feature)",
                 dev.location()

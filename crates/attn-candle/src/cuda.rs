@@ -640,8 +640,8 @@ fn cuda_input<'a, T: CudaDType>(
 impl FlashAttn {
     /// The backward on candle's stream: dQ, dK, dV through `FlashAttention::backward`, over
     /// candle's buffers with candle's strides (no copies of q, k, v), the gradients allocated
-    /// through candle's device, `(b, s, h, d)` contiguous. `problem` is checked by the caller
-    /// (no window, softcap or ALiBi).
+    /// through candle's device, `(b, s, h, d)` contiguous. `problem` carries the op's
+    /// features (window, softcap, ALiBi), which the backward kernels differentiate.
     ///
     /// The forward's LSE is **recomputed**: the forward runs again here with its LSE output
     /// (one more forward, about a quarter of the backward's work). Keeping it from the

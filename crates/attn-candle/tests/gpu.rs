@@ -720,10 +720,11 @@ fn gradients_match_the_cpu_path_and_the_tolerance_rule() -> R<()> {
 
 /// `out.sum_all().backward()` hands the op a broadcast output gradient (all strides 0): it
 /// is made contiguous for the kernel, and dQ meets DESIGN §3 against attn-ref (dO = 1) and
-/// the CPU path's. Features without a backward are the named error on CUDA too.
+/// the CPU path's. Windows and softcap have gradients on CUDA too (the same rule against the
+/// reference of the featured problem); varlen is the named error on CUDA.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn broadcast_output_gradients_and_the_unsupported_features() -> R<()> {
+fn broadcast_output_gradients_features_and_unsupported_varlen() -> R<()> {
     use attn_ref::reference::backward::backward_emulated;
     use attn_ref::{AttnShape, Problem};
     let dev = gpu();
@@ -767,24 +768,31 @@ fn broadcast_output_gradients_and_the_unsupported_features() -> R<()> {
             &format!("{what} vs the CPU path"),
         );
 
-        let m = err_msg(
-            flash_attn_windowed(&q, &k, &v, scale, Some(8), Some(0))?
-                .sum_all()?
-                .backward(),
-        );
-        assert!(
-            m.contains(BACKWARD_UNSUPPORTED) && m.contains("sliding windows"),
-            "{m}"
-        );
-        let m = err_msg(
-            flash_attn_alibi_windowed_softcap(&q, &k, &v, None, scale, None, None, 20.0)?
-                .sum_all()?
-                .backward(),
-        );
-        assert!(
-            m.contains(BACKWARD_UNSUPPORTED) && m.contains("softcap"),
-            "{m}"
-        );
+        // dQ of sum(out) with a window, and with a softcap, on CUDA against the reference
+        // of the same featured problem (candle's window sizes are FlashAttention's).
+        let windowed = flash_attn_windowed(&q, &k, &v, scale, Some(8), Some(0))?;
+        let capped = flash_attn_alibi_windowed_softcap(&q, &k, &v, None, scale, None, None, 20.0)?;
+        let base = Problem::new(AttnShape::new(b, hq, hkv, sq, sk, D)?, Causal::None)
+            .with_scale(f64::from(scale))?;
+        for (out, fp, name) in [
+            (windowed, base.with_window(8, 0)?, "window (8, 0)"),
+            (capped, base.with_softcap(20.0)?, "softcap 20"),
+        ] {
+            let g = out.sum_all()?.backward()?;
+            let gq = g
+                .get(qg.as_tensor())
+                .ok_or("no gradient")?
+                .transpose(1, 2)?;
+            let r = attn_ref::reference::backward(&fp, &qh, &kh, &vh, &ones)?;
+            let emu = backward_emulated(&fp, &qh, &kh, &vh, &ones, storage)?;
+            check_gradient(
+                &bhsd(&gq)?,
+                &emu.dq,
+                &r.dq,
+                dt,
+                &format!("dQ of sum(out), {name}, {dt:?}"),
+            );
+        }
         let (qv, kv) = (q.squeeze(0)?, k.squeeze(0)?);
         let cu = |x: &[u32]| Tensor::new(x, &dev);
         let m = err_msg(

@@ -5,7 +5,9 @@
 // compiled the whole catalog again: about 15 minutes per build on CI's two cores. The cache
 // keeps one slot per (unit, arch, debug) under `<target>/attn-cubin-cache/`, holding the
 // cubin, its ptxas report and the SHA-256 of everything that decides them: the unit source,
-// every header under `kernels/`, the nvcc flags and `nvcc --version`. A slot is one file
+// the headers it includes (followed transitively through `#include "…"` lines, so an edit to
+// the backward's header recompiles only the units that include it), the nvcc flags and
+// `nvcc --version`. A slot is one file
 // written to a temporary name and renamed, so a reader sees an old entry or a new one, never
 // half of each. One slot per unit bounds the cache at one catalog's worth of cubins.
 //
@@ -19,7 +21,7 @@ use std::{
 use sha2::{Digest, Sha256};
 
 /// Bumped when the entry format or the key's inputs change.
-const FORMAT: &str = "attn-cubin-cache v1";
+const FORMAT: &str = "attn-cubin-cache v2";
 
 /// A cached compile result.
 #[derive(Debug, PartialEq, Eq)]
@@ -46,34 +48,55 @@ pub fn key(toolchain: &str, flags: &[String], headers_digest: &[u8; 32], source:
     hex(&h.finalize())
 }
 
-/// Digest of every file under `dir` (relative path and contents, in sorted order), since a
-/// unit includes headers and a header edit must miss the cache.
-pub fn tree_digest(dir: &Path) -> io::Result<[u8; 32]> {
-    let mut files = Vec::new();
-    collect_files(dir, dir, &mut files)?;
-    files.sort();
+/// Digest of the headers under `dir` that `source` includes, followed through every
+/// `#include "name"` line of the source and of each header reached (relative path and
+/// contents, in sorted order). Conditional compilation is ignored, so the set is a superset
+/// of what nvcc reads; a quoted include not found under `dir` enters by name only (nvcc
+/// would fail on it or find it elsewhere: either way its name is part of the key).
+pub fn include_digest(dir: &Path, source: &str) -> io::Result<[u8; 32]> {
+    let mut seen = std::collections::BTreeMap::<String, Option<Vec<u8>>>::new();
+    let mut todo: Vec<String> = quoted_includes(source);
+    while let Some(name) = todo.pop() {
+        if seen.contains_key(&name) {
+            continue;
+        }
+        let path = dir.join(&name);
+        let bytes = if path.is_file() {
+            let bytes = fs::read(&path)?;
+            todo.extend(quoted_includes(&String::from_utf8_lossy(&bytes)));
+            Some(bytes)
+        } else {
+            None
+        };
+        seen.insert(name, bytes);
+    }
     let mut h = Sha256::new();
-    for rel in files {
-        let bytes = fs::read(dir.join(&rel))?;
-        let name = rel.to_string_lossy();
+    for (name, bytes) in &seen {
         h.update((name.len() as u64).to_le_bytes());
         h.update(name.as_bytes());
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(&bytes);
+        match bytes {
+            Some(b) => {
+                h.update([1u8]);
+                h.update((b.len() as u64).to_le_bytes());
+                h.update(b);
+            }
+            None => h.update([0u8]),
+        }
     }
     Ok(h.finalize().into())
 }
 
-fn collect_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
-    for e in fs::read_dir(dir)? {
-        let path = e?.path();
-        if path.is_dir() {
-            collect_files(root, &path, out)?;
-        } else if let Ok(rel) = path.strip_prefix(root) {
-            out.push(rel.to_path_buf());
-        }
-    }
-    Ok(())
+/// The names in `#include "name"` lines (whitespace allowed around `#` and `include`).
+fn quoted_includes(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.trim_start().strip_prefix('#')?.trim_start();
+            let rest = rest.strip_prefix("include")?.trim_start();
+            let rest = rest.strip_prefix('"')?;
+            let end = rest.find('"')?;
+            Some(rest[..end].to_string())
+        })
+        .collect()
 }
 
 /// The cache directory for a build script's OUT_DIR: `attn-cubin-cache` in the target

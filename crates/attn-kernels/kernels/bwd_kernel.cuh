@@ -13,6 +13,20 @@
 // — warp w owns keys 16·(w mod 4).. and columns (DK/2)·(w div 4)..; phase C (dQ) — warp w owns
 // queries 16·(w mod 4).. and columns (DK/2)·(w div 4)...
 //
+// Features (the FEATURES entries, one per (tile, causal)): the forward's score modifiers
+// and sequence layouts as runtime values of BwdParams::feat and ::seqs, shared with the
+// forward through score_mod.cuh and seqs.cuh so the backward masks and modifies exactly the
+// scores the forward did:
+// - varlen (cu_seqlens_q/k): each CTA resolves its sequence (lengths, row offsets, causal
+//   alignment); LSE, Δ and dQaccum are [Hq, total_q] like FlashAttention's varlen LSE;
+// - sliding window: a key block walks only the query blocks whose rows see one of its keys
+//   (`bwd_block_rows`), and each score is masked to its row's [lo, hi);
+// - softcap: s = tanh(x·scale/c) as the forward's, and dS gains the factor 1 − tanh²
+//   (FlashAttention-2's `calculate_dtanh`), with the softmax run at scale c;
+// - ALiBi: the forward's bias, whose derivative is 1;
+// - sinks: in the LSE already, so P is right; their gradient is a separate pass
+//   (`bwd_dsinks`): −Σ_rows exp(sink − LSE)·Δ, summed in a fixed order.
+//
 // Deterministic mode: the CTAs adding into one (batch, head, query block) of dQaccum take turns
 // in key-block order through a per-block semaphore (FlashAttention-3's deterministic backward);
 // CTAs are dispatched in linear order, so the one a CTA waits for is already running.
@@ -20,6 +34,8 @@
 #include "common.cuh"
 #include "load.cuh"
 #include "ptx.cuh"
+#include "score_mod.cuh"
+#include "seqs.cuh"
 
 namespace attn {
 
@@ -47,7 +63,96 @@ struct BwdParams {
     int64_t dq_stride[3];
     int64_t dk_stride[3];
     int64_t dv_stride[3];
+    FwdFeatures feat; // the forward's features (FEATURES entries; "off" values elsewhere)
+    FwdSeqs seqs;     // packed sequences (FEATURES entries; null elsewhere)
 };
+
+// Where query head h's rows of sequence b start in a [B, Hq, Sq] (dense) or [Hq, total_q]
+// (packed) array: LSE, Δ, and dQaccum's rows.
+__device__ __forceinline__ int64_t bwd_row_base(const BwdParams& p, int b, int h, int q_row0) {
+    return p.seqs.cu_q != nullptr ? static_cast<int64_t>(h) * p.seqs.total_q + q_row0
+                                  : (static_cast<int64_t>(b) * p.q_heads + h) * p.q_len;
+}
+
+// Row `row0` of head h of sequence b in a tensor with strides `st`: packed tensors
+// ([1, H, total, D]) have one batch entry, and the sequence starts at row `row0`.
+template <typename T>
+__device__ __forceinline__ T* seq_head_ptr(T* base, const int64_t (&st)[3], int b, int h, int row0, bool packed) {
+    return head_ptr(base, st, packed ? 0 : b, h) + static_cast<int64_t>(row0) * st[2];
+}
+
+// Sequence b's query rows in a preprocessing pass: its first packed row (0 when dense) and
+// its length, capped by the launch's q_len (the grid's rows).
+__device__ __forceinline__ int bwd_seq_rows(const BwdParams& p, int b, int& row0) {
+    row0 = 0;
+    if (p.seqs.cu_q == nullptr) return p.q_len;
+    const int a = clamp_index(p.seqs.cu_q[b], 0, p.seqs.total_q);
+    const int len = clamp_index(p.seqs.cu_q[b + 1], a, p.seqs.total_q) - a;
+    row0 = a;
+    return len < p.q_len ? len : p.q_len;
+}
+
+// The query rows [first, last] a key range [key0, key_end) may be visible to under the
+// features' mask: the rows whose [lo, hi) (score_mod.cuh `row_key_range`, non-decreasing in
+// the row) has hi > key0 and lo < key_end; first > last when there are none. Binary searches
+// over the rows, once per CTA (and per query block in deterministic mode). Both ends are
+// non-decreasing in key0, which the deterministic turn order relies on.
+template <bool CAUSAL>
+__device__ __forceinline__ void bwd_block_rows(const BwdParams& p, int key0, int key_end, int& first, int& last) {
+    int lo = 0, hi = p.q_len; // first row with hi(row) > key0
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (row_key_range<CAUSAL>(mid, p).hi > key0) hi = mid; else lo = mid + 1;
+    }
+    first = lo;
+    lo = -1;
+    hi = p.q_len - 1; // last row with lo(row) < key_end
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (row_key_range<CAUSAL>(mid, p).lo < key_end) lo = mid; else hi = mid - 1;
+    }
+    last = lo;
+}
+
+// The query blocks [begin, end) that key block n (BN keys) walks in a FEATURES launch.
+template <bool CAUSAL, int BM, int BN>
+__device__ __forceinline__ void bwd_feature_qblocks(const BwdParams& p, int n, int& begin, int& end) {
+    int first, last;
+    const int key0 = n * BN;
+    bwd_block_rows<CAUSAL>(p, key0, min(key0 + BN, p.kv_len), first, last);
+    if (first > last) {
+        begin = end = 0;
+    } else {
+        begin = first / BM;
+        end = last / BM + 1;
+    }
+}
+
+// Deterministic turn of key block n on query block qblk in a FEATURES launch: its rank among
+// the key blocks that walk qblk, in key order (reversed: from the last one down). The blocks
+// that walk qblk are a contiguous run, since both ends of bwd_feature_qblocks are
+// non-decreasing in n; its ends are found by binary search over the sequence's key blocks.
+template <bool CAUSAL, int BM, int BN>
+__device__ __forceinline__ int bwd_feature_turn(const BwdParams& p, int n, int qblk, bool reversed) {
+    const int n_blocks = (p.kv_len + BN - 1) / BN;
+    int b0, e0;
+    if (!reversed) {
+        int lo = 0, hi = n; // first block whose walk reaches qblk (end > qblk)
+        while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            bwd_feature_qblocks<CAUSAL, BM, BN>(p, mid, b0, e0);
+            if (e0 > qblk) hi = mid; else lo = mid + 1;
+        }
+        return n - lo;
+    }
+    int lo = n, hi = n_blocks - 1; // last block whose walk starts at or before qblk
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        bwd_feature_qblocks<CAUSAL, BM, BN>(p, mid, b0, e0);
+        if (b0 <= qblk && e0 > b0) lo = mid; else hi = mid - 1;
+    }
+    return lo - n;
+}
 
 constexpr float kBwdLog2e = 1.4426950408889634f;
 
@@ -105,9 +210,38 @@ __device__ __forceinline__ void bwd_preprocess(const T* __restrict__ o, const T*
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * 8 + warp;
     const int h = blockIdx.y, b = blockIdx.z;
-    if (row >= p.q_len) return;
-    const float acc = row_delta(o, d_o, p, b, h, row, lane);
-    if (lane == 0) delta[(static_cast<int64_t>(b) * p.q_heads + h) * p.q_len + row] = acc;
+    int row0;
+    if (row >= bwd_seq_rows(p, b, row0)) return;
+    const bool packed = p.seqs.cu_q != nullptr;
+    const float acc = row_delta(o, d_o, p, packed ? 0 : b, h, row0 + row, lane);
+    if (lane == 0) delta[bwd_row_base(p, b, h, row0) + row] = acc;
+}
+
+// The sinks' gradient, dsink_h = −Σ_(b, i) exp(sink_h − LSE_i)·Δ_i over the rows that see a
+// key (LSE finite), summed in a fixed order (each thread a fixed set of rows, then a tree),
+// so it is deterministic in every mode. One CTA of 256 threads per query head.
+__device__ __forceinline__ void bwd_dsinks(const float* __restrict__ lse, const float* __restrict__ delta,
+                                           float* __restrict__ dsinks, const BwdParams& p) {
+    __shared__ float part[256];
+    const int h = blockIdx.x;
+    const float sink2 = sink_log2(h, p);
+    float acc = 0.f;
+    for (int b = 0; b < p.batch; ++b) {
+        int row0;
+        const int len = bwd_seq_rows(p, b, row0);
+        const int64_t base = bwd_row_base(p, b, h, row0);
+        for (int r = threadIdx.x; r < len; r += 256) {
+            const float l = lse[base + r];
+            if (l != -INFINITY) acc += exp2f(sink2 - l * kBwdLog2e) * delta[base + r];
+        }
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dsinks[h] = -part[0];
 }
 
 // dQ = dQaccum (already scaled) in the storage type; one warp per row.
@@ -117,21 +251,22 @@ __device__ __forceinline__ void bwd_postprocess(const float* __restrict__ dq_acc
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * 8 + warp;
     const int h = blockIdx.y, b = blockIdx.z;
-    if (row >= p.q_len) return;
-    const float* src = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_len + row) * p.dq_pitch;
-    T* dst = head_ptr(dq, p.dq_stride, b, h) + static_cast<int64_t>(row) * p.dq_stride[2];
+    int row0;
+    if (row >= bwd_seq_rows(p, b, row0)) return;
+    const float* src = dq_acc + (bwd_row_base(p, b, h, row0) + row) * p.dq_pitch;
+    T* dst = seq_head_ptr(dq, p.dq_stride, b, h, row0 + row, p.seqs.cu_q != nullptr);
     for (int d = 2 * lane; d < p.head_dim; d += 64) {
         const float2 x = *reinterpret_cast<const float2*>(src + d);
         *reinterpret_cast<uint32_t*>(dst + d) = StorageTraits<T>::pack(x.x, x.y);
     }
 }
 
-template <typename T, int DK, int BM, int BN, int WARPS, int QSTAGES, bool CAUSAL>
+template <typename T, int DK, int BM, int BN, int WARPS, int QSTAGES, bool CAUSAL, bool FEATURES>
 __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                            const T* __restrict__ v, const T* __restrict__ d_o,
                                            const float* __restrict__ lse, const float* __restrict__ delta,
                                            float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv,
-                                           unsigned int* __restrict__ sems, const BwdParams& p) {
+                                           unsigned int* __restrict__ sems, const BwdParams& p_launch) {
     using Cfg = BwdConfig<DK, BM, BN, WARPS, QSTAGES>;
     constexpr int DP = Cfg::kPitch;
     constexpr int PP = Cfg::kPPitch;
@@ -149,10 +284,20 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     // (that block reaches the query block first, so the turns pipeline instead of serializing);
     // the grid is walked in that order too, so every block waited for was dispatched earlier
     // (FlashAttention-3's deterministic backward reverses the key blocks the same way).
-    const bool reversed = CAUSAL && p.deterministic;
+    const bool reversed = CAUSAL && p_launch.deterministic;
     const int n_blk = reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int kvh = blockIdx.y;
     const int b = blockIdx.z;
+    // FEATURES: this sequence's lengths, alignment and row offsets (seqs.cuh); a key block
+    // past its keys has nothing to do (the grid is sized by the longest sequence).
+    BwdParams p = p_launch;
+    SeqRows seq_rows{0, 0};
+    if (FEATURES) {
+        seq_rows = resolve_sequence(p, b);
+        if (n_blk * BN >= p.kv_len) return;
+    }
+    const bool packed_q = FEATURES && p.seqs.cu_q != nullptr;
+    const bool packed_k = FEATURES && p.seqs.cu_k != nullptr;
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -160,16 +305,21 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     const int key0 = n_blk * BN;
     const int d_chunks = p.head_dim >> 3;
 
-    const T* k_head = head_ptr(k, p.k_stride, b, kvh);
-    const T* v_head = head_ptr(v, p.v_stride, b, kvh);
+    const T* k_head = seq_head_ptr(k, p.k_stride, b, kvh, seq_rows.k_row0, packed_k);
+    const T* v_head = seq_head_ptr(v, p.v_stride, b, kvh, seq_rows.k_row0, packed_k);
     load_tile_async<T, DK, BN, Cfg::kThreads>(sK, k_head, key0, p.kv_len, p.k_stride[2], d_chunks, tid);
     load_tile_async<T, DK, BN, Cfg::kThreads>(sV, v_head, key0, p.kv_len, p.v_stride[2], d_chunks, tid);
     cp_async_commit();
 
     // Query blocks that see any key of this block: causal skips those entirely above it.
+    // FEATURES: the blocks whose rows see a key of this block under the window too.
     int i_begin = 0;
-    if (CAUSAL) i_begin = max(0, key0 - p.diag_offset) / BM;
-    const int n_qblk = (p.q_len + BM - 1) / BM;
+    int n_qblk = (p.q_len + BM - 1) / BM;
+    if (FEATURES) {
+        bwd_feature_qblocks<CAUSAL, BM, BN>(p, n_blk, i_begin, n_qblk);
+    } else if (CAUSAL) {
+        i_begin = max(0, key0 - p.diag_offset) / BM;
+    }
     const int per_head = max(0, n_qblk - i_begin);
     const int n_iter = per_head * p.group;
 
@@ -190,10 +340,12 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         const int buf = it % QSTAGES;
         const int h = kvh * p.group + it / per_head;
         const int m0 = (i_begin + it % per_head) * BM;
-        load_tile_async<T, DK, BM, Cfg::kThreads>(sQ + buf * BM * DP, head_ptr(q, p.q_stride, b, h), m0, p.q_len,
-                                                  p.q_stride[2], d_chunks, tid);
-        load_tile_async<T, DK, BM, Cfg::kThreads>(sdO + buf * BM * DP, head_ptr(d_o, p.do_stride, b, h), m0,
-                                                  p.q_len, p.do_stride[2], d_chunks, tid);
+        load_tile_async<T, DK, BM, Cfg::kThreads>(sQ + buf * BM * DP,
+                                                  seq_head_ptr(q, p.q_stride, b, h, seq_rows.q_row0, packed_q), m0,
+                                                  p.q_len, p.q_stride[2], d_chunks, tid);
+        load_tile_async<T, DK, BM, Cfg::kThreads>(sdO + buf * BM * DP,
+                                                  seq_head_ptr(d_o, p.do_stride, b, h, seq_rows.q_row0, packed_q),
+                                                  m0, p.q_len, p.do_stride[2], d_chunks, tid);
     };
 #pragma unroll
     for (int s = 0; s < QSTAGES - 1; ++s) {
@@ -208,8 +360,9 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         const int m0 = qblk * BM;
         if (it + QSTAGES - 1 < n_iter) issue(it + QSTAGES - 1);
         cp_async_commit();
+        const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f;
         // LSE (to log2 units) and Δ of this block's rows; rows past q_len read as 0 (masked).
-        const int64_t row_base = (static_cast<int64_t>(b) * p.q_heads + h) * p.q_len;
+        const int64_t row_base = bwd_row_base(p, b, h, seq_rows.q_row0);
         for (int r = tid; r < BM; r += Cfg::kThreads) {
             const bool in = m0 + r < p.q_len;
             sLse[buf * BM + r] = in ? lse[row_base + m0 + r] * kBwdLog2e : 0.f;
@@ -261,11 +414,23 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                 for (int e = 0; e < 2; ++e) {
                     const int qg = m0 + ql + e;
                     bool vis = qg < p.q_len && kglob < p.kv_len;
-                    if (CAUSAL) vis = vis && kglob <= qg + p.diag_offset;
-                    const float s = acc_s[n][2 * r + e];
+                    float s = acc_s[n][2 * r + e];
+                    float dscore = 1.f; // d(score)/d(raw score), the softcap's 1 − tanh²
+                    if (FEATURES) {
+                        // The forward's order (score_mod.cuh): softcap, ALiBi, the mask.
+                        if (p.feat.softcap_in != 0.f) {
+                            s = softcap_tanh(s * p.feat.softcap_in);
+                            dscore = fmaf(-s, s, 1.f);
+                        }
+                        if (slope != 0.f) s -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - kglob));
+                        const KeyRange range = row_key_range<CAUSAL>(qg, p);
+                        vis = vis && kglob >= range.lo && kglob < range.hi;
+                    } else if (CAUSAL) {
+                        vis = vis && kglob <= qg + p.diag_offset;
+                    }
                     const float pr = vis ? exp2f(fmaf(s, p.scale_log2, -tLse[ql + e])) : 0.f;
                     pv[e] = pr;
-                    dsv[e] = pr * (acc_dp[n][2 * r + e] - tDelta[ql + e]);
+                    dsv[e] = pr * (acc_dp[n][2 * r + e] - tDelta[ql + e]) * dscore;
                 }
                 const int chunk = ql >> 3, within = ql & 7;
                 *reinterpret_cast<uint32_t*>(sP + swz<PP>(kl, chunk) + within) = StorageTraits<T>::pack(pv[0], pv[1]);
@@ -322,7 +487,9 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         }
         unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
         int turn = n_blk;
-        if (reversed) {
+        if (FEATURES) {
+            if (p.deterministic) turn = bwd_feature_turn<CAUSAL, BM, BN>(p, n_blk, qblk, reversed);
+        } else if (reversed) {
             const int n_max = min(static_cast<int>(gridDim.x) - 1, (m0 + BM - 1 + p.diag_offset) / BN);
             turn = n_max - n_blk;
         }
@@ -372,8 +539,8 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     cp_async_wait<0>();
 
     // dK = scale·dK, dV: this warp's 16 keys × columns, rows past kv_len skipped.
-    T* dk_head = head_ptr(dk, p.dk_stride, b, kvh);
-    T* dv_head = head_ptr(dv, p.dv_stride, b, kvh);
+    T* dk_head = seq_head_ptr(dk, p.dk_stride, b, kvh, seq_rows.k_row0, packed_k);
+    T* dv_head = seq_head_ptr(dv, p.dv_stride, b, kvh, seq_rows.k_row0, packed_k);
 #pragma unroll
     for (int n = 0; n < Cfg::kNB; ++n) {
 #pragma unroll
@@ -392,12 +559,12 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
 
 } // namespace attn
 
-#define ATTN_BWD_ENTRY(NAME, T, DK, BM, BN, WARPS, QSTAGES, CAUSAL)                                  \
+#define ATTN_BWD_ENTRY(NAME, T, DK, BM, BN, WARPS, QSTAGES, CAUSAL, FEATURES)                        \
     extern "C" __global__ void __launch_bounds__(WARPS * 32, 1)                                       \
         NAME(const T* q, const T* k, const T* v, const T* d_o, const float* lse, const float* delta,  \
              float* dq_acc, T* dk, T* dv, unsigned int* sems, const attn::BwdParams p) {               \
-        attn::bwd_kernel<T, DK, BM, BN, WARPS, QSTAGES, CAUSAL>(q, k, v, d_o, lse, delta, dq_acc, dk, dv, \
-                                                                 sems, p);                            \
+        attn::bwd_kernel<T, DK, BM, BN, WARPS, QSTAGES, CAUSAL, FEATURES>(q, k, v, d_o, lse, delta, dq_acc, \
+                                                                           dk, dv, sems, p);          \
     }
 
 #define ATTN_BWD_PREP_ENTRY(PRE, POST, T)                                                             \
@@ -408,4 +575,11 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     extern "C" __global__ void __launch_bounds__(256)                                                 \
         POST(const float* dq_acc, T* dq, const attn::BwdParams p) {                                   \
         attn::bwd_postprocess<T>(dq_acc, dq, p);                                                      \
+    }
+
+// The sinks' gradient pass (type-independent; one per unit).
+#define ATTN_BWD_DSINKS_ENTRY(NAME)                                                                   \
+    extern "C" __global__ void __launch_bounds__(256)                                                 \
+        NAME(const float* lse, const float* delta, float* dsinks, const attn::BwdParams p) {          \
+        attn::bwd_dsinks(lse, delta, dsinks, p);                                                      \
     }

@@ -6,8 +6,9 @@
 
 namespace attn {
 
-template <bool CAUSAL>
-__device__ __forceinline__ int visible_keys(int row, const FwdParams& p) {
+// P: FwdParams or BwdParams (fields q_len, kv_len, diag_offset).
+template <bool CAUSAL, class P>
+__device__ __forceinline__ int visible_keys(int row, const P& p) {
     if (!CAUSAL) return p.kv_len;
     const int lim = row + 1 + p.diag_offset;
     return lim < 0 ? 0 : (lim > p.kv_len ? p.kv_len : lim);

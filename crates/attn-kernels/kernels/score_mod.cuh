@@ -29,8 +29,10 @@ struct KeyRange {
     int hi;
 };
 
-template <bool CAUSAL>
-__device__ __forceinline__ KeyRange row_key_range(int row, const FwdParams& p) {
+// P: FwdParams or BwdParams (fields q_len, kv_len, diag_offset and feat), so the backward
+// masks exactly the keys the forward did.
+template <bool CAUSAL, class P>
+__device__ __forceinline__ KeyRange row_key_range(int row, const P& p) {
     int hi = visible_keys<CAUSAL>(row, p);
     int lo = 0;
     const long long diag = static_cast<long long>(row) + p.kv_len - p.q_len;
@@ -127,13 +129,15 @@ __device__ __forceinline__ void apply_score_mod(float (&s)[NT][4], int key0, int
 }
 
 // ALiBi's slope of query head h of batch b in raw-score units (0: off).
-__device__ __forceinline__ float alibi_slope(int b, int h, const FwdParams& p) {
+template <class P>
+__device__ __forceinline__ float alibi_slope(int b, int h, const P& p) {
     return p.feat.alibi == nullptr ? 0.f : p.feat.alibi[b * p.feat.alibi_batch_stride + h];
 }
 
 // The sink logit of query head h times log2(e) (-inf: off; a -inf sink adds nothing). Read
 // at the epilogue, so it holds no register through the mainloop.
-__device__ __forceinline__ float sink_log2(int h, const FwdParams& p) {
+template <class P>
+__device__ __forceinline__ float sink_log2(int h, const P& p) {
     return p.feat.sinks == nullptr ? -INFINITY : p.feat.sinks[h];
 }
 

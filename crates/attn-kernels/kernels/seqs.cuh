@@ -21,7 +21,9 @@ __device__ __forceinline__ int clamp_index(int x, int lo, int hi) { return x < l
 // paged capacity), so malformed ones cannot move an access outside the tensors. A sequence
 // longer than the launch's q_len (the grid's max_seqlen_q) keeps its true length for the
 // mask; its rows past the grid are not computed (the launcher documents this).
-__device__ __forceinline__ SeqRows resolve_sequence(FwdParams& p, int b) {
+// P: FwdParams or BwdParams (the backward's varlen launches).
+template <class P>
+__device__ __forceinline__ SeqRows resolve_sequence(P& p, int b) {
     const FwdSeqs& s = p.seqs;
     SeqRows rows{0, 0};
     if (s.cu_q != nullptr) {

@@ -13,14 +13,20 @@
 //! and adds each dQ tile with one bulk reduction), which [`BackwardEngine::Auto`] takes
 //! wherever it can run. Its Δ pass also writes LSE·log2e padded to whole 64-row blocks.
 
-use attn_ref::{Causal, Problem};
-use cudarc::driver::{CudaView, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
+use attn_ref::{AttnError, Causal, Problem};
+use cudarc::driver::{
+    CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 
 use crate::catalog::{self, Arch, Family, UnitKey};
 use crate::config::elem_of;
-use crate::launch::{check_buffer, driver, feature_names, FlashAttention, StorageType};
+use crate::launch::{
+    bind_features, check_buffer, driver, fwd_features, softmax_scale, FlashAttention, FwdFeatures,
+    FwdSeqs, StorageType,
+};
+use crate::seqs::{bind_indices, plan_sequences, Expected, IndexLens, Sequences};
 use crate::tensor::{check_tensor, ranges_overlap, Strides, Tensor, TensorMut};
-use crate::{dims_kv, dims_q, KernelError};
+use crate::KernelError;
 
 /// Options of one backward.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,6 +99,21 @@ pub struct Backward<'a, T> {
     pub options: BackwardOptions,
 }
 
+/// What a backward takes beyond [`Backward`]'s dense tensors, for
+/// [`FlashAttention::backward_with`].
+#[derive(Debug, Default)]
+pub struct BackwardExtras<'a> {
+    /// Packed variable-length sequences, as the forward's [`Sequences`]: `cu_seqlens_q` with
+    /// Q, O, dO and dQ `[1, Hq, total_q, D]` and LSE `[Hq, total_q]`, and/or `cu_seqlens_k`
+    /// with K, V, dK and dV `[1, Hkv, total_k, D]`. The problem's `q_len` and `kv_len` are
+    /// the longest sequences (they size the grids: rows past them get no gradient). Paged
+    /// caches and `seqused_k` are refused.
+    pub seqs: Sequences<'a>,
+    /// The gradient of the sink logits, `[Hq]` f32 (written, summed over the batch and the
+    /// rows), for a problem with attention sinks; `None` skips it.
+    pub dsinks: Option<CudaViewMut<'a, f32>>,
+}
+
 /// What a backward ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackwardInfo {
@@ -134,11 +155,27 @@ pub(crate) struct BwdParams {
     dq_stride: [i64; 3],
     dk_stride: [i64; 3],
     dv_stride: [i64; 3],
+    feat: FwdFeatures,
+    seqs: FwdSeqs,
 }
 
 // SAFETY: plain-old-data with the C layout of `attn::BwdParams` (twelve 4-byte ints and two
-// floats, so the 8-byte strides start 8-byte aligned at offset 56 in both languages).
+// floats, so the 8-byte strides start 8-byte aligned at offset 56 in both languages; then
+// the forward's FwdFeatures and FwdSeqs, whose mirrors are checked in src/launch.rs, at
+// 8-byte-aligned offsets 248 and 304).
 unsafe impl DeviceRepr for BwdParams {}
+
+/// What [`plan_backward`] derives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BwdPlan {
+    pub bucket: usize,
+    pub tile: catalog::Tile,
+    pub params: BwdParams,
+    /// Runs the general (`_feat`) entry: features or packed sequences.
+    pub general: bool,
+    /// Rows of LSE, Δ and the dQ workspace: B·Hq·Sq, or Hq·total_q for packed queries.
+    pub rows: usize,
+}
 
 fn st(s: Strides) -> [i64; 3] {
     [s.batch as i64, s.head as i64, s.row as i64]
@@ -150,6 +187,10 @@ type Desc = ([usize; 4], Strides, usize, u64);
 /// The bucket, tile and parameters of a backward, after every check that needs no device:
 /// features, head dim, tensor dims/extents/alignment, LSE length, and that no output overlaps
 /// an input or another output.
+///
+/// `idx` is the sequence layout (packed Q and/or K; [`IndexLens::default`] for dense
+/// tensors). With packed keys the problem's `kv_len` is the longest key sequence
+/// (`max_seqlen_k`), which sizes the grid, as `q_len` is `max_seqlen_q`.
 #[allow(clippy::too_many_arguments)] // flattened descriptions, for testing without a device
 pub(crate) fn plan_backward(
     problem: &Problem,
@@ -159,14 +200,35 @@ pub(crate) fn plan_backward(
     lse: (usize, u64),
     outputs: [Desc; 3], // dQ, dK, dV
     deterministic: bool,
-) -> Result<(usize, catalog::Tile, BwdParams), KernelError> {
+    idx: &IndexLens<'_>,
+) -> Result<BwdPlan, KernelError> {
     let s = problem.shape();
-    if !problem.features().is_empty() {
-        return Err(KernelError::UnsupportedFeature(format!(
-            "{} in the backward pass",
-            feature_names(problem)
-        )));
+    if idx.block_table.is_some() || idx.seqused_k.is_some() {
+        return Err(KernelError::UnsupportedFeature(
+            "a paged KV cache or seqused_k in the backward pass (training batches are dense or \
+             packed with cu_seqlens_q/k)"
+                .into(),
+        ));
     }
+    let packed = idx.cu_q.is_some() || idx.cu_k.is_some();
+    let (expected, seqs) = if packed {
+        let plan = plan_sequences(problem, idx, inputs[0].0, inputs[1].0)?;
+        if let Some((_, Some(cu))) = idx.cu_k {
+            let longest = cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            if longest > 0 && longest as usize > s.kv_len() {
+                return Err(AttnError::InvalidArgument(format!(
+                    "a sequence has {longest} keys but the problem's kv_len (max_seqlen_k, \
+                     which sizes the backward's grid) is {}; pass the longest length",
+                    s.kv_len()
+                ))
+                .into());
+            }
+        }
+        (plan.expected, plan.seqs)
+    } else {
+        (Expected::dense(s), FwdSeqs::default())
+    };
+    let general = packed || !problem.features().is_empty();
     let d = s.head_dim();
     let bucket = catalog::fwd_bucket(d).ok_or(KernelError::UnsupportedHeadDim {
         head_dim: d,
@@ -176,7 +238,7 @@ pub(crate) fn plan_backward(
         head_dim: d,
         supported: "D ≤ 128 for the backward on sm_89 (its 99 KB of shared memory); up to 256 on sm_80 and sm_90",
     })?;
-    let (qd, kd) = (dims_q(s), dims_kv(s));
+    let (qd, kd) = (expected.q, expected.kv);
     let names = ["Q", "K", "V", "O", "dO"];
     let want = [qd, kd, kd, qd, qd];
     let mut in_ranges = Vec::new();
@@ -184,8 +246,8 @@ pub(crate) fn plan_backward(
         let c = check_tensor(name, dims, got, strides, len, elem_bytes, addr, false)?;
         in_ranges.push((*name, addr, (c.extent * elem_bytes) as u64));
     }
-    check_buffer("LSE", s.lse_elems(), lse.0)?;
-    in_ranges.push(("LSE", lse.1, (s.lse_elems() * 4) as u64));
+    check_buffer("LSE", expected.lse, lse.0)?;
+    in_ranges.push(("LSE", lse.1, (expected.lse * 4) as u64));
     let out_names = ["dQ", "dK", "dV"];
     let mut out_ranges: Vec<(&'static str, u64, u64)> = Vec::new();
     for ((name, dims), (got, strides, len, addr)) in out_names.iter().zip([qd, kd, kd]).zip(outputs)
@@ -230,7 +292,8 @@ pub(crate) fn plan_backward(
         dq_pitch: bucket as i32,
         q_blocks: s.q_len().div_ceil(tile.block_m) as i32,
         deterministic: i32::from(deterministic),
-        scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
+        // The softmax runs at the forward's scale (the softcap c when there is one).
+        scale_log2: (softmax_scale(problem) * std::f64::consts::LOG2_E) as f32,
         scale: scale as f32,
         q_stride: sq,
         k_stride: sk,
@@ -240,8 +303,16 @@ pub(crate) fn plan_backward(
         dq_stride: sdq,
         dk_stride: sdk,
         dv_stride: sdv,
+        feat: fwd_features(problem),
+        seqs,
     };
-    Ok((bucket, tile, params))
+    Ok(BwdPlan {
+        bucket,
+        tile,
+        params,
+        general,
+        rows: expected.lse,
+    })
 }
 
 fn desc_of<T>(t: &Tensor<'_, T>, addr: u64) -> Desc {
@@ -250,10 +321,24 @@ fn desc_of<T>(t: &Tensor<'_, T>, addr: u64) -> Desc {
 
 impl FlashAttention {
     /// Runs the backward pass on this launcher's stream. Everything is validated before the
-    /// first launch; on error nothing is written.
+    /// first launch; on error nothing is written. Every feature of the problem (sliding
+    /// window, softcap, ALiBi, sinks) is differentiated as the forward applied it; for packed
+    /// sequences or the sinks' gradient, see [`FlashAttention::backward_with`].
     pub fn backward<T: StorageType>(
         &self,
         args: Backward<'_, T>,
+    ) -> Result<BackwardInfo, KernelError> {
+        self.backward_with(args, BackwardExtras::default())
+    }
+
+    /// [`FlashAttention::backward`] with packed variable-length sequences and/or the sinks'
+    /// gradient ([`BackwardExtras`]). Launches with features or packed sequences run the
+    /// mma.sync kernel's general entry on every arch ([`BackwardEngine::Hopper`] refuses
+    /// them).
+    pub fn backward_with<T: StorageType>(
+        &self,
+        args: Backward<'_, T>,
+        extras: BackwardExtras<'_>,
     ) -> Result<BackwardInfo, KernelError> {
         let Backward {
             problem,
@@ -304,7 +389,15 @@ impl FlashAttention {
         let (dkp, gdk) = dk.view_mut().device_ptr_mut(stream);
         let (dvp, gdv) = dv.view_mut().device_ptr_mut(stream);
         let guards = [gq, gk, gv, go, gdo, gl, gdq, gdk, gdv];
-        let (bucket, tile, params) = plan_backward(
+        let BackwardExtras { seqs, dsinks } = extras;
+        let idx = IndexLens::of(&seqs);
+        let BwdPlan {
+            bucket,
+            tile,
+            mut params,
+            general,
+            rows,
+        } = plan_backward(
             problem,
             arch,
             std::mem::size_of::<T>(),
@@ -322,12 +415,37 @@ impl FlashAttention {
                 (dv_desc.0, dv_desc.1, dv_desc.2, dvp),
             ],
             options.deterministic,
+            &idx,
         )?;
+        let mut dsinks = dsinks;
+        if let Some(ds) = &dsinks {
+            if problem.features().sinks.is_none() {
+                return Err(AttnError::InvalidArgument(
+                    "dsinks was given but the problem has no attention sinks".into(),
+                )
+                .into());
+            }
+            check_buffer("dsinks", s.q_heads(), ds.len())?;
+        }
         let unit = UnitKey {
             head_dim: bucket,
             ..unit0
         };
-        let hopper = runs_hopper_backward(options.engine, arch, bucket)?;
+        let hopper = if general {
+            if options.engine == BackwardEngine::Hopper {
+                return Err(KernelError::EngineUnavailable(format!(
+                    "the wgmma backward has no {} yet: use BackwardEngine::Auto or MmaSync",
+                    if problem.features().is_empty() {
+                        "packed sequences".to_string()
+                    } else {
+                        crate::launch::feature_names(problem)
+                    }
+                )));
+            }
+            false
+        } else {
+            runs_hopper_backward(options.engine, arch, bucket)?
+        };
         let smem = if hopper {
             catalog::bwd_hopper_smem_bytes(bucket)
         } else {
@@ -341,6 +459,11 @@ impl FlashAttention {
             });
         }
         let causal = problem.causal() != Causal::None;
+        // The features' arrays (ALiBi slopes, sinks) and the sequences' index arrays; their
+        // guards keep cudarc's stream ordering until the launches are queued.
+        let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
+        let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
+        let index_guards = bind_indices(stream, &seqs, &mut params.seqs);
         let alloc = |n: usize| {
             stream
                 .alloc_zeros::<f32>(n.max(1))
@@ -448,12 +571,11 @@ impl FlashAttention {
             drop((lse2, delta));
             (name, grid, arch_str, post, dq_acc)
         } else {
-            let name = catalog::bwd_entry_name(&unit, causal);
+            let name = catalog::bwd_entry_name(&unit, causal, general);
             let (main, arch_str) = self.function(&unit, &name, false, smem)?;
             let (pre_name, post_name) = catalog::bwd_prep_entry_names(&unit);
             let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
             let (post, _) = self.function(&unit, &post_name, false, 0)?;
-            let rows = s.batch() * s.q_heads() * s.q_len();
             let mut delta = alloc(rows)?;
             let mut dq_acc = alloc(rows * bucket)?;
             let grid = (
@@ -467,8 +589,10 @@ impl FlashAttention {
             b.arg(&op).arg(&dop).arg(&mut delta).arg(&params);
             // SAFETY: matches ATTN_BWD_PREP_ENTRY's first kernel (o, d_o, delta, BwdParams).
             // `plan_backward` proved O and dO hold every (b, h, row < Sq, col < D) their strides
-            // name, 16-byte aligned; delta holds B·Hq·Sq floats; the grid (ceil(Sq/8), Hq, B) × 8
-            // warps gives each row one warp and the kernel bounds rows by q_len.
+            // name (packed: every row < total_q), 16-byte aligned; delta holds `rows` floats
+            // (B·Hq·Sq, or Hq·total_q); the grid (ceil(Sq/8), Hq, B) × 8 warps gives each row
+            // one warp and the kernel bounds rows by the sequence's length, whose packed
+            // offsets it clamps into 0..=total_q.
             unsafe {
                 b.launch(LaunchConfig {
                     grid_dim: row_grid,
@@ -493,10 +617,12 @@ impl FlashAttention {
             // SAFETY: matches ATTN_BWD_ENTRY (q, k, v, d_o, lse, delta, dq_acc, dk, dv, sems,
             // BwdParams). Every tensor was checked by `plan_backward` (dims, extents inside their
             // views, 16-byte alignment, outputs distinct and not overlapping any input); dq_acc
-            // holds B·Hq·Sq rows of the bucket's width and sems B·Hq·ceil(Sq/BM) zeroed counters
+            // holds `rows` rows of the bucket's width and sems B·Hq·ceil(Sq/BM) zeroed counters
             // in deterministic mode (the kernel reads them only then). The grid covers every key
             // block of every KV head and batch; the kernel bounds rows and columns by the
-            // lengths and D. The dynamic shared memory was raised on the function and fits.
+            // lengths and D, clamping packed offsets into the host-checked totals (seqs.cuh).
+            // The feature and index arrays are bound above and outlive the launch. The dynamic
+            // shared memory was raised on the function and fits.
             unsafe {
                 b.launch(LaunchConfig {
                     grid_dim: grid,
@@ -505,6 +631,25 @@ impl FlashAttention {
                 })
             }
             .map_err(driver("launching the backward kernel"))?;
+            if let Some(ds) = dsinks.as_mut() {
+                let (dsp, gds) = ds.device_ptr_mut(stream);
+                let (sinks_fn, _) = self.function(&unit, catalog::BWD_DSINKS_ENTRY, false, 0)?;
+                let mut b = stream.launch_builder(&sinks_fn);
+                b.arg(&lp).arg(&delta).arg(&dsp).arg(&params);
+                // SAFETY: matches ATTN_BWD_DSINKS_ENTRY (lse, delta, dsinks, BwdParams): LSE and
+                // delta hold `rows` floats, read at the rows of each sequence as the Δ pass
+                // wrote them; dsinks holds Hq floats (checked), one CTA per head; the sinks'
+                // array was bound into params.feat (the problem has sinks: checked).
+                unsafe {
+                    b.launch(LaunchConfig {
+                        grid_dim: (s.q_heads() as u32, 1, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+                }
+                .map_err(driver("launching the backward's sink-gradient pass"))?;
+                drop(gds);
+            }
             // The workspaces are freed in stream order (cudarc's async free) after the launches.
             drop(delta);
             (name, grid, arch_str, post, dq_acc)
@@ -528,6 +673,9 @@ impl FlashAttention {
         .map_err(driver("launching the backward's dQ pass"))?;
         drop(dq_acc);
         drop(guards);
+        drop(index_guards);
+        drop(feature_guard);
+        drop(feature_bufs);
         drop(sems);
         Ok(BackwardInfo {
             kernel: name,
@@ -542,8 +690,15 @@ impl FlashAttention {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Layout;
+    use crate::{dims_kv, dims_q, Layout};
     use attn_ref::AttnShape;
+
+    const DENSE: IndexLens<'static> = IndexLens {
+        cu_q: None,
+        cu_k: None,
+        block_table: None,
+        seqused_k: None,
+    };
 
     fn descs(shape: &AttnShape, base: u64) -> ([Desc; 5], [Desc; 3]) {
         let (qd, kd) = (dims_q(shape), dims_kv(shape));
@@ -566,14 +721,146 @@ mod tests {
         let shape = AttnShape::new(2, 8, 2, 300, 500, 72).unwrap();
         let p = Problem::new(shape, Causal::BottomRight);
         let (ins, outs) = descs(&shape, 0);
-        let (bucket, tile, params) =
-            plan_backward(&p, Arch::Sm90a, 2, ins, (2 * 8 * 300, 1 << 40), outs, true).unwrap();
-        assert_eq!(bucket, 96);
-        assert_eq!(tile.stages, 2);
-        assert_eq!(params.diag_offset, 200);
-        assert_eq!(params.q_blocks, 5);
-        assert_eq!(params.dq_stride, [300 * 8 * 72, 72, 8 * 72]);
-        assert_eq!(std::mem::size_of::<BwdParams>(), 56 + 8 * 24);
+        let plan = plan_backward(
+            &p,
+            Arch::Sm90a,
+            2,
+            ins,
+            (2 * 8 * 300, 1 << 40),
+            outs,
+            true,
+            &DENSE,
+        )
+        .unwrap();
+        assert_eq!(plan.bucket, 96);
+        assert_eq!(plan.tile.stages, 2);
+        assert_eq!(plan.params.diag_offset, 200);
+        assert_eq!(plan.params.q_blocks, 5);
+        assert_eq!(plan.params.dq_stride, [300 * 8 * 72, 72, 8 * 72]);
+        assert!(!plan.general);
+        assert_eq!(plan.rows, 2 * 8 * 300);
+        assert_eq!(plan.params.feat, FwdFeatures::OFF);
+        assert_eq!(
+            std::mem::size_of::<BwdParams>(),
+            56 + 8 * 24 + std::mem::size_of::<FwdFeatures>() + std::mem::size_of::<FwdSeqs>()
+        );
+    }
+
+    #[test]
+    fn features_plan_the_general_entry_at_the_forward_scale() {
+        let shape = AttnShape::new(1, 4, 2, 64, 96, 64).unwrap();
+        let p = Problem::new(shape, Causal::BottomRight)
+            .with_window(8, 0)
+            .unwrap()
+            .with_softcap(30.0)
+            .unwrap();
+        let (ins, outs) = descs(&shape, 0);
+        let plan = plan_backward(
+            &p,
+            Arch::Sm80,
+            2,
+            ins,
+            (4 * 64, 1 << 40),
+            outs,
+            false,
+            &DENSE,
+        )
+        .unwrap();
+        assert!(plan.general);
+        assert_eq!(plan.params.feat.window_left, 8);
+        assert_eq!(plan.params.feat.window_right, 0);
+        // The softmax runs at c (FlashAttention-2's folding); dQ/dK keep the true scale.
+        assert_eq!(
+            plan.params.scale_log2,
+            (30.0 * std::f64::consts::LOG2_E) as f32
+        );
+        assert_eq!(plan.params.scale, p.scale() as f32);
+        assert_eq!(plan.params.feat.softcap_in, (p.scale() / 30.0) as f32);
+    }
+
+    #[test]
+    fn packed_sequences_plan_packed_dims_and_refuse_caches() {
+        // Three sequences: 5, 0 and 7 query rows; 9, 4 and 0 keys.
+        let shape = AttnShape::new(3, 4, 2, 7, 9, 64).unwrap();
+        let p = Problem::new(shape, Causal::TopLeft);
+        let (tq, tk) = (12usize, 13usize);
+        let packed = |dims: [usize; 4], i: u64| -> Desc {
+            (
+                dims,
+                Layout::Bshd.strides(dims),
+                dims.iter().product(),
+                i << 28,
+            )
+        };
+        let (qd, kd) = ([1, 4, tq, 64], [1, 2, tk, 64]);
+        let ins = [
+            packed(qd, 0),
+            packed(kd, 1),
+            packed(kd, 2),
+            packed(qd, 3),
+            packed(qd, 4),
+        ];
+        let outs = [packed(qd, 5), packed(kd, 6), packed(kd, 7)];
+        let (cu_q, cu_k) = ([0, 5, 5, 12], [0, 9, 13, 13]);
+        let idx = IndexLens {
+            cu_q: Some((4, Some(&cu_q))),
+            cu_k: Some((4, Some(&cu_k))),
+            ..DENSE
+        };
+        let lse = (4 * tq, 1 << 40);
+        let plan = plan_backward(&p, Arch::Sm80, 2, ins, lse, outs, true, &idx).unwrap();
+        assert!(plan.general);
+        assert_eq!(plan.rows, 4 * tq);
+        assert_eq!(
+            (plan.params.seqs.total_q, plan.params.seqs.total_k),
+            (12, 13)
+        );
+        assert_eq!(plan.params.q_blocks, 1);
+        // LSE is [Hq, total_q]: one short is refused.
+        assert!(plan_backward(
+            &p,
+            Arch::Sm80,
+            2,
+            ins,
+            (4 * tq - 1, 1 << 40),
+            outs,
+            true,
+            &idx
+        )
+        .is_err());
+        // Dense-shaped Q with cu_seqlens_q is refused.
+        let (dense_ins, dense_outs) = descs(&shape, 0);
+        assert!(plan_backward(&p, Arch::Sm80, 2, dense_ins, lse, dense_outs, true, &idx).is_err());
+        // A key sequence longer than kv_len (max_seqlen_k sizes the grid).
+        let short = Problem::new(AttnShape::new(3, 4, 2, 7, 8, 64).unwrap(), Causal::TopLeft);
+        assert!(matches!(
+            plan_backward(&short, Arch::Sm80, 2, ins, lse, outs, true, &idx),
+            Err(KernelError::Problem(AttnError::InvalidArgument(_)))
+        ));
+        // A malformed cu_seqlens_k.
+        let bad_k = [0, 9, 8, 13];
+        let bad = IndexLens {
+            cu_k: Some((4, Some(&bad_k))),
+            ..idx
+        };
+        assert!(plan_backward(&p, Arch::Sm80, 2, ins, lse, outs, true, &bad).is_err());
+        // Paged caches and seqused_k are forward-only.
+        for idx in [
+            IndexLens {
+                seqused_k: Some((3, None)),
+                ..idx
+            },
+            IndexLens {
+                cu_k: None,
+                block_table: Some((3, None)),
+                ..idx
+            },
+        ] {
+            assert!(matches!(
+                plan_backward(&p, Arch::Sm80, 2, ins, lse, outs, true, &idx),
+                Err(KernelError::UnsupportedFeature(_))
+            ));
+        }
     }
 
     #[test]
@@ -582,12 +869,6 @@ mod tests {
         let p = Problem::new(shape, Causal::None);
         let (ins, outs) = descs(&shape, 0);
         let lse = (4 * 64, 1 << 40);
-        // A feature the backward lacks.
-        let w = p.with_window(8, 0).unwrap();
-        assert!(matches!(
-            plan_backward(&w, Arch::Sm80, 2, ins, lse, outs, false),
-            Err(KernelError::UnsupportedFeature(_))
-        ));
         // D = 256 on sm_89: no room.
         let big = AttnShape::new(1, 4, 4, 64, 64, 256).unwrap();
         let (bi, bo) = descs(&big, 0);
@@ -599,7 +880,8 @@ mod tests {
                 bi,
                 lse,
                 bo,
-                false
+                false,
+                &DENSE
             ),
             Err(KernelError::UnsupportedHeadDim { .. })
         ));
@@ -607,21 +889,31 @@ mod tests {
         let mut bad = outs;
         bad[1].3 = ins[2].3;
         assert!(matches!(
-            plan_backward(&p, Arch::Sm80, 2, ins, lse, bad, false),
+            plan_backward(&p, Arch::Sm80, 2, ins, lse, bad, false, &DENSE),
             Err(KernelError::Overlap { output: "dK", .. })
         ));
         // dV overlapping dK.
         let mut bad = outs;
         bad[2].3 = outs[1].3;
         assert!(matches!(
-            plan_backward(&p, Arch::Sm80, 2, ins, lse, bad, false),
+            plan_backward(&p, Arch::Sm80, 2, ins, lse, bad, false, &DENSE),
             Err(KernelError::Overlap {
                 output: "dV",
                 input: "dK"
             })
         ));
         // A short LSE.
-        assert!(plan_backward(&p, Arch::Sm80, 2, ins, (4 * 64 - 1, 1 << 40), outs, false).is_err());
+        assert!(plan_backward(
+            &p,
+            Arch::Sm80,
+            2,
+            ins,
+            (4 * 64 - 1, 1 << 40),
+            outs,
+            false,
+            &DENSE
+        )
+        .is_err());
     }
 
     #[test]

@@ -1130,16 +1130,21 @@ pub fn bwd_smem_bytes(t: &Tile, head_dim: usize) -> usize {
     elems * 2 + t.stages * 2 * t.block_m * 4
 }
 
-/// The extern "C" names of a backward unit: the main kernel (causal or not), and the Δ and
-/// dQ passes.
-pub fn bwd_entry_name(unit: &UnitKey, causal: bool) -> String {
+/// The extern "C" names of a backward unit's main kernel: causal or not, and the general
+/// entry (`_feat`: the forward's score-modifying features and packed sequences, as runtime
+/// values) or the plain one.
+pub fn bwd_entry_name(unit: &UnitKey, causal: bool, features: bool) -> String {
     format!(
-        "attn_bwd_{}_d{}_{}",
+        "attn_bwd_{}_d{}_{}{}",
         unit.elem.as_str(),
         unit.head_dim,
-        if causal { "causal" } else { "full" }
+        if causal { "causal" } else { "full" },
+        if features { "_feat" } else { "" }
     )
 }
+
+/// The sinks' gradient pass of a backward unit (type-independent).
+pub const BWD_DSINKS_ENTRY: &str = "attn_bwd_dsinks";
 
 /// Whether a backward unit carries the Hopper (wgmma) backward: sm_90a, buckets 64 and 128
 /// (`kernels/bwd_hopper_kernel.cuh`); other buckets run the mma.sync backward everywhere.
@@ -1404,18 +1409,21 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             let d = unit.head_dim;
             let t = bwd_tile(unit.arch, d)?;
             for causal in [false, true] {
-                let _ = writeln!(
-                    s,
-                    "ATTN_BWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {causal})",
-                    bwd_entry_name(unit, causal),
-                    t.block_m,
-                    t.block_n,
-                    t.warps,
-                    t.stages
-                );
+                for features in [false, true] {
+                    let _ = writeln!(
+                        s,
+                        "ATTN_BWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {causal}, {features})",
+                        bwd_entry_name(unit, causal, features),
+                        t.block_m,
+                        t.block_n,
+                        t.warps,
+                        t.stages
+                    );
+                }
             }
             let (pre, post) = bwd_prep_entry_names(unit);
             let _ = writeln!(s, "ATTN_BWD_PREP_ENTRY({pre}, {post}, {ty})");
+            let _ = writeln!(s, "ATTN_BWD_DSINKS_ENTRY({BWD_DSINKS_ENTRY})");
             if bwd_hopper_bucket(unit.arch, d) {
                 s.push_str("\n#include \"bwd_hopper_kernel.cuh\"\n\nnamespace attn {\n");
                 let mut ns = vec![64, d, d / 2];

@@ -396,7 +396,7 @@ pub struct FlashAttention {
     /// The FP8 forward's Vᵀ buffer (src/fp8.rs), grown on demand.
     pub(crate) fp8_vt: Mutex<Option<CudaSlice<u8>>>,
     /// Device copies of ALiBi slopes and sinks ([`FeatureBuffers`]).
-    features: Mutex<FeatureBuffers>,
+    pub(crate) features: Mutex<FeatureBuffers>,
 }
 
 /// Device memory of the split-KV epilogue: partial O, (m, l) per split row, and one ticket
@@ -1540,7 +1540,7 @@ pub(crate) fn fwd_features(problem: &Problem) -> FwdFeatures {
 
 /// The softmax scale the kernels run with: the problem's, or the softcap c, into which
 /// FlashAttention-2 folds the scale (raw scores become `tanh(s · scale/c)`).
-fn softmax_scale(problem: &Problem) -> f64 {
+pub(crate) fn softmax_scale(problem: &Problem) -> f64 {
     problem.features().softcap.unwrap_or(problem.scale())
 }
 
@@ -1617,7 +1617,7 @@ impl FeatureBuffers {
 
 /// Uploads (once) the problem's feature arrays and points `feat` at them. The guard keeps
 /// cudarc's stream ordering for the buffer until it is dropped after the launch.
-fn bind_features<'a>(
+pub(crate) fn bind_features<'a>(
     stream: &'a Arc<CudaStream>,
     buffers: &'a mut FeatureBuffers,
     problem: &Problem,

@@ -50,7 +50,11 @@ pub(super) fn sinks(rng: &mut StdRng, heads: usize) -> Vec<f32> {
 
 /// The feature sets every cell runs: each feature alone, windows of every kind, and
 /// combinations. `(batch, q_heads)` size the ALiBi and sink arrays.
-fn feature_sets(rng: &mut StdRng, batch: usize, hq: usize) -> Vec<(&'static str, Features)> {
+pub(super) fn feature_sets(
+    rng: &mut StdRng,
+    batch: usize,
+    hq: usize,
+) -> Vec<(&'static str, Features)> {
     let w = |l, r| Features {
         window: Some((l, r)),
         ..Features::default()

@@ -40,6 +40,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
 mod backward;
+mod backward_general;
 mod correctness;
 #[cfg(feature = "debug-kernels")]
 mod debug;

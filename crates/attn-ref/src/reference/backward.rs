@@ -317,8 +317,9 @@ impl<T: Element> HeadInputs<'_, T> {
 ///   reduces it is not modelled.
 ///
 /// Not emulated: `ex2.approx`, the tensor cores' and atomics' summation order (f32-level
-/// effects, far below the storage-type rounding of P, dS and the outputs). The workspace's
-/// GPU backward refuses features today; these rounding points are FlashAttention-2's.
+/// effects, far below the storage-type rounding of P, dS and the outputs). These rounding
+/// points are FlashAttention-2's, and the workspace's GPU backward (its `_feat` entries for
+/// the features) rounds at the same places.
 ///
 /// The returned `o` and `lse` are the emulated forward's. Fully masked rows give zero
 /// gradients.
