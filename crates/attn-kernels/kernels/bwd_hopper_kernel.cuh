@@ -34,6 +34,13 @@
 // (warp, n-tile, lane, register)), so staging is conflict-free 16-byte stores and one bulk
 // reduce covers the tile; `bwd_hopper_postprocess` reads that order back.
 //
+// Features (FEATURES entries): the sliding window, softcap and ALiBi of dense problems, per
+// score as bwd_kernel.cuh's general entries (shared score_mod.cuh code): a key block walks
+// only the query blocks its window reaches (`bwd_feature_qblocks`), and deterministic turns
+// follow them (`bwd_feature_turn`). P and dS are computed in one pass after both GEMMs, so
+// the softcap's 1 − tanh² needs no registers across the dPᵀ GEMM. Packed sequences run on
+// the mma.sync kernel.
+//
 // Deterministic mode: the CTAs adding into one query block take turns through the same
 // per-block semaphores as the mma.sync backward (bwd_kernel.cuh); the dQ writer waits for its
 // bulk reduce to complete before it passes the turn on.
@@ -139,7 +146,7 @@ __device__ __forceinline__ void acc_to_a_frags(uint32_t (&a)[NT / 2][4], const f
     }
 }
 
-template <typename T, int DK, bool CAUSAL>
+template <typename T, int DK, bool CAUSAL, bool FEATURES>
 __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const TmaDesc* tma_do, const float* __restrict__ lse2,
                                                   const float* __restrict__ delta, float* __restrict__ dq_acc,
@@ -179,9 +186,13 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     const int key0 = n_blk * kBN;
     const int q_pad = p.q_blocks * kBM;
 
-    int i_begin = 0;
-    if (CAUSAL) i_begin = max(0, key0 - p.diag_offset) / kBM;
-    const int per_head = max(0, p.q_blocks - i_begin);
+    int i_begin = 0, i_end = p.q_blocks;
+    if (FEATURES) {
+        bwd_feature_qblocks<CAUSAL, kBM, kBN>(p, n_blk, i_begin, i_end);
+    } else if (CAUSAL) {
+        i_begin = max(0, key0 - p.diag_offset) / kBM;
+    }
+    const int per_head = max(0, i_end - i_begin);
     const int n_iter = per_head * p.group;
     // Iteration `it` covers query head kvh·group + it / per_head, block i_begin + it % per_head.
     auto head_of = [&](int it) { return kvh * p.group + it / per_head; };
@@ -244,7 +255,9 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
                 unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
                 int turn = n_blk;
-                if (reversed) {
+                if (FEATURES) {
+                    if (p.deterministic) turn = bwd_feature_turn<CAUSAL, kBM, kBN>(p, n_blk, qblk, reversed);
+                } else if (reversed) {
                     const int n_max = min(static_cast<int>(gridDim.x) - 1, (m0 + kBM - 1 + p.diag_offset) / kBN);
                     turn = n_max - n_blk;
                 }
@@ -326,32 +339,63 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         }
         wgmma_commit();
 
-        // Pᵀ (in place of Sᵀ) while dPᵀ is still in the tensor cores.
-        wgmma_wait<1>();
-        wgmma_fence_operands(acc_s);
-        const bool masked = CAUSAL && key0 + kBN - 1 > m0 + p.diag_offset;
-#pragma unroll
-        for (int n = 0; n < kNS; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int ql = 8 * n + 2 * t + (e & 1);
-                float pr = exp2f(fmaf(acc_s[n][e], p.scale_log2, -tLse[ql]));
-                if (masked && krow + 8 * (e >> 1) > m0 + ql + p.diag_offset) pr = 0.f;
-                acc_s[n][e] = pr;
-            }
-        }
         uint32_t pa[kKS][4];
-        acc_to_a_frags<T, kNS>(pa, acc_s);
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_dp);
-        // dSᵀ = Pᵀ∘(dPᵀ − Δ) from P in f32; P and dS are rounded only as MMA operands (attn-ref's
-        // backward_emulated models these points).
+        if constexpr (FEATURES) {
+            // Pᵀ and dSᵀ in one pass once both GEMMs are done, through the forward's score
+            // modifiers and mask (score_mod.cuh), in its order: softcap, ALiBi, the mask.
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc_s);
+            wgmma_fence_operands(acc_dp);
+            const float slope = alibi_slope(b, head_of(it), p);
 #pragma unroll
-        for (int n = 0; n < kNS; ++n) {
+            for (int n = 0; n < kNS; ++n) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int ql = 8 * n + 2 * t + (e & 1);
-                acc_dp[n][e] = acc_s[n][e] * (acc_dp[n][e] - tDelta[ql]);
+                for (int e = 0; e < 4; ++e) {
+                    const int ql = 8 * n + 2 * t + (e & 1);
+                    const int qg = m0 + ql;
+                    const int key = krow + 8 * (e >> 1);
+                    float sc = acc_s[n][e];
+                    float dscore = 1.f;
+                    if (p.feat.softcap_in != 0.f) {
+                        sc = softcap_tanh(sc * p.feat.softcap_in);
+                        dscore = fmaf(-sc, sc, 1.f);
+                    }
+                    if (slope != 0.f) sc -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - key));
+                    const KeyRange range = row_key_range<CAUSAL>(qg, p);
+                    float pr = exp2f(fmaf(sc, p.scale_log2, -tLse[ql]));
+                    if (key < range.lo || key >= range.hi) pr = 0.f;
+                    acc_s[n][e] = pr;
+                    acc_dp[n][e] = pr * (acc_dp[n][e] - tDelta[ql]) * dscore;
+                }
+            }
+            acc_to_a_frags<T, kNS>(pa, acc_s);
+        } else {
+            // Pᵀ (in place of Sᵀ) while dPᵀ is still in the tensor cores.
+            wgmma_wait<1>();
+            wgmma_fence_operands(acc_s);
+            const bool masked = CAUSAL && key0 + kBN - 1 > m0 + p.diag_offset;
+#pragma unroll
+            for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int ql = 8 * n + 2 * t + (e & 1);
+                    float pr = exp2f(fmaf(acc_s[n][e], p.scale_log2, -tLse[ql]));
+                    if (masked && krow + 8 * (e >> 1) > m0 + ql + p.diag_offset) pr = 0.f;
+                    acc_s[n][e] = pr;
+                }
+            }
+            acc_to_a_frags<T, kNS>(pa, acc_s);
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc_dp);
+            // dSᵀ = Pᵀ∘(dPᵀ − Δ) from P in f32; P and dS are rounded only as MMA operands
+            // (attn-ref's backward_emulated models these points).
+#pragma unroll
+            for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int ql = 8 * n + 2 * t + (e & 1);
+                    acc_dp[n][e] = acc_s[n][e] * (acc_dp[n][e] - tDelta[ql]);
+                }
             }
         }
         uint32_t sa[kKS][4];
@@ -445,14 +489,14 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
 
 // One entry per (dtype, bucket, causal), generated by src/catalog.rs; the TMA descriptors
 // are __grid_constant__ parameters.
-#define ATTN_BWD_HOPPER_ENTRY(NAME, T, DK, CAUSAL)                                                       \
+#define ATTN_BWD_HOPPER_ENTRY(NAME, T, DK, CAUSAL, FEATURES)                                             \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                 \
         NAME(const __grid_constant__ attn::TmaDesc tma_q, const __grid_constant__ attn::TmaDesc tma_k,   \
              const __grid_constant__ attn::TmaDesc tma_v, const __grid_constant__ attn::TmaDesc tma_do,  \
              const float* lse2, const float* delta, float* dq_acc, T* dk, T* dv, unsigned int* sems,     \
              const attn::BwdParams p) {                                                                  \
-        attn::bwd_hopper_kernel<T, DK, CAUSAL>(&tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, dq_acc, dk, dv, \
-                                               sems, p);                                                 \
+        attn::bwd_hopper_kernel<T, DK, CAUSAL, FEATURES>(&tma_q, &tma_k, &tma_v, &tma_do, lse2, delta, dq_acc, \
+                                                         dk, dv, sems, p);                               \
     }
 
 #define ATTN_BWD_HOPPER_PREP_ENTRY(PRE, POST, T)                                                         \

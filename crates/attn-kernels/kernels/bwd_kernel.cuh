@@ -219,9 +219,11 @@ __device__ __forceinline__ void bwd_preprocess(const T* __restrict__ o, const T*
 
 // The sinks' gradient, dsink_h = −Σ_(b, i) exp(sink_h − LSE_i)·Δ_i over the rows that see a
 // key (LSE finite), summed in a fixed order (each thread a fixed set of rows, then a tree),
-// so it is deterministic in every mode. One CTA of 256 threads per query head.
+// so it is deterministic in every mode. One CTA of 256 threads per query head. Dense Δ rows
+// are `delta_pitch` apart per (batch, head): q_len for this kernel's Δ pass, the padded
+// q_blocks·64 for the Hopper one's.
 __device__ __forceinline__ void bwd_dsinks(const float* __restrict__ lse, const float* __restrict__ delta,
-                                           float* __restrict__ dsinks, const BwdParams& p) {
+                                           float* __restrict__ dsinks, int delta_pitch, const BwdParams& p) {
     __shared__ float part[256];
     const int h = blockIdx.x;
     const float sink2 = sink_log2(h, p);
@@ -230,9 +232,10 @@ __device__ __forceinline__ void bwd_dsinks(const float* __restrict__ lse, const 
         int row0;
         const int len = bwd_seq_rows(p, b, row0);
         const int64_t base = bwd_row_base(p, b, h, row0);
+        const int64_t dbase = p.seqs.cu_q != nullptr ? base : (static_cast<int64_t>(b) * p.q_heads + h) * delta_pitch;
         for (int r = threadIdx.x; r < len; r += 256) {
             const float l = lse[base + r];
-            if (l != -INFINITY) acc += exp2f(sink2 - l * kBwdLog2e) * delta[base + r];
+            if (l != -INFINITY) acc += exp2f(sink2 - l * kBwdLog2e) * delta[dbase + r];
         }
     }
     part[threadIdx.x] = acc;
@@ -580,6 +583,6 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
 // The sinks' gradient pass (type-independent; one per unit).
 #define ATTN_BWD_DSINKS_ENTRY(NAME)                                                                   \
     extern "C" __global__ void __launch_bounds__(256)                                                 \
-        NAME(const float* lse, const float* delta, float* dsinks, const attn::BwdParams p) {          \
-        attn::bwd_dsinks(lse, delta, dsinks, p);                                                      \
+        NAME(const float* lse, const float* delta, float* dsinks, int delta_pitch, const attn::BwdParams p) { \
+        attn::bwd_dsinks(lse, delta, dsinks, delta_pitch, p);                                         \
     }

@@ -12,6 +12,11 @@
 //! 128-key CTAs of two consumer warpgroups and a producer warpgroup that issues the TMA loads
 //! and adds each dQ tile with one bulk reduction), which [`BackwardEngine::Auto`] takes
 //! wherever it can run. Its Δ pass also writes LSE·log2e padded to whole 64-row blocks.
+//!
+//! The forward's features (sliding window, softcap, ALiBi; sinks, whose gradient is an extra
+//! pass) run in each engine's general (`_feat`) entries, which mask and modify the scores
+//! with the forward's own code (kernels/score_mod.cuh); packed variable-length batches
+//! ([`BackwardExtras::seqs`]) run in the mma.sync kernel's.
 
 use attn_ref::{AttnError, Causal, Problem};
 use cudarc::driver::{
@@ -173,6 +178,8 @@ pub(crate) struct BwdPlan {
     pub params: BwdParams,
     /// Runs the general (`_feat`) entry: features or packed sequences.
     pub general: bool,
+    /// Packed sequences (the mma.sync kernel only).
+    pub packed: bool,
     /// Rows of LSE, Δ and the dQ workspace: B·Hq·Sq, or Hq·total_q for packed queries.
     pub rows: usize,
 }
@@ -311,6 +318,7 @@ pub(crate) fn plan_backward(
         tile,
         params,
         general,
+        packed,
         rows: expected.lse,
     })
 }
@@ -332,9 +340,10 @@ impl FlashAttention {
     }
 
     /// [`FlashAttention::backward`] with packed variable-length sequences and/or the sinks'
-    /// gradient ([`BackwardExtras`]). Launches with features or packed sequences run the
-    /// mma.sync kernel's general entry on every arch ([`BackwardEngine::Hopper`] refuses
-    /// them).
+    /// gradient ([`BackwardExtras`]). Features run the engines' general (`_feat`) entries:
+    /// the wgmma kernel's where [`BackwardEngine::Auto`] takes it (dense batches on sm_90a
+    /// at buckets 64 and 128), else the mma.sync kernel's; packed sequences run on the
+    /// mma.sync kernel ([`BackwardEngine::Hopper`] refuses them).
     pub fn backward_with<T: StorageType>(
         &self,
         args: Backward<'_, T>,
@@ -396,6 +405,7 @@ impl FlashAttention {
             tile,
             mut params,
             general,
+            packed,
             rows,
         } = plan_backward(
             problem,
@@ -431,16 +441,13 @@ impl FlashAttention {
             head_dim: bucket,
             ..unit0
         };
-        let hopper = if general {
+        let hopper = if packed {
             if options.engine == BackwardEngine::Hopper {
-                return Err(KernelError::EngineUnavailable(format!(
-                    "the wgmma backward has no {} yet: use BackwardEngine::Auto or MmaSync",
-                    if problem.features().is_empty() {
-                        "packed sequences".to_string()
-                    } else {
-                        crate::launch::feature_names(problem)
-                    }
-                )));
+                return Err(KernelError::EngineUnavailable(
+                    "the wgmma backward takes dense batches only (packed sequences run on the \
+                     mma.sync kernel): use BackwardEngine::Auto or MmaSync"
+                        .into(),
+                ));
             }
             false
         } else {
@@ -483,9 +490,9 @@ impl FlashAttention {
             s.batch() as u32,
         );
 
-        let (name, grid, arch_str, post, dq_acc) = if hopper {
+        let (name, grid, arch_str, post, dq_acc, delta, delta_pitch) = if hopper {
             use crate::hopper::{encode_tma, tma_geometry, TmaElem};
-            let name = catalog::bwd_hopper_entry_name(&unit, causal);
+            let name = catalog::bwd_hopper_entry_name(&unit, causal, general);
             let (main, arch_str) = self.function(&unit, &name, false, smem)?;
             let (pre_name, post_name) = catalog::bwd_hopper_prep_entry_names(&unit);
             let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
@@ -568,8 +575,8 @@ impl FlashAttention {
             }
             .map_err(driver("launching the backward kernel"))?;
             // The workspaces are freed in stream order (cudarc's async free).
-            drop((lse2, delta));
-            (name, grid, arch_str, post, dq_acc)
+            drop(lse2);
+            (name, grid, arch_str, post, dq_acc, delta, q_pad)
         } else {
             let name = catalog::bwd_entry_name(&unit, causal, general);
             let (main, arch_str) = self.function(&unit, &name, false, smem)?;
@@ -631,29 +638,33 @@ impl FlashAttention {
                 })
             }
             .map_err(driver("launching the backward kernel"))?;
-            if let Some(ds) = dsinks.as_mut() {
-                let (dsp, gds) = ds.device_ptr_mut(stream);
-                let (sinks_fn, _) = self.function(&unit, catalog::BWD_DSINKS_ENTRY, false, 0)?;
-                let mut b = stream.launch_builder(&sinks_fn);
-                b.arg(&lp).arg(&delta).arg(&dsp).arg(&params);
-                // SAFETY: matches ATTN_BWD_DSINKS_ENTRY (lse, delta, dsinks, BwdParams): LSE and
-                // delta hold `rows` floats, read at the rows of each sequence as the Δ pass
-                // wrote them; dsinks holds Hq floats (checked), one CTA per head; the sinks'
-                // array was bound into params.feat (the problem has sinks: checked).
-                unsafe {
-                    b.launch(LaunchConfig {
-                        grid_dim: (s.q_heads() as u32, 1, 1),
-                        block_dim: (256, 1, 1),
-                        shared_mem_bytes: 0,
-                    })
-                }
-                .map_err(driver("launching the backward's sink-gradient pass"))?;
-                drop(gds);
-            }
-            // The workspaces are freed in stream order (cudarc's async free) after the launches.
-            drop(delta);
-            (name, grid, arch_str, post, dq_acc)
+            (name, grid, arch_str, post, dq_acc, delta, s.q_len())
         };
+
+        if let Some(ds) = dsinks.as_mut() {
+            let (dsp, gds) = ds.device_ptr_mut(stream);
+            let (sinks_fn, _) = self.function(&unit, catalog::BWD_DSINKS_ENTRY, false, 0)?;
+            let pitch = delta_pitch as i32;
+            let mut b = stream.launch_builder(&sinks_fn);
+            b.arg(&lp).arg(&delta).arg(&dsp).arg(&pitch).arg(&params);
+            // SAFETY: matches ATTN_BWD_DSINKS_ENTRY (lse, delta, dsinks, delta_pitch,
+            // BwdParams): LSE holds `rows` floats, read at the rows of each sequence; delta is
+            // the engine's Δ, `rows` floats (mma.sync: pitch Sq, or packed like LSE) or
+            // B·Hq·q_blocks·64 (wgmma: pitch q_blocks·64), read at rows below each sequence's
+            // length; dsinks holds Hq floats (checked), one CTA per head; the sinks' array was
+            // bound into params.feat (the problem has sinks: checked).
+            unsafe {
+                b.launch(LaunchConfig {
+                    grid_dim: (s.q_heads() as u32, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            }
+            .map_err(driver("launching the backward's sink-gradient pass"))?;
+            drop(gds);
+        }
+        // The workspaces are freed in stream order (cudarc's async free) after the launches.
+        drop(delta);
 
         // dQ in the storage type, from either engine's workspace.
         let mut b = stream.launch_builder(&post);
@@ -949,7 +960,10 @@ mod tests {
                 };
                 let src = catalog::unit_source(&unit, false).unwrap();
                 for causal in [false, true] {
-                    assert!(src.contains(&catalog::bwd_hopper_entry_name(&unit, causal)));
+                    for features in [false, true] {
+                        let name = catalog::bwd_hopper_entry_name(&unit, causal, features);
+                        assert!(src.contains(&format!("ATTN_BWD_HOPPER_ENTRY({name},")));
+                    }
                 }
                 let (pre, post) = catalog::bwd_hopper_prep_entry_names(&unit);
                 assert!(src.contains(&pre) && src.contains(&post));

@@ -1161,13 +1161,15 @@ pub const fn bwd_hopper_smem_bytes(bucket: usize) -> usize {
     1024 + 2 * k + 2 * (2 * q + 128 * 128 + 64 * bucket * 4 + 2 * 64 * 4) + 9 * 8
 }
 
-/// The Hopper backward's main entry of a unit.
-pub fn bwd_hopper_entry_name(unit: &UnitKey, causal: bool) -> String {
+/// The Hopper backward's main entry of a unit: plain, or the general one (`_feat`: window,
+/// softcap, ALiBi of dense problems).
+pub fn bwd_hopper_entry_name(unit: &UnitKey, causal: bool, features: bool) -> String {
     format!(
-        "attn_bwd_wg_{}_d{}_{}",
+        "attn_bwd_wg_{}_d{}_{}{}",
         unit.elem.as_str(),
         unit.head_dim,
-        if causal { "causal" } else { "full" }
+        if causal { "causal" } else { "full" },
+        if features { "_feat" } else { "" }
     )
 }
 
@@ -1434,11 +1436,13 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                 }
                 s.push_str("} // namespace attn\n\n");
                 for causal in [false, true] {
-                    let _ = writeln!(
-                        s,
-                        "ATTN_BWD_HOPPER_ENTRY({}, {ty}, {d}, {causal})",
-                        bwd_hopper_entry_name(unit, causal)
-                    );
+                    for features in [false, true] {
+                        let _ = writeln!(
+                            s,
+                            "ATTN_BWD_HOPPER_ENTRY({}, {ty}, {d}, {causal}, {features})",
+                            bwd_hopper_entry_name(unit, causal, features)
+                        );
+                    }
                 }
                 let (pre, post) = bwd_hopper_prep_entry_names(unit);
                 let _ = writeln!(s, "ATTN_BWD_HOPPER_PREP_ENTRY({pre}, {post}, {ty})");

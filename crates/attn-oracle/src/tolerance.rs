@@ -31,6 +31,16 @@ impl Storage {
             _ => None,
         }
     }
+    /// Unit roundoff of the storage type (half an ulp at 1): 2⁻¹¹ for f16, 2⁻⁸ for bf16,
+    /// 2⁻⁴ for E4M3.
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            Storage::F16 => 2f64.powi(-11),
+            Storage::Bf16 => 2f64.powi(-8),
+            Storage::Fp8E4m3 => 2f64.powi(-4),
+        }
+    }
+
     /// The CLI spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -273,6 +283,79 @@ impl ToleranceRule {
     }
 }
 
+/// Standard deviations of rounding noise that [`ToleranceRule::check_row_sum_gradient`]
+/// allows.
+pub const ROW_SUM_SIGMAS: f64 = 8.0;
+
+impl ToleranceRule {
+    /// The rule for a gradient that is a weighted sum over query rows of `Δ_i = dO_i·O_i`,
+    /// such as the sink logits' gradient `dsink_h = −Σ_i w_i·Δ_i` (`w_i = exp(sink_h −
+    /// LSE_i)`). Each output is a sum of hundreds of terms, so the element-wise FA3 rule
+    /// (2× the emulation's max error) is a coin toss on a handful of outputs: the kernel's Δ
+    /// uses its own O, which differs from the emulation's by independent roundings. Instead
+    /// each term is given the noise of rounding O to the storage type, about
+    /// `u·|dO_id·O_id|` per element with `u` the unit roundoff, and the output passes when
+    ///
+    /// `|out − ref| ≤ 8·u·spread + floor`, with `spread = sqrt(Σ_i w_i² Σ_d (dO_id·O_id)²)`
+    ///
+    /// computed by the caller from the reference's O and LSE. Eight standard deviations
+    /// cover O's own error (within a few roundings by the forward rule) with margin, and are
+    /// still far below a wrong sign, a missing row or a wrong head, which are of the order of
+    /// the output. NaN/Inf the reference lacks fail.
+    pub fn check_row_sum_gradient(
+        &self,
+        out: &[f32],
+        reference: &[f64],
+        spread: &[f64],
+    ) -> Verdict {
+        let u = self.storage.unit_roundoff();
+        let mut reasons = Vec::new();
+        if out.len() != reference.len() || spread.len() != reference.len() {
+            reasons.push(format!(
+                "lengths differ: out {}, reference {}, spread {}",
+                out.len(),
+                reference.len(),
+                spread.len()
+            ));
+        }
+        let (mut max_abs, mut err2, mut worst_bound) = (0.0f64, 0.0f64, 0.0f64);
+        for (i, ((&o, &r), &w)) in out.iter().zip(reference).zip(spread).enumerate() {
+            let o = f64::from(o);
+            if !o.is_finite() && r.is_finite() {
+                reasons.push(format!("output {i} is {o}, the reference {}", sci(r)));
+                continue;
+            }
+            let e = (o - r).abs();
+            let bound = ROW_SUM_SIGMAS * u * w + self.floor;
+            if e > bound {
+                reasons.push(format!(
+                    "output {i}: |out − ref| = {} > {ROW_SUM_SIGMAS}·u·spread + {} = {}",
+                    sci(e),
+                    sci(self.floor),
+                    sci(bound)
+                ));
+            }
+            max_abs = max_abs.max(e);
+            err2 += e * e;
+            worst_bound = worst_bound.max(bound);
+        }
+        let ref_norm = reference.iter().map(|r| r * r).sum::<f64>().sqrt();
+        Verdict {
+            pass: reasons.is_empty(),
+            reasons,
+            bound: worst_bound,
+            out_max_abs: max_abs,
+            emu_max_abs: f64::NAN,
+            out_rel_l2: if ref_norm > 0.0 {
+                err2.sqrt() / ref_norm
+            } else {
+                err2.sqrt()
+            },
+            lse_max_abs: None,
+        }
+    }
+}
+
 /// The outcome of [`ToleranceRule::check`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
@@ -307,6 +390,53 @@ impl fmt::Display for Verdict {
             writeln!(f, "  - {r}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod row_sum_tests {
+    use super::*;
+
+    #[test]
+    fn the_row_sum_rule_scales_with_the_spread_and_catches_gross_errors() {
+        let rule = ToleranceRule::for_storage(Storage::Bf16);
+        let reference = [-12.0, 3.5, 0.0];
+        let spread = [4.0, 2.0, 0.0];
+        // 8·2⁻⁸·4 = 0.125 and 8·2⁻⁸·2 = 0.0625; the third output must be exact to 1e-5.
+        assert!(
+            rule.check_row_sum_gradient(&[-12.1, 3.44, 0.0], &reference, &spread)
+                .pass
+        );
+        let v = rule.check_row_sum_gradient(&[-12.2, 3.5, 0.0], &reference, &spread);
+        assert!(!v.pass && v.reasons[0].starts_with("output 0"), "{v}");
+        // A wrong sign or a dropped term is far outside.
+        assert!(
+            !rule
+                .check_row_sum_gradient(&[12.0, 3.5, 0.0], &reference, &spread)
+                .pass
+        );
+        assert!(
+            !rule
+                .check_row_sum_gradient(&[-12.0, 3.5, 1e-3], &reference, &spread)
+                .pass
+        );
+        // f16's bound is 8× tighter.
+        let f16 = ToleranceRule::for_storage(Storage::F16);
+        assert!(
+            !f16.check_row_sum_gradient(&[-12.1, 3.5, 0.0], &reference, &spread)
+                .pass
+        );
+        // NaN and length mismatches fail.
+        assert!(
+            !rule
+                .check_row_sum_gradient(&[f32::NAN, 3.5, 0.0], &reference, &spread)
+                .pass
+        );
+        assert!(
+            !rule
+                .check_row_sum_gradient(&[-12.0, 3.5], &reference, &spread)
+                .pass
+        );
     }
 }
 

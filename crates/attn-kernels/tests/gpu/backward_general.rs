@@ -2,8 +2,10 @@
 //! features (sliding window, softcap, ALiBi, sinks and the sinks' gradient) and packed
 //! variable-length batches, against the f64 reference with attn-oracle's gradient rule (the
 //! FA3 rule against `backward_emulated`, plus the gradient caps), on O and LSE from our own
-//! forward, fresh N(0,1) inputs and dO, and gradients poisoned (NaN) before the run. Varlen
-//! batches include sequences with no queries and with no keys, whose gradients must be zero.
+//! forward, fresh N(0,1) inputs and dO, and gradients poisoned (NaN) before the run; the
+//! sinks' gradient against the row-sum rule. Dense features run on both engines (wgmma at
+//! D 64/128 on sm_90a); varlen batches run on the mma.sync kernel and include sequences with
+//! no queries and with no keys, whose gradients must be zero.
 
 use attn_kernels::{
     Backward, BackwardEngine, BackwardExtras, BackwardOptions, FlashAttention, Forward,
@@ -24,6 +26,10 @@ use rand::{rngs::StdRng, SeedableRng};
 use crate::{features::feature_sets, fresh_seed, gpu, problem, randn, to_f32s, upload_poisoned};
 
 const CAUSALS: [Causal; 3] = [Causal::None, Causal::TopLeft, Causal::BottomRight];
+
+/// The default engine (on sm_90a at D 64/128: the wgmma kernel's general entry) and the
+/// mma.sync kernel's, so an H100 run checks both.
+const ENGINES: [BackwardEngine; 2] = [BackwardEngine::Auto, BackwardEngine::MmaSync];
 
 /// Gradients as f32: dQ, dK, dV in the order of the inputs, and the sinks' gradient.
 struct Grads {
@@ -288,22 +294,62 @@ fn check<T: StorageType + attn_ref::Element>(
     check_one("dQ", &got.dq, &emu.dq, &want.dq);
     check_one("dK", &got.dk, &emu.dk, &want.dk);
     check_one("dV", &got.dv, &emu.dv, &want.dv);
-    match (&got.dsinks, &emu.dsinks, &want.dsinks) {
-        (Some(g), Some(e), Some(w)) => check_one("dsinks", g, e, w),
-        (None, None, None) => {}
+    match (&got.dsinks, &want.dsinks) {
+        (Some(g), Some(w)) => {
+            let spread = sink_spread(p, packed.is_some(), &want.o, &want.lse, &fo);
+            let verdict = rule.check_row_sum_gradient(g, w, &spread);
+            if !verdict.pass {
+                errs.push(format!("dsinks: {verdict}"));
+            }
+        }
+        (None, None) => {}
         _ => errs.push("dsinks: present on one side only".into()),
     }
     if errs.is_empty() {
         Ok(())
     } else {
         Err(format!(
-            "{what} {:?} {:?} {storage:?} {layout} det={} seed {seed}:\n{}",
+            "{what} {:?} {:?} {storage:?} {layout} {:?} det={} seed {seed}:\n{}",
             shape,
             p.causal(),
+            options.engine,
             options.deterministic,
             errs.join("")
         ))
     }
+}
+
+/// attn-oracle's `spread` of the sinks' gradient: per head, `sqrt(Σ_i w_i² Σ_d (dO_id·O_id)²)`
+/// with `w_i = exp(sink − LSE_i)` over the rows that see a key, from the reference's O and
+/// LSE (`[B, Hq, Sq, D]` and `[B, Hq, Sq]`, or packed `[total_q, Hq, D]` and `[Hq, total_q]`).
+fn sink_spread(p: &Problem, packed: bool, o: &[f64], lse: &[f64], d_o: &[f32]) -> Vec<f64> {
+    let shape = p.shape();
+    let (hq, d) = (shape.q_heads(), shape.head_dim());
+    let sinks = p.features().sinks.clone().unwrap_or_default();
+    let rows_per_head = lse.len() / hq;
+    let mut out = vec![0.0f64; hq];
+    for (h, acc) in out.iter_mut().enumerate() {
+        for i in 0..rows_per_head {
+            // Dense: (b, h, s) with i = b·Sq + s; packed: (h, i).
+            let (l, base) = if packed {
+                (lse[h * rows_per_head + i], (i * hq + h) * d)
+            } else {
+                let (b, s) = (i / shape.q_len(), i % shape.q_len());
+                let r = (b * hq + h) * shape.q_len() + s;
+                (lse[r], r * d)
+            };
+            if !l.is_finite() {
+                continue;
+            }
+            let w = (f64::from(sinks[h]) - l).exp();
+            let t: f64 = (0..d)
+                .map(|c| (f64::from(d_o[base + c]) * o[base + c]).powi(2))
+                .sum();
+            *acc += w * w * t;
+        }
+        *acc = acc.sqrt();
+    }
+    out
 }
 
 fn both_types(
@@ -349,8 +395,13 @@ fn correctness_backward_features() {
         for causal in CAUSALS {
             for (name, features) in feature_sets(&mut rng, dims.0, dims.1) {
                 let p = problem(dims, causal).with_features(features).unwrap();
-                let o = BackwardOptions::default();
-                both_types(&p, layout, None, o, name, &mut failures, &mut runs);
+                for engine in ENGINES {
+                    let o = BackwardOptions {
+                        engine,
+                        ..Default::default()
+                    };
+                    both_types(&p, layout, None, o, name, &mut failures, &mut runs);
+                }
             }
         }
     }
@@ -407,11 +458,13 @@ fn correctness_backward_features_every_bucket_and_deterministic() {
             let p = problem((2, 4, 2, 300, 700, 64), causal)
                 .with_features(f)
                 .unwrap();
-            let o = BackwardOptions {
-                deterministic: true,
-                ..Default::default()
-            };
-            both_types(&p, Layout::Bshd, None, o, name, &mut failures, &mut runs);
+            for engine in ENGINES {
+                let o = BackwardOptions {
+                    deterministic: true,
+                    engine,
+                };
+                both_types(&p, Layout::Bshd, None, o, name, &mut failures, &mut runs);
+            }
         }
     }
     assert_none(&failures, runs);
@@ -578,13 +631,16 @@ fn refused(p: &Problem, options: BackwardOptions, with_dsinks: bool, kind: Layou
 #[ignore = "needs a CUDA GPU"]
 fn validation_backward_general_refusals_write_nothing() {
     let p = problem((2, 4, 2, 64, 64, 64), Causal::None);
-    // The wgmma engine has no features yet.
-    let w = p.with_window(8, 0).unwrap();
+    // The wgmma engine takes no packed sequences (B = 1, so the dense tensors are also a
+    // valid packed batch and the engine check is what refuses it).
+    let one = problem((1, 4, 2, 64, 64, 64), Causal::None)
+        .with_window(8, 0)
+        .unwrap();
     let hopper = BackwardOptions {
         engine: BackwardEngine::Hopper,
         ..Default::default()
     };
-    let e = refused(&w, hopper, false, Layouts::Dense);
+    let e = refused(&one, hopper, false, Layouts::PackedQ);
     assert!(matches!(e, KernelError::EngineUnavailable(_)), "{e}");
     // dsinks without sinks.
     let e = refused(&p, BackwardOptions::default(), true, Layouts::Dense);
