@@ -341,34 +341,75 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
 
         uint32_t pa[kKS][4];
         if constexpr (FEATURES) {
-            // Pᵀ and dSᵀ in one pass once both GEMMs are done, through the forward's score
-            // modifiers and mask (score_mod.cuh), in its order: softcap, ALiBi, the mask.
-            wgmma_wait<0>();
-            wgmma_fence_operands(acc_s);
-            wgmma_fence_operands(acc_dp);
+            // Pᵀ through the forward's score modifiers and mask (score_mod.cuh), in its order:
+            // softcap, ALiBi, the mask. The mask is applied only on blocks that some row's
+            // range cuts (its ends are monotone in the row, as in the forward's
+            // tile_needs_mask); ALiBi's distance is a float per element from one conversion
+            // per block (exact below 2^24, as the forward's).
             const float slope = alibi_slope(b, head_of(it), p);
-#pragma unroll
-            for (int n = 0; n < kNS; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int ql = 8 * n + 2 * t + (e & 1);
-                    const int qg = m0 + ql;
+            const KeyRange first_row = row_key_range<CAUSAL>(m0, p);
+            const KeyRange last_row = row_key_range<CAUSAL>(min(m0 + kBM - 1, p.q_len - 1), p);
+            const bool needs_mask = key0 < last_row.lo || key0 + kBN > first_row.hi;
+            const float dist0 = static_cast<float>(m0 + 2 * t + p.kv_len - p.q_len - krow);
+            const bool capped = p.feat.softcap_in != 0.f;
+            // P of element (n, e), and the softcap's d(score)/d(raw score) in `dscore`.
+            auto prob = [&](int n, int e, float& dscore) {
+                const int ql = 8 * n + 2 * t + (e & 1);
+                float sc = acc_s[n][e];
+                dscore = 1.f;
+                if (capped) {
+                    sc = softcap_tanh(sc * p.feat.softcap_in);
+                    dscore = fmaf(-sc, sc, 1.f);
+                }
+                if (slope != 0.f) sc -= slope * fabsf(dist0 + static_cast<float>(8 * n + (e & 1) - 8 * (e >> 1)));
+                float pr = exp2f(fmaf(sc, p.scale_log2, -tLse[ql]));
+                if (needs_mask) {
+                    const KeyRange range = row_key_range<CAUSAL>(m0 + ql, p);
                     const int key = krow + 8 * (e >> 1);
-                    float sc = acc_s[n][e];
-                    float dscore = 1.f;
-                    if (p.feat.softcap_in != 0.f) {
-                        sc = softcap_tanh(sc * p.feat.softcap_in);
-                        dscore = fmaf(-sc, sc, 1.f);
-                    }
-                    if (slope != 0.f) sc -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - key));
-                    const KeyRange range = row_key_range<CAUSAL>(qg, p);
-                    float pr = exp2f(fmaf(sc, p.scale_log2, -tLse[ql]));
                     if (key < range.lo || key >= range.hi) pr = 0.f;
-                    acc_s[n][e] = pr;
-                    acc_dp[n][e] = pr * (acc_dp[n][e] - tDelta[ql]) * dscore;
+                }
+                return pr;
+            };
+            if (capped) {
+                // 1 − tanh² is needed in dSᵀ: P and dSᵀ in one pass after both GEMMs, so it
+                // holds no registers across the dPᵀ GEMM.
+                wgmma_wait<0>();
+                wgmma_fence_operands(acc_s);
+                wgmma_fence_operands(acc_dp);
+#pragma unroll
+                for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float dscore;
+                        const float pr = prob(n, e, dscore);
+                        acc_s[n][e] = pr;
+                        acc_dp[n][e] = pr * (acc_dp[n][e] - tDelta[8 * n + 2 * t + (e & 1)]) * dscore;
+                    }
+                }
+                acc_to_a_frags<T, kNS>(pa, acc_s);
+            } else {
+                // No softcap: Pᵀ while dPᵀ is still in the tensor cores, as the plain entry.
+                wgmma_wait<1>();
+                wgmma_fence_operands(acc_s);
+#pragma unroll
+                for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float dscore;
+                        acc_s[n][e] = prob(n, e, dscore);
+                    }
+                }
+                acc_to_a_frags<T, kNS>(pa, acc_s);
+                wgmma_wait<0>();
+                wgmma_fence_operands(acc_dp);
+#pragma unroll
+                for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        acc_dp[n][e] = acc_s[n][e] * (acc_dp[n][e] - tDelta[8 * n + 2 * t + (e & 1)]);
+                    }
                 }
             }
-            acc_to_a_frags<T, kNS>(pa, acc_s);
         } else {
             // Pᵀ (in place of Sᵀ) while dPᵀ is still in the tensor cores.
             wgmma_wait<1>();

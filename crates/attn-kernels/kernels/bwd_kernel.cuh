@@ -404,6 +404,15 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                 Mma<T>::run(acc_dp[n + 1], va, bo[2], bo[3]);
             }
         }
+        // FEATURES: whether some row's key range cuts this block (its ends are monotone in
+        // the row, as in the forward's tile_needs_mask); blocks inside every range skip the
+        // per-score range test.
+        bool needs_mask = false;
+        if (FEATURES) {
+            const KeyRange first_row = row_key_range<CAUSAL>(m0, p);
+            const KeyRange last_row = row_key_range<CAUSAL>(min(m0 + BM - 1, p.q_len - 1), p);
+            needs_mask = key0 < last_row.lo || key0 + BN > first_row.hi;
+        }
         // P and dS (f32), rounded to T into the Pᵀ / dSᵀ tiles.
 #pragma unroll
         for (int n = 0; n < Cfg::kNA; ++n) {
@@ -426,8 +435,10 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                             dscore = fmaf(-s, s, 1.f);
                         }
                         if (slope != 0.f) s -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - kglob));
-                        const KeyRange range = row_key_range<CAUSAL>(qg, p);
-                        vis = vis && kglob >= range.lo && kglob < range.hi;
+                        if (needs_mask) {
+                            const KeyRange range = row_key_range<CAUSAL>(qg, p);
+                            vis = vis && kglob >= range.lo && kglob < range.hi;
+                        }
                     } else if (CAUSAL) {
                         vis = vis && kglob <= qg + p.diag_offset;
                     }
