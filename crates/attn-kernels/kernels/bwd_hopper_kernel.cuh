@@ -34,12 +34,12 @@
 // (warp, n-tile, lane, register)), so staging is conflict-free 16-byte stores and one bulk
 // reduce covers the tile; `bwd_hopper_postprocess` reads that order back.
 //
-// Features (FEATURES entries): the sliding window, softcap and ALiBi of dense problems, per
+// Features (FEATURES entries): the sliding window, softcap and ALiBi, per
 // score as bwd_kernel.cuh's general entries (shared score_mod.cuh code): a key block walks
 // only the query blocks its window reaches (`bwd_feature_qblocks`), and deterministic turns
 // follow them (`bwd_feature_turn`). P and dS are computed in one pass after both GEMMs, so
-// the softcap's 1 − tanh² needs no registers across the dPᵀ GEMM. Packed sequences run on
-// the mma.sync kernel.
+// the softcap's 1 − tanh² needs no registers across the dPᵀ GEMM. Packed sequences run in
+// the same entries: each CTA resolves its sequence and offsets its TMA boxes.
 //
 // Deterministic mode: the CTAs adding into one query block take turns through the same
 // per-block semaphores as the mma.sync backward (bwd_kernel.cuh); the dQ writer waits for its
@@ -100,10 +100,13 @@ __device__ __forceinline__ void bwd_hopper_preprocess(const T* __restrict__ o, c
     const int q_pad = p.q_blocks * 64;
     if (row >= q_pad) return;
     const int64_t bh = static_cast<int64_t>(b) * p.q_heads + h;
+    // Packed queries: sequence b's rows (the rows past its length are padding, as past Sq).
+    int row0;
+    const int len = bwd_seq_rows(p, b, row0);
     float acc = 0.f, l2 = INFINITY;
-    if (row < p.q_len) {
-        acc = row_delta(o, d_o, p, b, h, row, lane);
-        const float l = lse[bh * p.q_len + row];
+    if (row < len) {
+        acc = row_delta(o, d_o, p, p.seqs.cu_q != nullptr ? 0 : b, h, row0 + row, lane);
+        const float l = lse[bwd_row_base(p, b, h, row0) + row];
         if (l != -INFINITY) l2 = l * kBwdLog2e;
     }
     if (lane == 0) {
@@ -119,12 +122,13 @@ __device__ __forceinline__ void bwd_hopper_postprocess(const float* __restrict__
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * 8 + warp;
     const int h = blockIdx.y, b = blockIdx.z;
-    if (row >= p.q_len) return;
+    int row0;
+    if (row >= bwd_seq_rows(p, b, row0)) return;
     const int dk = p.dq_pitch; // the bucket
     const int half = dk / 2;
     const int r = row & 63, wi = r >> 4, g = r & 7, hi = (r >> 3) & 1;
     const float* tile = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + (row >> 6)) * 64 * dk;
-    T* dst = head_ptr(dq, p.dq_stride, b, h) + static_cast<int64_t>(row) * p.dq_stride[2];
+    T* dst = seq_head_ptr(dq, p.dq_stride, b, h, row0 + row, p.seqs.cu_q != nullptr);
     for (int c = 2 * lane; c < p.head_dim; c += 64) {
         const int w = c / half, cc = c % half;
         const int n = cc >> 3, t = (cc & 7) >> 1;
@@ -151,7 +155,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                                                   const TmaDesc* tma_do, const float* __restrict__ lse2,
                                                   const float* __restrict__ delta, float* __restrict__ dq_acc,
                                                   T* __restrict__ dk, T* __restrict__ dv,
-                                                  unsigned int* __restrict__ sems, const BwdParams& p) {
+                                                  unsigned int* __restrict__ sems, const BwdParams& p_launch) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using L = HopperBwdLayout<DK>;
     constexpr int kBM = L::kBM, kBN = L::kBN, kST = L::kStages;
@@ -178,11 +182,25 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     uint64_t* dq_empty = dq_full + kST; // dQ staging read by its reduce (the writer)
 
     // Deterministic causal runs walk the key blocks from the last one down (bwd_kernel.cuh).
-    const bool reversed = CAUSAL && p.deterministic;
+    const bool reversed = CAUSAL && p_launch.deterministic;
     const int n_blk = reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int kvh = blockIdx.y;
     const int b = blockIdx.z;
     const int tid = threadIdx.x;
+    // FEATURES: this sequence's lengths, alignment and packed row offsets (seqs.cuh). Its
+    // Q/dO and K/V tiles are TMA boxes at those offsets in the packed tensors: rows past the
+    // sequence are the next sequence's, which LSE₂ = +∞ (queries) and the key range (keys)
+    // turn into P = 0, and the epilogue drops. A key block past its keys returns at once
+    // (before any barrier: the grid is sized by the longest sequence).
+    BwdParams p = p_launch;
+    SeqRows seq_rows{0, 0};
+    if (FEATURES) {
+        seq_rows = resolve_sequence(p, b);
+        if (n_blk * kBN >= p.kv_len) return;
+    }
+    const bool packed_k = FEATURES && p.seqs.cu_k != nullptr;
+    const int qb = FEATURES && p.seqs.cu_q != nullptr ? 0 : b; // Q/dO's TMA batch coordinate
+    const int kb = packed_k ? 0 : b;                            // K/V's
     const int key0 = n_blk * kBN;
     const int q_pad = p.q_blocks * kBM;
 
@@ -223,8 +241,8 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             mbar_arrive_expect_tx(bar_kv, 2 * L::kKBytes);
 #pragma unroll
             for (int c = 0; c < L::kSub; ++c) {
-                tma_load_4d(sK + c * kBN * 128, tma_k, bar_kv, c * 64, key0, kvh, b);
-                tma_load_4d(sV + c * kBN * 128, tma_v, bar_kv, c * 64, key0, kvh, b);
+                tma_load_4d(sK + c * kBN * 128, tma_k, bar_kv, c * 64, seq_rows.k_row0 + key0, kvh, kb);
+                tma_load_4d(sV + c * kBN * 128, tma_v, bar_kv, c * 64, seq_rows.k_row0 + key0, kvh, kb);
             }
             // Q, dO, LSE₂ and Δ of each block into the ring, once the consumers freed the slot.
             for (int it = 0; it < n_iter; ++it) {
@@ -236,8 +254,9 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 mbar_arrive_expect_tx(&full[s], 2 * L::kQBytes + 2 * L::kRowBytes);
 #pragma unroll
                 for (int c = 0; c < L::kSub; ++c) {
-                    tma_load_4d(sQ + s * L::kQBytes + c * kBM * 128, tma_q, &full[s], c * 64, m0, h, b);
-                    tma_load_4d(sdO + s * L::kQBytes + c * kBM * 128, tma_do, &full[s], c * 64, m0, h, b);
+                    const int qrow = seq_rows.q_row0 + m0;
+                    tma_load_4d(sQ + s * L::kQBytes + c * kBM * 128, tma_q, &full[s], c * 64, qrow, h, qb);
+                    tma_load_4d(sdO + s * L::kQBytes + c * kBM * 128, tma_do, &full[s], c * 64, qrow, h, qb);
                 }
                 bulk_load(sLse + s * kBM, lse2 + rows, L::kRowBytes, &full[s]);
                 bulk_load(sDelta + s * kBM, delta + rows, L::kRowBytes, &full[s]);
@@ -359,7 +378,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 dscore = 1.f;
                 if (capped) {
                     sc = softcap_tanh(sc * p.feat.softcap_in);
-                    dscore = fmaf(-sc, sc, 1.f);
+                    dscore = fmaf(-sc, sc, 1.f) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
                 }
                 if (slope != 0.f) sc -= slope * fabsf(dist0 + static_cast<float>(8 * n + (e & 1) - 8 * (e >> 1)));
                 float pr = exp2f(fmaf(sc, p.scale_log2, -tLse[ql]));
@@ -505,8 +524,8 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     }
 
     // dK = scale·dK, dV: this thread's keys krow, krow + 8 × columns 8n + 2t.
-    T* dk_head = head_ptr(dk, p.dk_stride, b, kvh);
-    T* dv_head = head_ptr(dv, p.dv_stride, b, kvh);
+    T* dk_head = seq_head_ptr(dk, p.dk_stride, b, kvh, seq_rows.k_row0, packed_k);
+    T* dv_head = seq_head_ptr(dv, p.dv_stride, b, kvh, seq_rows.k_row0, packed_k);
 #pragma unroll
     for (int n = 0; n < kNO; ++n) {
 #pragma unroll

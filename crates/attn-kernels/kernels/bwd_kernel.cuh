@@ -21,8 +21,11 @@
 //   alignment); LSE, Δ and dQaccum are [Hq, total_q] like FlashAttention's varlen LSE;
 // - sliding window: a key block walks only the query blocks whose rows see one of its keys
 //   (`bwd_block_rows`), and each score is masked to its row's [lo, hi);
-// - softcap: s = tanh(x·scale/c) as the forward's, and dS gains the factor 1 − tanh²
-//   (FlashAttention-2's `calculate_dtanh`), with the softmax run at scale c;
+// - softcap: s = tanh(x·scale/c) as the forward's, and dS gains the factor (1 − tanh²)·scale/c
+//   before it is rounded, with dQ and dK then scaled by c (BwdParams::scale) instead of the
+//   softmax scale: FlashAttention-2's `calculate_dtanh` order, which attn-ref's emulation
+//   rounds at. (Rounding dS without the factor is as accurate, but its rounding errors are
+//   then independent of the emulation's, and the FA3 rule's 2× margin fails now and then.)
 // - ALiBi: the forward's bias, whose derivative is 1;
 // - sinks: in the LSE already, so P is right; their gradient is a separate pass
 //   (`bwd_dsinks`): −Σ_rows exp(sink − LSE)·Δ, summed in a fixed order.
@@ -219,9 +222,9 @@ __device__ __forceinline__ void bwd_preprocess(const T* __restrict__ o, const T*
 
 // The sinks' gradient, dsink_h = −Σ_(b, i) exp(sink_h − LSE_i)·Δ_i over the rows that see a
 // key (LSE finite), summed in a fixed order (each thread a fixed set of rows, then a tree),
-// so it is deterministic in every mode. One CTA of 256 threads per query head. Dense Δ rows
-// are `delta_pitch` apart per (batch, head): q_len for this kernel's Δ pass, the padded
-// q_blocks·64 for the Hopper one's.
+// so it is deterministic in every mode. One CTA of 256 threads per query head. Δ rows are
+// `delta_pitch` apart per (batch, head): q_len for this kernel's dense Δ pass, the padded
+// q_blocks·64 for the Hopper one's; 0 when Δ is packed like LSE (this kernel's varlen Δ).
 __device__ __forceinline__ void bwd_dsinks(const float* __restrict__ lse, const float* __restrict__ delta,
                                            float* __restrict__ dsinks, int delta_pitch, const BwdParams& p) {
     __shared__ float part[256];
@@ -232,7 +235,7 @@ __device__ __forceinline__ void bwd_dsinks(const float* __restrict__ lse, const 
         int row0;
         const int len = bwd_seq_rows(p, b, row0);
         const int64_t base = bwd_row_base(p, b, h, row0);
-        const int64_t dbase = p.seqs.cu_q != nullptr ? base : (static_cast<int64_t>(b) * p.q_heads + h) * delta_pitch;
+        const int64_t dbase = delta_pitch == 0 ? base : (static_cast<int64_t>(b) * p.q_heads + h) * delta_pitch;
         for (int r = threadIdx.x; r < len; r += 256) {
             const float l = lse[base + r];
             if (l != -INFINITY) acc += exp2f(sink2 - l * kBwdLog2e) * delta[dbase + r];
@@ -271,6 +274,8 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                                            float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv,
                                            unsigned int* __restrict__ sems, const BwdParams& p_launch) {
     using Cfg = BwdConfig<DK, BM, BN, WARPS, QSTAGES>;
+    // The general entries hold the features' state too: above D = 128 phase A stays rolled.
+    constexpr int kUnrollA = FEATURES && DK > 128 ? 1 : Cfg::kUnrollA;
     constexpr int DP = Cfg::kPitch;
     constexpr int PP = Cfg::kPPitch;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -384,7 +389,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         for (int n = 0; n < Cfg::kNA; ++n)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc_s[n][r] = acc_dp[n][r] = 0.f;
-#pragma unroll Cfg::kUnrollA
+#pragma unroll kUnrollA
         for (int kk = 0; kk < DK / 16; ++kk) {
             uint32_t ka[4], va[4];
             const int arow = 16 * kg + (lane & 15);
@@ -432,7 +437,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                         // The forward's order (score_mod.cuh): softcap, ALiBi, the mask.
                         if (p.feat.softcap_in != 0.f) {
                             s = softcap_tanh(s * p.feat.softcap_in);
-                            dscore = fmaf(-s, s, 1.f);
+                            dscore = fmaf(-s, s, 1.f) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
                         }
                         if (slope != 0.f) s -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - kglob));
                         if (needs_mask) {

@@ -15,8 +15,8 @@
 //!
 //! The forward's features (sliding window, softcap, ALiBi; sinks, whose gradient is an extra
 //! pass) run in each engine's general (`_feat`) entries, which mask and modify the scores
-//! with the forward's own code (kernels/score_mod.cuh); packed variable-length batches
-//! ([`BackwardExtras::seqs`]) run in the mma.sync kernel's.
+//! with the forward's own code (kernels/score_mod.cuh), and so do packed variable-length
+//! batches ([`BackwardExtras::seqs`]).
 
 use attn_ref::{AttnError, Causal, Problem};
 use cudarc::driver::{
@@ -178,8 +178,6 @@ pub(crate) struct BwdPlan {
     pub params: BwdParams,
     /// Runs the general (`_feat`) entry: features or packed sequences.
     pub general: bool,
-    /// Packed sequences (the mma.sync kernel only).
-    pub packed: bool,
     /// Rows of LSE, Δ and the dQ workspace: B·Hq·Sq, or Hq·total_q for packed queries.
     pub rows: usize,
 }
@@ -283,7 +281,6 @@ pub(crate) fn plan_backward(
         Causal::None | Causal::TopLeft => 0i64,
         Causal::BottomRight => s.kv_len() as i64 - s.q_len() as i64,
     };
-    let scale = problem.scale();
     let [sq, sk, sv, so, sdo] = inputs.map(|x| st(x.1));
     let [sdq, sdk, sdv] = outputs.map(|x| st(x.1));
     let params = BwdParams {
@@ -301,7 +298,9 @@ pub(crate) fn plan_backward(
         deterministic: i32::from(deterministic),
         // The softmax runs at the forward's scale (the softcap c when there is one).
         scale_log2: (softmax_scale(problem) * std::f64::consts::LOG2_E) as f32,
-        scale: scale as f32,
+        // dQ and dK's final factor: the softmax scale, or c with a softcap, whose scale/c
+        // the kernels fold into dS before rounding it (FlashAttention-2's order).
+        scale: softmax_scale(problem) as f32,
         q_stride: sq,
         k_stride: sk,
         v_stride: sv,
@@ -318,7 +317,6 @@ pub(crate) fn plan_backward(
         tile,
         params,
         general,
-        packed,
         rows: expected.lse,
     })
 }
@@ -340,10 +338,10 @@ impl FlashAttention {
     }
 
     /// [`FlashAttention::backward`] with packed variable-length sequences and/or the sinks'
-    /// gradient ([`BackwardExtras`]). Features run the engines' general (`_feat`) entries:
-    /// the wgmma kernel's where [`BackwardEngine::Auto`] takes it (dense batches on sm_90a
-    /// at buckets 64 and 128), else the mma.sync kernel's; packed sequences run on the
-    /// mma.sync kernel ([`BackwardEngine::Hopper`] refuses them).
+    /// gradient ([`BackwardExtras`]). Features and packed sequences run the engines' general
+    /// (`_feat`) entries: the wgmma kernel's where [`BackwardEngine::Auto`] takes it (sm_90a,
+    /// buckets 64 and 128), else the mma.sync kernel's. The wgmma kernel's workspaces are
+    /// padded per sequence to the longest one (B·Hq·⌈max_seqlen_q/64⌉·64 rows).
     pub fn backward_with<T: StorageType>(
         &self,
         args: Backward<'_, T>,
@@ -405,7 +403,6 @@ impl FlashAttention {
             tile,
             mut params,
             general,
-            packed,
             rows,
         } = plan_backward(
             problem,
@@ -441,18 +438,7 @@ impl FlashAttention {
             head_dim: bucket,
             ..unit0
         };
-        let hopper = if packed {
-            if options.engine == BackwardEngine::Hopper {
-                return Err(KernelError::EngineUnavailable(
-                    "the wgmma backward takes dense batches only (packed sequences run on the \
-                     mma.sync kernel): use BackwardEngine::Auto or MmaSync"
-                        .into(),
-                ));
-            }
-            false
-        } else {
-            runs_hopper_backward(options.engine, arch, bucket)?
-        };
+        let hopper = runs_hopper_backward(options.engine, arch, bucket)?;
         let smem = if hopper {
             catalog::bwd_hopper_smem_bytes(bucket)
         } else {
@@ -638,7 +624,9 @@ impl FlashAttention {
                 })
             }
             .map_err(driver("launching the backward kernel"))?;
-            (name, grid, arch_str, post, dq_acc, delta, s.q_len())
+            // Δ's rows per (batch, head): 0 when packed like LSE.
+            let pitch = if idx.cu_q.is_some() { 0 } else { s.q_len() };
+            (name, grid, arch_str, post, dq_acc, delta, pitch)
         };
 
         if let Some(ds) = dsinks.as_mut() {
@@ -780,12 +768,13 @@ mod tests {
         assert!(plan.general);
         assert_eq!(plan.params.feat.window_left, 8);
         assert_eq!(plan.params.feat.window_right, 0);
-        // The softmax runs at c (FlashAttention-2's folding); dQ/dK keep the true scale.
+        // The softmax runs at c (FlashAttention-2's folding); dS carries scale/c, so dQ/dK's
+        // final factor is c too.
         assert_eq!(
             plan.params.scale_log2,
             (30.0 * std::f64::consts::LOG2_E) as f32
         );
-        assert_eq!(plan.params.scale, p.scale() as f32);
+        assert_eq!(plan.params.scale, 30.0);
         assert_eq!(plan.params.feat.softcap_in, (p.scale() / 30.0) as f32);
     }
 

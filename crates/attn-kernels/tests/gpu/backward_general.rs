@@ -1,11 +1,13 @@
 //! The backward's general entries (`attn_bwd_*_feat`): the forward's score-modifying
 //! features (sliding window, softcap, ALiBi, sinks and the sinks' gradient) and packed
 //! variable-length batches, against the f64 reference with attn-oracle's gradient rule (the
-//! FA3 rule against `backward_emulated`, plus the gradient caps), on O and LSE from our own
-//! forward, fresh N(0,1) inputs and dO, and gradients poisoned (NaN) before the run; the
-//! sinks' gradient against the row-sum rule. Dense features run on both engines (wgmma at
-//! D 64/128 on sm_90a); varlen batches run on the mma.sync kernel and include sequences with
-//! no queries and with no keys, whose gradients must be zero.
+//! FA3 rule against `backward_emulated_with` — the emulation given the O and LSE our forward
+//! produced, so the forward's own error is on both sides — plus the gradient caps), on O and
+//! LSE from our own forward, fresh N(0,1) inputs and dO, and gradients poisoned (NaN) before the run; the
+//! sinks' gradient against the row-sum rule. Everything runs on both engines (wgmma at
+//! D 64/128 on sm_90a); varlen batches include sequences with no queries and with no keys,
+//! whose gradients must be zero, and lengths that end mid-block, so the wgmma entry's boxes
+//! read into the next sequence.
 
 use attn_kernels::{
     Backward, BackwardEngine, BackwardExtras, BackwardOptions, FlashAttention, Forward,
@@ -16,7 +18,7 @@ use attn_oracle::ToleranceRule;
 use attn_ref::{
     reference::{
         self,
-        backward::{backward_emulated, RefGrads},
+        backward::{backward_emulated_with, RefGrads},
     },
     Causal, Dtype, Features, Problem,
 };
@@ -31,12 +33,15 @@ const CAUSALS: [Causal; 3] = [Causal::None, Causal::TopLeft, Causal::BottomRight
 /// mma.sync kernel's, so an H100 run checks both.
 const ENGINES: [BackwardEngine; 2] = [BackwardEngine::Auto, BackwardEngine::MmaSync];
 
-/// Gradients as f32: dQ, dK, dV in the order of the inputs, and the sinks' gradient.
+/// Gradients as f32: dQ, dK, dV in the order of the inputs, and the sinks' gradient; and the
+/// forward's O (same order) and LSE that the backward used.
 struct Grads {
     dq: Vec<f32>,
     dk: Vec<f32>,
     dv: Vec<f32>,
     dsinks: Option<Vec<f32>>,
+    o: Vec<f32>,
+    lse: Vec<f32>,
 }
 
 /// The packed layout of a varlen run: prefix sums of the query and key lengths.
@@ -161,6 +166,8 @@ fn run<T: StorageType>(
         dk: down(&gk, kd),
         dv: down(&gv, kd),
         dsinks: sinks.then(|| s.clone_dtoh(&gs).unwrap()),
+        o: down(&o, qd),
+        lse: s.clone_dtoh(&lse).unwrap(),
     })
 }
 
@@ -176,12 +183,13 @@ fn unpack(x: &[f32], row0: usize, len: usize, heads: usize, d: usize) -> Vec<f32
 }
 
 /// The emulated backward of a packed batch, one sequence at a time (as the reference's
-/// `backward_varlen`), scattered back into the packed layout; zeros where a sequence has no
-/// queries or no keys.
+/// `backward_varlen`), from our forward's O (`[total_q, Hq, D]`) and LSE (`[Hq, total_q]`),
+/// scattered back into the packed layout; zeros where a sequence has no queries or no keys.
 fn emulated_varlen(
     p: &Problem,
     pk: &Packed,
     (q, k, v, d_o): (&[f32], &[f32], &[f32], &[f32]),
+    (o, lse): (&[f32], &[f32]),
     storage: Dtype,
 ) -> Result<RefGrads, String> {
     let shape = p.shape();
@@ -201,11 +209,16 @@ fn emulated_varlen(
         if sq == 0 || sk == 0 {
             continue;
         }
-        let one = backward_emulated(
+        let seq_lse: Vec<f32> = (0..hq)
+            .flat_map(|h| lse[h * tq + q0..][..sq].iter().copied())
+            .collect();
+        let one = backward_emulated_with(
             &p.sequence(b, sq, sk).map_err(|e| e.to_string())?,
             &unpack(q, q0, sq, hq, d),
             &unpack(k, k0, sk, hkv, d),
             &unpack(v, k0, sk, hkv, d),
+            &unpack(o, q0, sq, hq, d),
+            &seq_lse,
             &unpack(d_o, q0, sq, hq, d),
             storage,
         )
@@ -273,13 +286,13 @@ fn check<T: StorageType + attn_ref::Element>(
     let (want, emu) = match &packed {
         None => (
             reference::backward(p, &q, &k, &v, &d_o).map_err(|e| e.to_string())?,
-            backward_emulated(p, f32s.0, f32s.1, f32s.2, f32s.3, storage)
+            backward_emulated_with(p, f32s.0, f32s.1, f32s.2, &got.o, &got.lse, f32s.3, storage)
                 .map_err(|e| e.to_string())?,
         ),
         Some(pk) => (
             reference::varlen::backward_varlen(p, &pk.cu_q, &pk.cu_k, &q, &k, &v, &d_o)
                 .map_err(|e| e.to_string())?,
-            emulated_varlen(p, pk, f32s, storage)?,
+            emulated_varlen(p, pk, f32s, (&got.o, &got.lse), storage)?,
         ),
     };
     let rule = ToleranceRule::for_storage(storage.into());
@@ -504,10 +517,13 @@ fn correctness_backward_varlen() {
             ];
             for (name, f) in sets {
                 let p = problem(dims, causal).with_features(f).unwrap();
-                for deterministic in [false, true] {
+                for (deterministic, engine) in [false, true]
+                    .into_iter()
+                    .flat_map(|d| ENGINES.map(|e| (d, e)))
+                {
                     let o = BackwardOptions {
                         deterministic,
-                        ..Default::default()
+                        engine,
                     };
                     let lens = Some((&lq[..], &lk[..]));
                     both_types(&p, Layout::Bshd, lens, o, name, &mut failures, &mut runs);
@@ -631,16 +647,15 @@ fn refused(p: &Problem, options: BackwardOptions, with_dsinks: bool, kind: Layou
 #[ignore = "needs a CUDA GPU"]
 fn validation_backward_general_refusals_write_nothing() {
     let p = problem((2, 4, 2, 64, 64, 64), Causal::None);
-    // The wgmma engine takes no packed sequences (B = 1, so the dense tensors are also a
-    // valid packed batch and the engine check is what refuses it).
-    let one = problem((1, 4, 2, 64, 64, 64), Causal::None)
+    // The wgmma engine's general entries exist at buckets 64 and 128 only.
+    let wide = problem((1, 2, 2, 64, 64, 256), Causal::None)
         .with_window(8, 0)
         .unwrap();
     let hopper = BackwardOptions {
         engine: BackwardEngine::Hopper,
         ..Default::default()
     };
-    let e = refused(&one, hopper, false, Layouts::PackedQ);
+    let e = refused(&wide, hopper, false, Layouts::Dense);
     assert!(matches!(e, KernelError::EngineUnavailable(_)), "{e}");
     // dsinks without sinks.
     let e = refused(&p, BackwardOptions::default(), true, Layouts::Dense);
@@ -669,10 +684,13 @@ fn sanitize_backward_general_small() {
     let p = problem((4, 4, 2, 70, 80, 64), Causal::BottomRight)
         .with_features(f)
         .unwrap();
-    for deterministic in [false, true] {
+    for (deterministic, engine) in [false, true]
+        .into_iter()
+        .flat_map(|d| ENGINES.map(|e| (d, e)))
+    {
         let o = BackwardOptions {
             deterministic,
-            ..Default::default()
+            engine,
         };
         check::<f16>(&p, Dtype::F16, Layout::Bshd, Some((&lq, &lk)), o, "varlen").unwrap();
     }

@@ -333,13 +333,38 @@ pub fn backward_emulated(
 ) -> Result<RefGrads, AttnError> {
     let shape = *p.shape();
     shape.check_qkv_lens(q.len(), k.len(), v.len())?;
-    check_len("dO", shape.o_elems(), d_o.len())?;
     let fwd = forward_emulated(p, q, k, v, storage)?;
+    let o: Vec<f32> = fwd.o.iter().map(|&x| x as f32).collect();
+    let lse: Vec<f32> = fwd.lse.iter().map(|&x| x as f32).collect();
+    backward_emulated_with(p, q, k, v, &o, &lse, d_o, storage)
+}
+
+/// [`backward_emulated`] from a given forward's O (`[B, Hq, Sq, D]`) and LSE (`[B, Hq, Sq]`,
+/// natural log), as a backward kernel runs: the emulation of an ideal backward given the
+/// forward a kernel actually produced. A GPU test that feeds our backward the O and LSE of
+/// our forward compares it with this, so the forward's own error (which the forward's rule
+/// allows up to twice the forward emulation's) is in both sides of the gradient rule rather
+/// than in the kernel's side only. O is rounded to the storage type first.
+#[allow(clippy::too_many_arguments)] // the tensors of a backward, as `backward_with`
+pub fn backward_emulated_with(
+    p: &Problem,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &[f32],
+    lse: &[f32],
+    d_o: &[f32],
+    storage: Storage,
+) -> Result<RefGrads, AttnError> {
+    let shape = *p.shape();
+    shape.check_qkv_lens(q.len(), k.len(), v.len())?;
+    check_len("dO", shape.o_elems(), d_o.len())?;
+    check_len("O", shape.o_elems(), o.len())?;
+    check_len("LSE", shape.lse_elems(), lse.len())?;
     let round_all = |x: &[f32]| -> Vec<f32> { x.par_iter().map(|&y| storage.round(y)).collect() };
     let (q, k, v, d_o) = (round_all(q), round_all(k), round_all(v), round_all(d_o));
-    // O holds storage-type values and LSE f32 values: both narrow exactly.
-    let o: Vec<f32> = fwd.o.iter().map(|&x| x as f32).collect();
-    let lse2: Vec<f32> = fwd.lse.iter().map(|&x| x as f32 * LOG2_E).collect();
+    let o = round_all(o);
+    let lse2: Vec<f32> = lse.iter().map(|&x| x * LOG2_E).collect();
     let (sq, sk, d) = (shape.q_len(), shape.kv_len(), shape.head_dim());
     let group = shape.group_size();
     let delta: Vec<f32> = o
@@ -459,8 +484,8 @@ pub fn backward_emulated(
         dq,
         dk,
         dv,
-        o: fwd.o,
-        lse: fwd.lse,
+        o: o.iter().map(|&x| f64::from(x)).collect(),
+        lse: lse.iter().map(|&x| f64::from(x)).collect(),
         dsinks,
     })
 }
