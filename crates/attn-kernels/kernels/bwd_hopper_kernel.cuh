@@ -204,12 +204,8 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     const int key0 = n_blk * kBN;
     const int q_pad = p.q_blocks * kBM;
 
-    int i_begin = 0, i_end = p.q_blocks;
-    if (FEATURES) {
-        bwd_feature_qblocks<CAUSAL, kBM, kBN>(p, n_blk, i_begin, i_end);
-    } else if (CAUSAL) {
-        i_begin = max(0, key0 - p.diag_offset) / kBM;
-    }
+    int i_begin, i_end;
+    bwd_walk<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, i_begin, i_end);
     const int per_head = max(0, i_end - i_begin);
     const int n_iter = per_head * p.group;
     // Iteration `it` covers query head kvh·group + it / per_head, block i_begin + it % per_head.
@@ -269,17 +265,11 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 const int s = it % kST;
                 const int h = head_of(it);
                 const int qblk = qblk_of(it);
-                const int m0 = qblk * kBM;
                 mbar_wait(&dq_full[s], (it / kST) & 1);
                 float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
                 unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
-                int turn = n_blk;
-                if (FEATURES) {
-                    if (p.deterministic) turn = bwd_feature_turn<CAUSAL, kBM, kBN>(p, n_blk, qblk, reversed);
-                } else if (reversed) {
-                    const int n_max = min(static_cast<int>(gridDim.x) - 1, (m0 + kBM - 1 + p.diag_offset) / kBN);
-                    turn = n_max - n_blk;
-                }
+                const int turn =
+                    p.deterministic ? bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed) : 0;
                 if (p.deterministic) {
                     unsigned int seen;
                     do {

@@ -131,6 +131,19 @@ __device__ __forceinline__ void bwd_feature_qblocks(const BwdParams& p, int n, i
     }
 }
 
+// The query blocks [begin, end) that key block n walks, in either engine: every block, the
+// causal ones from the diagonal on, or (FEATURES) those its window reaches.
+template <bool CAUSAL, bool FEATURES, int BM, int BN>
+__device__ __forceinline__ void bwd_walk(const BwdParams& p, int n, int& begin, int& end) {
+    begin = 0;
+    end = (p.q_len + BM - 1) / BM;
+    if (FEATURES) {
+        bwd_feature_qblocks<CAUSAL, BM, BN>(p, n, begin, end);
+    } else if (CAUSAL) {
+        begin = max(0, n * BN - p.diag_offset) / BM;
+    }
+}
+
 // Deterministic turn of key block n on query block qblk in a FEATURES launch: its rank among
 // the key blocks that walk qblk, in key order (reversed: from the last one down). The blocks
 // that walk qblk are a contiguous run, since both ends of bwd_feature_qblocks are
@@ -155,6 +168,17 @@ __device__ __forceinline__ int bwd_feature_turn(const BwdParams& p, int n, int q
         if (b0 <= qblk && e0 > b0) lo = mid; else hi = mid - 1;
     }
     return lo - n;
+}
+
+// Deterministic turn of key block n on query block qblk, in either engine: key order, or from
+// the last block down when `reversed` (causal: the last key block any row of qblk sees is
+// n_max, and every block from 0 to n_max sees some row); FEATURES: bwd_feature_turn.
+template <bool CAUSAL, bool FEATURES, int BM, int BN>
+__device__ __forceinline__ int bwd_turn(const BwdParams& p, int n, int qblk, bool reversed) {
+    if (FEATURES) return bwd_feature_turn<CAUSAL, BM, BN>(p, n, qblk, reversed);
+    if (!reversed) return n;
+    const int n_max = min(static_cast<int>(gridDim.x) - 1, (qblk * BM + BM - 1 + p.diag_offset) / BN);
+    return n_max - n;
 }
 
 constexpr float kBwdLog2e = 1.4426950408889634f;
@@ -321,13 +345,8 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
 
     // Query blocks that see any key of this block: causal skips those entirely above it.
     // FEATURES: the blocks whose rows see a key of this block under the window too.
-    int i_begin = 0;
-    int n_qblk = (p.q_len + BM - 1) / BM;
-    if (FEATURES) {
-        bwd_feature_qblocks<CAUSAL, BM, BN>(p, n_blk, i_begin, n_qblk);
-    } else if (CAUSAL) {
-        i_begin = max(0, key0 - p.diag_offset) / BM;
-    }
+    int i_begin, n_qblk;
+    bwd_walk<CAUSAL, FEATURES, BM, BN>(p, n_blk, i_begin, n_qblk);
     const int per_head = max(0, n_qblk - i_begin);
     const int n_iter = per_head * p.group;
 
@@ -505,17 +524,9 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             }
         }
         unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
-        int turn = n_blk;
-        if (FEATURES) {
-            if (p.deterministic) turn = bwd_feature_turn<CAUSAL, BM, BN>(p, n_blk, qblk, reversed);
-        } else if (reversed) {
-            const int n_max = min(static_cast<int>(gridDim.x) - 1, (m0 + BM - 1 + p.diag_offset) / BN);
-            turn = n_max - n_blk;
-        }
+        const int turn = p.deterministic ? bwd_turn<CAUSAL, FEATURES, BM, BN>(p, n_blk, qblk, reversed) : 0;
         if (p.deterministic) {
-            // Wait for the key blocks that add before this one: without a mask, blocks
-            // 0..n_blk−1; causal, blocks n_max..n_blk+1, where n_max is the last key block any
-            // row of this query block sees (every block from 0 to n_max sees some row).
+            // Wait for the key blocks that add before this one (bwd_turn's order).
             if (tid == 0) {
                 unsigned int seen;
                 do {
