@@ -87,6 +87,11 @@ pub struct Args {
     /// (`[B,S,H,D]`, strided heads). SDPA always runs on contiguous `[B,H,S,D]`.
     #[arg(long, value_enum, default_value = "bhsd")]
     layout: crate::flags::LayoutArg,
+    /// How the Hopper engine's launches (f16/bf16 and FP8) cover their work items: `auto`
+    /// (persistent CTAs where the entry walks items), `grid` (one CTA per query block) or
+    /// `persistent`.
+    #[arg(long, value_enum, default_value = "auto")]
+    schedule: crate::flags::ScheduleArg,
 }
 
 /// An FP8 config: a Hopper-engine tile (`wg128_128_s2_ia`, for the `hopper` variant) or one
@@ -282,6 +287,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.splits.is_some() {
         config.splits = args.splits;
     }
+    config.schedule = args.schedule.into();
     let layout = attn_kernels::Layout::from(args.layout);
     // SAFETY: the benchmark issues all its work on one stream, so cudarc's cross-stream
     // event tracking is not needed; without it, no event records enter the timed region or
@@ -297,7 +303,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             // FP8 only: the f16 launches would be profiled too.
             let fp8_config = args.fp8_config.as_deref().map(fp8_config_arg).transpose()?;
             for &v in &fp8_variants {
-                time_fp8(&gpu, shape, v, fp8_config, 5, 1)?;
+                time_fp8(&gpu, shape, v, fp8_config, args.schedule.into(), 5, 1)?;
             }
         }
         return Ok(());
@@ -355,7 +361,15 @@ fn bench(
     for &variant in fp8_variants {
         for shape in shapes {
             let fp8_config = args.fp8_config.as_deref().map(fp8_config_arg).transpose()?;
-            let t = time_fp8(gpu, shape, variant, fp8_config, args.warmup, args.samples)?;
+            let t = time_fp8(
+                gpu,
+                shape,
+                variant,
+                fp8_config,
+                args.schedule.into(),
+                args.warmup,
+                args.samples,
+            )?;
             let name = format!("{}-fp8-{variant}", shape.name());
             write_csv(
                 &args
@@ -646,6 +660,7 @@ fn time_fp8(
     shape: &BenchShape,
     variant: Fp8Variant,
     config: Option<Fp8ConfigArg>,
+    schedule: attn_kernels::TileSchedule,
     warmup: usize,
     samples: usize,
 ) -> anyhow::Result<OurTiming> {
@@ -675,6 +690,7 @@ fn time_fp8(
     }
     let mut lse = stream.alloc_zeros::<f32>(s.lse_elems())?;
     let opts = Fp8Options {
+        schedule,
         hopper: match config {
             Some(Fp8ConfigArg::Hopper(t)) => Some(t),
             _ => None,

@@ -59,6 +59,27 @@ impl From<LayoutArg> for attn_kernels::Layout {
     }
 }
 
+/// `--schedule`: how a Hopper launch covers its work items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScheduleArg {
+    /// Persistent where the entry walks items, one CTA per item elsewhere.
+    Auto,
+    /// One CTA per item.
+    Grid,
+    /// One CTA per SM, each walking items (an error where the entry cannot).
+    Persistent,
+}
+
+impl From<ScheduleArg> for attn_kernels::TileSchedule {
+    fn from(s: ScheduleArg) -> Self {
+        match s {
+            ScheduleArg::Auto => attn_kernels::TileSchedule::Auto,
+            ScheduleArg::Grid => attn_kernels::TileSchedule::Grid,
+            ScheduleArg::Persistent => attn_kernels::TileSchedule::Persistent(None),
+        }
+    }
+}
+
 /// `--dtype`: one storage type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DtypeArg {

@@ -421,6 +421,7 @@ fn run_fp8(
     let gpu = gpu()?;
     let variant = gpu.fp8_default_variant();
     let opts = attn_kernels::Fp8Options {
+        schedule: Default::default(),
         hopper: None,
         config: config
             .map(|name| {

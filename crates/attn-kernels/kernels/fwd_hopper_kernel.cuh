@@ -58,7 +58,8 @@ template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2> struc
     static constexpr int kKBytes = BN * kSubTiles * kRowBytes; // one K stage
     static constexpr int kVBytes = FP8 ? DK * BN : kKBytes;    // one V (FP8: Vᵀ) stage
     static constexpr int kBarOffset = kQBytes + STAGES * (kKBytes + kVBytes);
-    static constexpr int kBarriers = 1 + 4 * STAGES; // Q full; K full, V full, K empty, V empty per stage
+    // Q full, Q empty; K full, V full, K empty, V empty per stage.
+    static constexpr int kBarriers = 2 + 4 * STAGES;
     // 1024 bytes of slack for aligning the base; the launcher's size (src/catalog.rs
     // `hopper_smem_bytes`) is this.
     static constexpr int kSmemBytes = 1024 + kBarOffset + 8 * kBarriers;
@@ -84,6 +85,76 @@ template <bool B> struct BoolConst {
     static constexpr bool value = B;
 };
 
+// The work a launch covers: items w = x + tiles_x·(h + heads·b) over the query blocks (or a
+// flat grid's blocks) x, query heads h and batches b, x fastest. A launch of one CTA per item
+// is the classic grid; a persistent launch (FlashAttention-3's tile scheduler,
+// hopper/tile_scheduler.hpp) starts fewer CTAs, each striding over the items by gridDim.x,
+// so that the producer loads the next item's K/V tiles while the consumers finish the
+// current one and write its output, and no CTA pays a launch, barrier set-up and pipeline
+// fill per item. Mirrored by src/hopper.rs `HopperSched`.
+struct HopperSched {
+    int tiles_x; // query blocks (or flat-grid blocks) per (head, batch)
+    int heads;   // query heads
+    int items;   // tiles_x · heads · batches (≤ 2^31 − 1, checked on the host)
+};
+
+// One work item: its query block and head/batch, its sequence's parameters and rows, and the
+// key tiles it walks. `valid` is false for a flat-grid block past the last sequence's or a
+// block past its sequence's end: every thread of the CTA skips it alike.
+struct HopperItem {
+    int m_block, h, b;
+    SeqRows rows;
+    int t_begin, n_tiles, all_lo, all_hi;
+    bool valid;
+};
+
+template <bool CAUSAL, bool FEATURES, bool kSeqs, int kBM, int BN>
+__device__ __forceinline__ HopperItem hopper_item(int w, const HopperSched& sched, const FwdParams& p_in,
+                                                  FwdParams& seq_p) {
+    HopperItem it{};
+    const int x = w % sched.tiles_x;
+    const int rest = w / sched.tiles_x;
+    it.h = rest % sched.heads;
+    it.b = rest / sched.heads;
+    // Causal grids run the longest query blocks first, so the short ones fill the tail.
+    it.m_block = CAUSAL ? sched.tiles_x - 1 - x : x;
+    it.rows = SeqRows{0, 0};
+    it.valid = true;
+    if constexpr (kSeqs) {
+        // resolve_sequence rewrites these three; the rest of seq_p is p_in's, copied once
+        // outside the item loop (a whole copy per item kept it in local memory).
+        seq_p.q_len = p_in.q_len;
+        seq_p.kv_len = p_in.kv_len;
+        seq_p.diag_offset = p_in.diag_offset;
+        // This item's sequence (its lengths, causal alignment and row offsets). Packed queries
+        // run a flat grid whose x enumerates every sequence's query blocks (seqs.cuh,
+        // flat_query_block); otherwise the grid covers the longest sequence, so a block past
+        // this one's end has nothing to do.
+        if (p_in.seqs.flat_block_m != 0) {
+            int local, count;
+            if (!flat_query_block(p_in, x, it.b, local, count)) {
+                it.valid = false;
+                return it;
+            }
+            it.m_block = CAUSAL ? count - 1 - local : local;
+        }
+        it.rows = resolve_sequence(seq_p, it.b);
+        if (it.m_block * kBM >= seq_p.q_len) {
+            it.valid = false;
+            return it;
+        }
+    }
+    // Key tiles [t_begin, t_begin + n_tiles); FEATURES: the keys all rows see, [all_lo, all_hi).
+    const int m0 = it.m_block * kBM;
+    if constexpr (FEATURES) {
+        key_tile_range<CAUSAL, kBM, BN>(m0, seq_p, it.t_begin, it.n_tiles, it.all_lo, it.all_hi);
+    } else {
+        it.t_begin = 0;
+        it.n_tiles = key_tiles_for_block<CAUSAL, kBM, BN>(m0, seq_p);
+    }
+    return it;
+}
+
 // T: the output type (and the input type unless FP8). FP8: E4M3 Q, K, Vᵀ with per-head
 // scales [B, H] (q_scale, k_scale, v_scale; null otherwise), folded as the FP8 mma.sync and
 // wgmma kernels do: Q·K's descale into the softmax scale, P multiplied by 2⁸ before its E4M3
@@ -103,13 +174,18 @@ template <bool B> struct BoolConst {
 // the masks of the dense entries and none of the features' state, so that a wide tile whose
 // registers the features overflow (D = 128's 176-key ping-pong tile spills 52 bytes with them,
 // CUDA 13.0) still runs varlen batches and KV caches.
+// Items (HopperSched): the producer and the consumers walk the same items in the same order
+// and count the K/V ring's stages across them (`ring`), so the ring's barriers run on from one
+// item to the next; Q has a "full" barrier whose phase is the item's parity and an "empty"
+// one the consumers arrive on once the epilogue is done with the Q tile (its staging area).
 template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA, bool FP8,
-          bool FEATURES = false, int CONSUMERS = 2, bool SEQS = false>
+          bool FEATURES = false, int CONSUMERS = 2, bool SEQS = false, bool PERSISTENT = false>
 __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __restrict__ lse, const TmaDesc* tma_q,
                                                   const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const float* __restrict__ q_scale,
                                                   const float* __restrict__ k_scale,
-                                                  const float* __restrict__ v_scale, const FwdParams& p_in) {
+                                                  const float* __restrict__ v_scale, const FwdParams& p_in,
+                                                  const HopperSched& sched) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using L = HopperFwdLayout<DK, BN, STAGES, FP8, CONSUMERS>;
     constexpr int kBM = L::kBM;
@@ -131,45 +207,36 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     // softmax before P·V frees the V slot, so the next K load starts that much earlier.
     uint64_t* empty_k = full_v + STAGES;
     uint64_t* empty_v = empty_k + STAGES;
+    uint64_t* empty_q = empty_v + STAGES;
 
-    // Causal grids run the longest query blocks first, so the short ones fill the tail.
-    int m_block = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int h = blockIdx.y;
-    int b = blockIdx.z;
     static_assert(!(FEATURES && FP8), "the FP8 kernels take no features");
     static_assert(!(SEQS && (FP8 || FEATURES)), "SEQS: the layouts without the features");
     constexpr bool kSeqs = FEATURES || SEQS; // this entry resolves sequence layouts
-    // kSeqs: this CTA's sequence (its lengths, causal alignment and row offsets). Packed
-    // queries run a flat grid whose x enumerates every sequence's query blocks (seqs.cuh,
-    // flat_query_block); otherwise the grid covers the longest sequence, so a block past this
-    // one's end has nothing to do.
-    FwdParams seq_p = p_in;
-    SeqRows rows{0, 0};
-    if constexpr (kSeqs) {
-        if (p_in.seqs.flat_block_m != 0) {
-            int local, count;
-            if (!flat_query_block(p_in, blockIdx.x, b, local, count)) return; // past the last block
-            m_block = CAUSAL ? count - 1 - local : local;
-        }
-        rows = resolve_sequence(seq_p, b);
-        if (m_block * kBM >= seq_p.q_len) return; // the whole CTA, before any barrier
-    }
-    const int m0 = m_block * kBM;
-    const FwdParams& p = seq_p;
-    const int q_batch = kSeqs && p.seqs.cu_q != nullptr ? 0 : b; // packed: one batch of rows
-    const int k_batch = kSeqs && p.seqs.cu_k != nullptr ? 0 : b;
-    // Key tiles [t_begin, t_begin + n_tiles); FEATURES: the keys all rows see, [all_lo, all_hi).
-    int t_begin = 0, n_tiles, all_lo = 0, all_hi = 0;
-    if constexpr (FEATURES) {
-        key_tile_range<CAUSAL, kBM, BN>(m0, p, t_begin, n_tiles, all_lo, all_hi);
-    } else {
-        n_tiles = key_tiles_for_block<CAUSAL, kBM, BN>(m0, p);
-    }
+    // PERSISTENT entries walk their items (HopperSched); the others run one item per CTA,
+    // resolved before the producer gives up its registers. The catalog
+    // (src/catalog.rs, `hopper_persistent`) picks the entries that walk: dense, non-causal
+    // tiles whose producer fits the item loop in its 24 registers (D = 256's four sub-tiles
+    // and the 3-consumer tiles spilled with it; sequences resolved per item spilled 200+
+    // bytes), so that causal grids keep the hardware's dynamic order of their uneven blocks.
+    constexpr bool kPersistent = PERSISTENT;
+    static_assert(!(PERSISTENT && kSeqs), "sequence and feature entries run one item per CTA");
     const int warpgroup = threadIdx.x >> 7;
-    const int kvh = h / p.group;
+    if (static_cast<int>(blockIdx.x) >= sched.items) return; // no work (an empty launch's one CTA)
+    FwdParams seq_p = p_in;
+    HopperItem first{};
+    if constexpr (!kPersistent) {
+        first = hopper_item<CAUSAL, FEATURES, kSeqs, kBM, BN>(blockIdx.x, sched, p_in, seq_p);
+        if (!first.valid) return; // the whole CTA, before any barrier
+    }
+    // This CTA's next item (a non-persistent launch: its one item, `first`).
+    auto next_item = [&](int w) {
+        if constexpr (kPersistent) return hopper_item<CAUSAL, FEATURES, kSeqs, kBM, BN>(w, sched, p_in, seq_p);
+        else return first;
+    };
 
     if (threadIdx.x == 0) {
         mbar_init(bar_q, 1);
+        mbar_init(empty_q, L::kConsumerWarps);
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full_k[s], 1);
@@ -182,88 +249,108 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     __syncthreads();
 
     if (warpgroup == 0) {
-        // Producer: one thread drives TMA; the other 127 only give their registers back.
+        // Producer: one thread drives TMA (a paged cache: the first warp); the others only
+        // give their registers back.
         setmaxnreg_dec<L::kProducerRegs>();
-        // The descriptors' prefetch and the Q tile, issued once by the thread that loads.
-        auto load_q_tile = [&]() {
+        const bool paged = kSeqs && !FP8 && p_in.seqs.block_table != nullptr;
+        if (paged ? threadIdx.x >= 32 : threadIdx.x != 0) return;
+        if (threadIdx.x == 0) {
             tma_prefetch_desc(tma_q);
             tma_prefetch_desc(tma_k);
             tma_prefetch_desc(tma_v);
-            mbar_arrive_expect_tx(bar_q, L::kQBytes);
-#pragma unroll
-            for (int c = 0; c < L::kSubTiles; ++c)
-                tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * L::kColsPerSub, rows.q_row0 + m0, h,
-                            q_batch);
-        };
-        if constexpr (kSeqs && !FP8) {
-            if (p.seqs.block_table != nullptr) {
-                // A paged cache (FlashAttention-3 reads pages with per-thread copies in its
-                // producer; here TMA still moves them): a key tile spans pages, so it arrives
-                // in boxes of `box` rows, gcd(BN, page size) (the host encodes K and V boxes
-                // of that height), each inside one page. Lane i of the producer warp looks
-                // up box i's page and issues its copies, so the table reads of a tile overlap.
-                if (threadIdx.x >= 32) return;
-                const int lane_p = threadIdx.x;
-                const int* table = p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks;
-                const int page_size = p.seqs.page_size;
-                int box = BN, rest = page_size; // Euclid: gcd(BN, page size)
-                while (rest != 0) {
-                    const int t = box % rest;
-                    box = rest;
-                    rest = t;
-                }
-                if (lane_p == 0) load_q_tile();
-                // This lane's box: rows [lane·box, lane·box + box) of every tile (none past BN).
-                const bool has_box = lane_p * box < BN;
-                const int box_off = lane_p * box * L::kRowBytes; // = lane·box·128 in K and V
-                // Box (page, row in page) of tile j; keys past the sequence's (whose table
-                // slots may not exist) read page 0: the mask drops them and the consumers zero
-                // V's tail rows. Looked up one tile ahead, so the table read's latency hides
-                // under the wait for the next free stage.
-                int page = 0, row = 0;
-                auto lookup = [&](int j) {
-                    const int key = (t_begin + j) * BN + lane_p * box;
-                    page = 0;
-                    row = 0;
-                    if (has_box && j < n_tiles && key < p.kv_len) {
-                        const int slot = key / page_size;
-                        page = page_of(table, slot, p.seqs.num_blocks);
-                        row = key - slot * page_size;
-                    }
-                };
-                lookup(0);
-                for (int j = 0; j < n_tiles; ++j) {
-                    const int s = j % STAGES;
-                    const uint32_t parity = ((j / STAGES) & 1) ^ 1;
-                    const int page_j = page, row_j = row;
-                    lookup(j + 1);
-                    mbar_wait(&empty_k[s], parity);
-                    if (lane_p == 0) mbar_arrive_expect_tx(&full_k[s], L::kKBytes);
-                    __syncwarp();
-                    if (has_box) {
-#pragma unroll
-                        for (int c = 0; c < L::kSubTiles; ++c)
-                            tma_load_4d(sK + s * L::kKBytes + c * BN * L::kRowBytes + box_off, tma_k, &full_k[s],
-                                        c * L::kColsPerSub, row_j, kvh, page_j);
-                    }
-                    mbar_wait(&empty_v[s], parity);
-                    if (lane_p == 0) mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
-                    __syncwarp();
-                    if (has_box) {
-#pragma unroll
-                        for (int c = 0; c < L::kSubTiles; ++c)
-                            tma_load_4d(sV + s * L::kVBytes + c * BN * 128 + box_off, tma_v, &full_v[s], c * 64,
-                                        row_j, kvh, page_j);
-                    }
-                }
-                return;
-            }
         }
-        if (threadIdx.x == 0) {
+        uint32_t ring = 0; // K/V stages filled for the items before this one
+        int n_items = 0;   // items of this CTA so far
+        // One item's Q tile and key tiles.
+        auto produce = [&](const HopperItem& item) {
+            const FwdParams& p = seq_p;
+            const int h = item.h, b = item.b, t_begin = item.t_begin, n_tiles = item.n_tiles;
+            const int m0 = item.m_block * kBM;
+            const SeqRows rows = item.rows;
+            const int q_batch = kSeqs && p.seqs.cu_q != nullptr ? 0 : b; // packed: one batch of rows
+            const int k_batch = kSeqs && p.seqs.cu_k != nullptr ? 0 : b;
+            const int kvh = h / p.group;
+            // The Q tile, once the consumers' epilogue of the previous item has left it.
+            auto load_q_tile = [&]() {
+                if (n_items > 0) mbar_wait(empty_q, (n_items - 1) & 1);
+                mbar_arrive_expect_tx(bar_q, L::kQBytes);
+#pragma unroll
+                for (int c = 0; c < L::kSubTiles; ++c)
+                    tma_load_4d(sQ + c * kBM * L::kRowBytes, tma_q, bar_q, c * L::kColsPerSub, rows.q_row0 + m0, h,
+                                q_batch);
+            };
+            if constexpr (kSeqs && !FP8) {
+                if (paged) {
+                    // A paged cache (FlashAttention-3 reads pages with per-thread copies in its
+                    // producer; here TMA still moves them): a key tile spans pages, so it
+                    // arrives in boxes of `box` rows, gcd(BN, page size) (the host encodes K
+                    // and V boxes of that height), each inside one page. Lane i of the
+                    // producer warp looks up box i's page and issues its copies, so the table
+                    // reads of a tile overlap.
+                    const int lane_p = threadIdx.x;
+                    const int* table = p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks;
+                    const int page_size = p.seqs.page_size;
+                    int box = BN, rest = page_size; // Euclid: gcd(BN, page size)
+                    while (rest != 0) {
+                        const int t = box % rest;
+                        box = rest;
+                        rest = t;
+                    }
+                    if (lane_p == 0) load_q_tile();
+                    // This lane's box: rows [lane·box, lane·box + box) of every tile (none past BN).
+                    const bool has_box = lane_p * box < BN;
+                    const int box_off = lane_p * box * L::kRowBytes; // = lane·box·128 in K and V
+                    // Box (page, row in page) of tile j; keys past the sequence's (whose table
+                    // slots may not exist) read page 0: the mask drops them and the consumers
+                    // zero V's tail rows. Looked up one tile ahead, so the table read's latency
+                    // hides under the wait for the next free stage.
+                    int page = 0, row = 0;
+                    auto lookup = [&](int j) {
+                        const int key = (t_begin + j) * BN + lane_p * box;
+                        page = 0;
+                        row = 0;
+                        if (has_box && j < n_tiles && key < p.kv_len) {
+                            const int slot = key / page_size;
+                            page = page_of(table, slot, p.seqs.num_blocks);
+                            row = key - slot * page_size;
+                        }
+                    };
+                    lookup(0);
+                    for (int j = 0; j < n_tiles; ++j) {
+                        const uint32_t g = ring + j;
+                        const int s = g % STAGES;
+                        const uint32_t parity = ((g / STAGES) & 1) ^ 1;
+                        const int page_j = page, row_j = row;
+                        lookup(j + 1);
+                        mbar_wait(&empty_k[s], parity);
+                        if (lane_p == 0) mbar_arrive_expect_tx(&full_k[s], L::kKBytes);
+                        __syncwarp();
+                        if (has_box) {
+#pragma unroll
+                            for (int c = 0; c < L::kSubTiles; ++c)
+                                tma_load_4d(sK + s * L::kKBytes + c * BN * L::kRowBytes + box_off, tma_k, &full_k[s],
+                                            c * L::kColsPerSub, row_j, kvh, page_j);
+                        }
+                        mbar_wait(&empty_v[s], parity);
+                        if (lane_p == 0) mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
+                        __syncwarp();
+                        if (has_box) {
+#pragma unroll
+                            for (int c = 0; c < L::kSubTiles; ++c)
+                                tma_load_4d(sV + s * L::kVBytes + c * BN * 128 + box_off, tma_v, &full_v[s], c * 64,
+                                            row_j, kvh, page_j);
+                        }
+                    }
+                    ring += n_tiles;
+                    ++n_items;
+                    return;
+                }
+            }
             load_q_tile();
             for (int j = 0; j < n_tiles; ++j) {
-                const int s = j % STAGES;
-                const uint32_t use = j / STAGES;
+                const uint32_t g = ring + j;
+                const int s = g % STAGES;
+                const uint32_t use = g / STAGES;
                 unsigned char* k_dst = sK + s * L::kKBytes;
                 unsigned char* v_dst = sV + s * L::kVBytes;
                 mbar_wait(&empty_k[s], (use & 1) ^ 1); // the consumers released its last use
@@ -284,6 +371,13 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                                     kvh, k_batch);
                 }
             }
+            ring += n_tiles;
+            ++n_items;
+        };
+        if constexpr (kPersistent) {
+            for (int w = blockIdx.x; w < sched.items; w += gridDim.x) produce(next_item(w));
+        } else {
+            produce(first);
         }
         return;
     }
@@ -294,226 +388,250 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     const int warp_row0 = ((threadIdx.x >> 5) & 3) * 16; // this warp's rows within its 64
     const int g = lane >> 2;
     const int t = lane & 3;
-    const int row_base = m0 + cw * 64;
-    const int lim_block = visible_keys<CAUSAL>(m0, p);
-    const int lim_lo = visible_keys<CAUSAL>(row_base + warp_row0 + g, p);
-    const int lim_hi = visible_keys<CAUSAL>(row_base + warp_row0 + g + 8, p);
-    const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f; // FEATURES: this head's ALiBi slope
     const uint32_t q_addr = smem_addr(sQ) + cw * 64 * L::kRowBytes;
-    const float scale_log2 =
-        FP8 ? p.scale_log2 * q_scale[b * p.q_heads + h] * k_scale[b * p.kv_heads + kvh] : p.scale_log2;
-
-    float acc_o[kNO][4];
-#pragma unroll
-    for (int n = 0; n < kNO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
-    OnlineSoftmax<kNT, kNO> softmax;
-    softmax.init();
-    float acc_s[kNT][4];
-
-    // S = Q·Kᵀ of key tile j: k-step kk reads 16 columns of sub-tile kk / 4 (32 bytes each).
-    auto issue_qk = [&](int j) {
-        const int s = j % STAGES;
-        mbar_wait(&full_k[s], (j / STAGES) & 1);
-        const uint32_t k_addr = smem_addr(sK + s * L::kKBytes);
-        wgmma_fence();
-        if constexpr (FP8) {
-            // k-step kk reads 32 bytes of sub-tile kk / 4 (one 128-byte span holds 4 k-steps).
-            constexpr int kRB = L::kRowBytes;
-#pragma unroll
-            for (int kk = 0; kk < DK / 32; ++kk) {
-                const int c = kk / 4;
-                const int w = (kk % 4) * 32;
-                wgmma_e4m3_ss<BN>(acc_s, wgmma_desc<kRB>(q_addr + c * kBM * kRB + w),
-                                  wgmma_desc<kRB>(k_addr + c * BN * kRB + w), kk > 0);
-            }
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < DK / 16; ++kk) {
-                const int c = kk / 4;
-                const int w = (kk % 4) * 32;
-                Wgmma16<T, BN>::ss(acc_s, wgmma_desc<128>(q_addr + c * kBM * 128 + w),
-                                   wgmma_desc<128>(k_addr + c * BN * 128 + w), kk > 0);
-            }
-        }
-    };
-    // FEATURES with a sequence layout: V rows past the sequence's keys in its last tile hold
-    // other data (see above); consumer threads zero them (whole 128-byte rows, so the swizzle
-    // does not matter) before any P·V reads the tile. Without ping-pong every consumer
-    // thread takes a share and they all meet. Under PINGPONG the consumers are in different
-    // turns, so consumer 0 clears alone, inside its turn: the turns go 0, 1, .. for every
-    // tile, so its P·V(j) is the tile's first; a barrier of its own warpgroup orders its own
-    // reads, and handing the turn on (a named barrier: the writes before it are visible to
-    // the threads it releases) orders the other consumers'. Uniform over the CTA: it depends
-    // on p and j only.
-    const bool clear_v_tail =
-        kSeqs && (p.seqs.cu_k != nullptr || p.seqs.seqused_k != nullptr || p.seqs.block_table != nullptr);
-    constexpr int kClearThreads = PINGPONG ? 128 : 128 * CONSUMERS;
-    auto clear_v_rows = [&](int j, unsigned char* v_tile) {
-        const int first = p.kv_len - (t_begin + j) * BN; // the tile's first row past the keys
-        if (!clear_v_tail || j + 1 != n_tiles || first >= BN) return;
-        if (PINGPONG && cw != 0) return;
-        const int lo = first < 0 ? 0 : first;
-        const int chunks = L::kSubTiles * (BN - lo) * 8; // 16-byte chunks
-        for (int i = threadIdx.x - 128; i < chunks; i += kClearThreads) {
-            const int c = i / ((BN - lo) * 8);
-            const int r = i % ((BN - lo) * 8);
-            *reinterpret_cast<uint4*>(v_tile + c * BN * 128 + lo * 128 + r * 16) = make_uint4(0, 0, 0, 0);
-        }
-        fence_proxy_async_smem(); // generic-proxy writes before wgmma's async-proxy reads
-        named_barrier_sync(kBarVClear, kClearThreads);
-    };
-    // O += P·V of key tile j: k-step kk reads keys 16kk.. (16 rows of 128 bytes per sub-tile).
-    auto issue_pv = [&](int j, const uint32_t (&pa)[kKP][4]) {
-        const int s = j % STAGES;
-        mbar_wait(&full_v[s], (j / STAGES) & 1);
-        if constexpr (kSeqs) clear_v_rows(j, sV + s * L::kVBytes);
-        const uint32_t v_addr = smem_addr(sV + s * L::kVBytes);
-        wgmma_fence_operands(acc_o);
-        wgmma_fence();
-        if constexpr (FP8) {
-            // Vᵀ is K-major (rows of BN key bytes): k-step kk reads keys 32kk.. of every row.
-#pragma unroll
-            for (int kk = 0; kk < kKP; ++kk) wgmma_e4m3_rs<DK>(acc_o, pa[kk], wgmma_desc<BN>(v_addr + kk * 32));
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < kKP; ++kk)
-                Wgmma16<T, DK>::rs(acc_o, pa[kk], wgmma_desc_mn128(v_addr + kk * 16 * 128, BN * 128));
-        }
-    };
-    auto release_k = [&](int j) {
-        if (lane == 0) mbar_arrive(&empty_k[j % STAGES]);
-    };
-    auto release_v = [&](int j) {
-        if (lane == 0) mbar_arrive(&empty_v[j % STAGES]);
-    };
     // PINGPONG: consumer cw waits for its turn on my_bar and hands it to the next one.
     const int my_bar = kBarSchedBase + cw;
     const int other_bar = kBarSchedBase + (cw + 1 == CONSUMERS ? 0 : cw + 1);
+    uint32_t ring = 0; // K/V stages consumed by the items before this one
+    int n_items = 0;   // items of this CTA so far
+    // One item: the mainloop over its key tiles, then its output.
+    auto consume = [&](const HopperItem& item) {
+        const FwdParams& p = seq_p;
+        const int h = item.h, b = item.b, t_begin = item.t_begin, n_tiles = item.n_tiles;
+        const int all_lo = item.all_lo, all_hi = item.all_hi;
+        const int m0 = item.m_block * kBM;
+        const SeqRows rows = item.rows;
+        const int q_batch = kSeqs && p.seqs.cu_q != nullptr ? 0 : b; // packed: one batch of rows
+        const int kvh = h / p.group;
+        const int row_base = m0 + cw * 64;
+        const int lim_block = visible_keys<CAUSAL>(m0, p);
+        const int lim_lo = visible_keys<CAUSAL>(row_base + warp_row0 + g, p);
+        const int lim_hi = visible_keys<CAUSAL>(row_base + warp_row0 + g + 8, p);
+        const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f; // FEATURES: this head's ALiBi slope
+        const float scale_log2 =
+            FP8 ? p.scale_log2 * q_scale[b * p.q_heads + h] * k_scale[b * p.kv_heads + kvh] : p.scale_log2;
 
-    // P of one tile as A operands: n-tiles 2kk and 2kk+1 of the accumulator are k-step kk's
-    // m16k16 fragment (the same identity the mma.sync kernel uses).
-    // FP8: k32 fragments of E4M3 codes; Vᵀ's key permutation (fp8_prep.cuh) makes the
-    // values this thread holds the operand it needs (as in fwd_fp8_wgmma_kernel.cuh).
-    uint32_t pa[kKP][4];
-    auto convert_p = [&]() {
+        float acc_o[kNO][4];
 #pragma unroll
-        for (int kk = 0; kk < kKP; ++kk) {
+        for (int n = 0; n < kNO; ++n) acc_o[n][0] = acc_o[n][1] = acc_o[n][2] = acc_o[n][3] = 0.f;
+        OnlineSoftmax<kNT, kNO> softmax;
+        softmax.init();
+        float acc_s[kNT][4];
+
+        // S = Q·Kᵀ of key tile j: k-step kk reads 16 columns of sub-tile kk / 4 (32 bytes each).
+        auto issue_qk = [&](int j) {
+            const int s = (ring + j) % STAGES;
+            mbar_wait(&full_k[s], ((ring + j) / STAGES) & 1);
+            const uint32_t k_addr = smem_addr(sK + s * L::kKBytes);
+            wgmma_fence();
             if constexpr (FP8) {
-                pack_p_e4m3_k32(pa[kk], acc_s, kk);
+                // k-step kk reads 32 bytes of sub-tile kk / 4 (one 128-byte span holds 4 k-steps).
+                constexpr int kRB = L::kRowBytes;
+#pragma unroll
+                for (int kk = 0; kk < DK / 32; ++kk) {
+                    const int c = kk / 4;
+                    const int w = (kk % 4) * 32;
+                    wgmma_e4m3_ss<BN>(acc_s, wgmma_desc<kRB>(q_addr + c * kBM * kRB + w),
+                                      wgmma_desc<kRB>(k_addr + c * BN * kRB + w), kk > 0);
+                }
             } else {
-                pa[kk][0] = StorageTraits<T>::pack(acc_s[2 * kk][0], acc_s[2 * kk][1]);
-                pa[kk][1] = StorageTraits<T>::pack(acc_s[2 * kk][2], acc_s[2 * kk][3]);
-                pa[kk][2] = StorageTraits<T>::pack(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
-                pa[kk][3] = StorageTraits<T>::pack(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+#pragma unroll
+                for (int kk = 0; kk < DK / 16; ++kk) {
+                    const int c = kk / 4;
+                    const int w = (kk % 4) * 32;
+                    Wgmma16<T, BN>::ss(acc_s, wgmma_desc<128>(q_addr + c * kBM * 128 + w),
+                                       wgmma_desc<128>(k_addr + c * BN * 128 + w), kk > 0);
+                }
             }
-        }
-    };
-    auto mask_tile = [&](int j) {
-        const int key0 = (t_begin + j) * BN;
-        if constexpr (FEATURES) {
-            features_and_mask<kNT, CAUSAL, BN>(acc_s, key0, row_base + warp_row0 + g, all_lo, all_hi, slope, p, t);
-        } else {
-            if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
-        }
-    };
+        };
+        // FEATURES with a sequence layout: V rows past the sequence's keys in its last tile hold
+        // other data (see above); consumer threads zero them (whole 128-byte rows, so the swizzle
+        // does not matter) before any P·V reads the tile. Without ping-pong every consumer
+        // thread takes a share and they all meet. Under PINGPONG the consumers are in different
+        // turns, so consumer 0 clears alone, inside its turn: the turns go 0, 1, .. for every
+        // tile, so its P·V(j) is the tile's first; a barrier of its own warpgroup orders its own
+        // reads, and handing the turn on (a named barrier: the writes before it are visible to
+        // the threads it releases) orders the other consumers'. Uniform over the CTA: it depends
+        // on p and j only.
+        const bool clear_v_tail =
+            kSeqs && (p.seqs.cu_k != nullptr || p.seqs.seqused_k != nullptr || p.seqs.block_table != nullptr);
+        constexpr int kClearThreads = PINGPONG ? 128 : 128 * CONSUMERS;
+        auto clear_v_rows = [&](int j, unsigned char* v_tile) {
+            const int first = p.kv_len - (t_begin + j) * BN; // the tile's first row past the keys
+            if (!clear_v_tail || j + 1 != n_tiles || first >= BN) return;
+            if (PINGPONG && cw != 0) return;
+            const int lo = first < 0 ? 0 : first;
+            const int chunks = L::kSubTiles * (BN - lo) * 8; // 16-byte chunks
+            for (int i = threadIdx.x - 128; i < chunks; i += kClearThreads) {
+                const int c = i / ((BN - lo) * 8);
+                const int r = i % ((BN - lo) * 8);
+                *reinterpret_cast<uint4*>(v_tile + c * BN * 128 + lo * 128 + r * 16) = make_uint4(0, 0, 0, 0);
+            }
+            fence_proxy_async_smem(); // generic-proxy writes before wgmma's async-proxy reads
+            named_barrier_sync(kBarVClear, kClearThreads);
+        };
+        // O += P·V of key tile j: k-step kk reads keys 16kk.. (16 rows of 128 bytes per sub-tile).
+        auto issue_pv = [&](int j, const uint32_t (&pa)[kKP][4]) {
+            const int s = (ring + j) % STAGES;
+            mbar_wait(&full_v[s], ((ring + j) / STAGES) & 1);
+            if constexpr (kSeqs) clear_v_rows(j, sV + s * L::kVBytes);
+            const uint32_t v_addr = smem_addr(sV + s * L::kVBytes);
+            wgmma_fence_operands(acc_o);
+            wgmma_fence();
+            if constexpr (FP8) {
+                // Vᵀ is K-major (rows of BN key bytes): k-step kk reads keys 32kk.. of every row.
+#pragma unroll
+                for (int kk = 0; kk < kKP; ++kk) wgmma_e4m3_rs<DK>(acc_o, pa[kk], wgmma_desc<BN>(v_addr + kk * 32));
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < kKP; ++kk)
+                    Wgmma16<T, DK>::rs(acc_o, pa[kk], wgmma_desc_mn128(v_addr + kk * 16 * 128, BN * 128));
+            }
+        };
+        auto release_k = [&](int j) {
+            if (lane == 0) mbar_arrive(&empty_k[(ring + j) % STAGES]);
+        };
+        auto release_v = [&](int j) {
+            if (lane == 0) mbar_arrive(&empty_v[(ring + j) % STAGES]);
+        };
 
-    // One iteration: softmax of tile j, then (ordered against the other consumer under
-    // PINGPONG) P·V(j) and, when HAS_NEXT, Q·Kᵀ(j+1) in one commit group. The last iteration
-    // is peeled off so that no wgmma sits in a branch (ptxas serializes wgmma on divergent
-    // paths, C7520).
-    auto iteration = [&](int j, auto has_next) {
-        constexpr bool kHasNext = decltype(has_next)::value;
-        mask_tile(j);
-        softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain);
-        convert_p();
-        if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
-        issue_pv(j, pa);
-        if constexpr (kHasNext) issue_qk(j + 1);
-        wgmma_commit();
-        if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_o);
-        wgmma_fence_operands(acc_s);
-        release_v(j);
-        if constexpr (kHasNext) release_k(j + 1);
-    };
+        // P of one tile as A operands: n-tiles 2kk and 2kk+1 of the accumulator are k-step kk's
+        // m16k16 fragment (the same identity the mma.sync kernel uses).
+        // FP8: k32 fragments of E4M3 codes; Vᵀ's key permutation (fp8_prep.cuh) makes the
+        // values this thread holds the operand it needs (as in fwd_fp8_wgmma_kernel.cuh).
+        uint32_t pa[kKP][4];
+        auto convert_p = [&]() {
+#pragma unroll
+            for (int kk = 0; kk < kKP; ++kk) {
+                if constexpr (FP8) {
+                    pack_p_e4m3_k32(pa[kk], acc_s, kk);
+                } else {
+                    pa[kk][0] = StorageTraits<T>::pack(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+                    pa[kk][1] = StorageTraits<T>::pack(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+                    pa[kk][2] = StorageTraits<T>::pack(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+                    pa[kk][3] = StorageTraits<T>::pack(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+                }
+            }
+        };
+        auto mask_tile = [&](int j) {
+            const int key0 = (t_begin + j) * BN;
+            if constexpr (FEATURES) {
+                features_and_mask<kNT, CAUSAL, BN>(acc_s, key0, row_base + warp_row0 + g, all_lo, all_hi, slope, p, t);
+            } else {
+                if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
+            }
+        };
 
-    mbar_wait(bar_q, 0);
-    if (n_tiles > 0) {
-        if constexpr (PINGPONG) {
-            if (cw == CONSUMERS - 1) named_barrier_arrive(kBarSchedBase, 256); // consumer 0 goes first
-            named_barrier_sync(my_bar, 256);
-        }
-        issue_qk(0);
-        wgmma_commit();
-        if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_s);
-        release_k(0);
-        if constexpr (INTRA) {
-            // FA3's intra-warpgroup overlap (§3.2): Q·Kᵀ(j+1) and P·V(j) are issued
-            // together and the softmax of tile j+1 runs while P·V(j) still accumulates into
-            // O; O's rescale by the new maxima waits for that MMA.
-            float corr[2];
-            mask_tile(0);
-            softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain);
+        // One iteration: softmax of tile j, then (ordered against the other consumer under
+        // PINGPONG) P·V(j) and, when HAS_NEXT, Q·Kᵀ(j+1) in one commit group. The last iteration
+        // is peeled off so that no wgmma sits in a branch (ptxas serializes wgmma on divergent
+        // paths, C7520).
+        auto iteration = [&](int j, auto has_next) {
+            constexpr bool kHasNext = decltype(has_next)::value;
+            mask_tile(j);
+            softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain);
             convert_p();
-            for (int j = 0; j + 1 < n_tiles; ++j) {
-                if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
-                issue_qk(j + 1);
-                wgmma_commit();
-                issue_pv(j, pa);
-                wgmma_commit();
-                if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
-                wgmma_wait<1>(); // Q·Kᵀ(j+1) done; P·V(j) may still run
-                wgmma_fence_operands(acc_s);
-                release_k(j + 1);
-                mask_tile(j + 1);
-                softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain);
-                schedule_after(softmax.l[1]); // the softmax overlaps P·V(j), see schedule_after
-                wgmma_wait<0>();
-                wgmma_fence_operands(acc_o);
-                release_v(j);
-                OnlineSoftmax<kNT, kNO>::rescale(acc_o, corr);
-                convert_p();
-            }
             if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
-            issue_pv(n_tiles - 1, pa);
+            issue_pv(j, pa);
+            if constexpr (kHasNext) issue_qk(j + 1);
             wgmma_commit();
             if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
             wgmma_wait<0>();
             wgmma_fence_operands(acc_o);
-            release_v(n_tiles - 1);
-        } else {
-            for (int j = 0; j + 1 < n_tiles; ++j) iteration(j, BoolConst<true>{});
-            iteration(n_tiles - 1, BoolConst<false>{});
-        }
-        // The last consumer's arrivals outnumber consumer 0's waits by the one before the
-        // first GEMM: consume it, so no barrier is left half-arrived.
-        if constexpr (PINGPONG) {
-            if (cw == 0) named_barrier_sync(my_bar, 256);
-        }
-    }
+            wgmma_fence_operands(acc_s);
+            release_v(j);
+            if constexpr (kHasNext) release_k(j + 1);
+        };
 
-    // Every consumer is done reading Q (its last wgmma has completed) before any stages its
-    // output in the Q tile.
-    named_barrier_sync(kBarEpilogue, 128 * CONSUMERS);
-    // Packed Q/O: the sequence's rows of batch 0, LSE [Hq, total_q] (seqs.cuh's layouts).
-    T* o_head = head_ptr(o, p.o_stride, q_batch, h) + static_cast<int64_t>(rows.q_row0) * p.o_stride[2];
-    float* lse_head = nullptr;
-    if (lse != nullptr) {
-        lse_head = kSeqs && p.seqs.cu_q != nullptr
-                       ? lse + static_cast<int64_t>(h) * p.seqs.total_q + rows.q_row0
-                       : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
+        mbar_wait(bar_q, n_items & 1);
+        if (n_tiles > 0) {
+            if constexpr (PINGPONG) {
+                if (cw == CONSUMERS - 1) named_barrier_arrive(kBarSchedBase, 256); // consumer 0 goes first
+                named_barrier_sync(my_bar, 256);
+            }
+            issue_qk(0);
+            wgmma_commit();
+            if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc_s);
+            release_k(0);
+            if constexpr (INTRA) {
+                // FA3's intra-warpgroup overlap (§3.2): Q·Kᵀ(j+1) and P·V(j) are issued
+                // together and the softmax of tile j+1 runs while P·V(j) still accumulates into
+                // O; O's rescale by the new maxima waits for that MMA.
+                float corr[2];
+                mask_tile(0);
+                softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain);
+                convert_p();
+                for (int j = 0; j + 1 < n_tiles; ++j) {
+                    if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
+                    issue_qk(j + 1);
+                    wgmma_commit();
+                    issue_pv(j, pa);
+                    wgmma_commit();
+                    if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
+                    wgmma_wait<1>(); // Q·Kᵀ(j+1) done; P·V(j) may still run
+                    wgmma_fence_operands(acc_s);
+                    release_k(j + 1);
+                    mask_tile(j + 1);
+                    softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain);
+                    schedule_after(softmax.l[1]); // the softmax overlaps P·V(j), see schedule_after
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(acc_o);
+                    release_v(j);
+                    OnlineSoftmax<kNT, kNO>::rescale(acc_o, corr);
+                    convert_p();
+                }
+                if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
+                issue_pv(n_tiles - 1, pa);
+                wgmma_commit();
+                if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
+                wgmma_wait<0>();
+                wgmma_fence_operands(acc_o);
+                release_v(n_tiles - 1);
+            } else {
+                for (int j = 0; j + 1 < n_tiles; ++j) iteration(j, BoolConst<true>{});
+                iteration(n_tiles - 1, BoolConst<false>{});
+            }
+            // The last consumer's arrivals outnumber consumer 0's waits by the one before the
+            // first GEMM: consume it, so no barrier is left half-arrived.
+            if constexpr (PINGPONG) {
+                if (cw == 0) named_barrier_sync(my_bar, 256);
+            }
+        }
+
+        // Every consumer is done reading Q (its last wgmma has completed) before any stages its
+        // output in the Q tile.
+        named_barrier_sync(kBarEpilogue, 128 * CONSUMERS);
+        // Packed Q/O: the sequence's rows of batch 0, LSE [Hq, total_q] (seqs.cuh's layouts).
+        T* o_head = head_ptr(o, p.o_stride, q_batch, h) + static_cast<int64_t>(rows.q_row0) * p.o_stride[2];
+        float* lse_head = nullptr;
+        if (lse != nullptr) {
+            lse_head = kSeqs && p.seqs.cu_q != nullptr
+                           ? lse + static_cast<int64_t>(h) * p.seqs.total_q + rows.q_row0
+                           : lse + static_cast<int64_t>(b * p.q_heads + h) * p.q_len;
+        }
+        // FP8: LSE comes from m in the scaled domain, so remove the 2⁸ gain P carried.
+        softmax.m[0] -= kLog2Gain;
+        softmax.m[1] -= kLog2Gain;
+        const float out_scale = FP8 ? v_scale[b * p.kv_heads + kvh] : 1.f;
+        T* staging = reinterpret_cast<T*>(sQ) + cw * 64 * kPitch;
+        write_output<T, kPitch, kNO, FEATURES>(acc_o, softmax.m, softmax.l, staging, o_head, lse_head, warp_row0, row_base,
+                                               p.q_len, lane, static_cast<int>(p.o_stride[2]), p.head_dim >> 3, out_scale,
+                                               FEATURES ? sink_log2(h, p) : -INFINITY);
+        // The Q tile is free for the next item's load: this warp's staging writes and reads are
+        // done (write_output ends with them); order the generic-proxy writes before TMA's.
+        fence_proxy_async_smem();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_q);
+        ring += n_tiles;
+        ++n_items;
+    };
+    if constexpr (kPersistent) {
+        for (int w = blockIdx.x; w < sched.items; w += gridDim.x) consume(next_item(w));
+    } else {
+        consume(first);
     }
-    // FP8: LSE comes from m in the scaled domain, so remove the 2⁸ gain P carried.
-    softmax.m[0] -= kLog2Gain;
-    softmax.m[1] -= kLog2Gain;
-    const float out_scale = FP8 ? v_scale[b * p.kv_heads + kvh] : 1.f;
-    T* staging = reinterpret_cast<T*>(sQ) + cw * 64 * kPitch;
-    write_output<T, kPitch, kNO, FEATURES>(acc_o, softmax.m, softmax.l, staging, o_head, lse_head, warp_row0, row_base,
-                                           p.q_len, lane, static_cast<int>(p.o_stride[2]), p.head_dim >> 3, out_scale,
-                                           FEATURES ? sink_log2(h, p) : -INFINITY);
 #else
     __trap(); // the Hopper entry points exist only in sm_90a cubins
 #endif
@@ -523,22 +641,24 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
 // One extern "C" entry per (dtype, bucket, tile, mode), generated by src/catalog.rs. The three
 // TMA descriptors are __grid_constant__ parameters (TMA reads them from parameter space).
-#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, FEATURES, CONSUMERS, SEQS)         \
+#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, FEATURES, CONSUMERS, SEQS, PERSIST) \
     extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                              \
         NAME(T* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,   \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v, \
-             const attn::FwdParams p) {                                                                 \
-        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false, FEATURES, CONSUMERS, SEQS>( \
-            o, lse, &tma_q, &tma_k, &tma_v, nullptr, nullptr, nullptr, p);                              \
+             const attn::FwdParams p, const attn::HopperSched sched) {                                  \
+        attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false, FEATURES, CONSUMERS, SEQS,   \
+                                PERSIST>(                                                               \
+            o, lse, &tma_q, &tma_k, &tma_v, nullptr, nullptr, nullptr, p, sched);                       \
     }
 
 // The FP8 entry: tma_v describes Vᵀ ([B, Hkv, D, kv_pad] codes); per-head scales [B, H].
-#define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, CONSUMERS)                  \
+#define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, CONSUMERS, PERSIST)         \
     extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                                     \
         NAME(OutT* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,       \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_vt,        \
              const float* __restrict__ q_scale, const float* __restrict__ k_scale,                             \
-             const float* __restrict__ v_scale, const attn::FwdParams p) {                                     \
-        attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true, false, CONSUMERS>(             \
-            o, lse, &tma_q, &tma_k, &tma_vt, q_scale, k_scale, v_scale, p);                                    \
+             const float* __restrict__ v_scale, const attn::FwdParams p, const attn::HopperSched sched) {       \
+        attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true, false, CONSUMERS, false,      \
+                                PERSIST>(                                                                      \
+            o, lse, &tma_q, &tma_k, &tma_vt, q_scale, k_scale, v_scale, p, sched);                             \
     }

@@ -520,6 +520,32 @@ impl HopperTile {
     }
 }
 
+/// Whether a Hopper entry walks several work items per CTA (a persistent launch,
+/// kernels/fwd_hopper_kernel.cuh `HopperSched`) rather than one: dense, non-causal entries
+/// whose producer runs the item loop in its 24 registers without spilling (ptxas, CUDA 13.0):
+/// the 176-key f16/bf16 tiles at D = 128 and the FP8 tiles up to D = 128. The D = 256 tiles
+/// (four sub-tiles per row) and the three-consumer D = 64 tiles spilled 4–64 bytes with it,
+/// and a sequence resolved per item 200+. Causal entries keep one item per CTA: their blocks
+/// are uneven, and the hardware hands the next block to the first SM that frees, longest
+/// first. The build emits this flag into each entry and launches read it from here, so the
+/// two cannot disagree.
+pub fn hopper_persistent(
+    bucket: usize,
+    tile: &HopperTile,
+    causal: bool,
+    variant: HopperVariant,
+    fp8: bool,
+) -> bool {
+    if causal || variant != HopperVariant::Dense || tile.consumers != 2 {
+        return false;
+    }
+    if fp8 {
+        bucket <= 128
+    } else {
+        bucket == 128 && tile.block_n == 176
+    }
+}
+
 /// The Hopper forward's configs per head-dim bucket, the default first. Shared memory holds
 /// the Q tile and `stages` K and V tiles in 64-column sub-tiles ([`hopper_smem_bytes`]).
 /// The defaults are the H100 sweeps' winners (docs/PERF.md, 2026-11-23 and -24): D ≤ 64 three
@@ -1374,13 +1400,14 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     for causal in [false, true] {
                         let _ = writeln!(
                             s,
-                            "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {features}, {}, {seqs})",
+                            "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {features}, {}, {seqs}, {})",
                             hopper_entry_name(unit, t, causal, variant),
                             t.block_n,
                             t.stages,
                             t.pingpong,
                             t.intra,
-                            t.consumers
+                            t.consumers,
+                            hopper_persistent(d, t, causal, variant, false)
                         );
                     }
                 }
@@ -1390,13 +1417,14 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                 for causal in [false, true] {
                     let _ = writeln!(
                         s,
-                        "ATTN_FWD_HOPPER_FP8_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {})",
+                        "ATTN_FWD_HOPPER_FP8_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {}, {})",
                         hopper_fp8_entry_name(unit, t, causal),
                         t.block_n,
                         t.stages,
                         t.pingpong,
                         t.intra,
-                        t.consumers
+                        t.consumers,
+                        hopper_persistent(d, t, causal, HopperVariant::Dense, true)
                     );
                 }
             }

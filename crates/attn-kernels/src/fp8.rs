@@ -344,6 +344,8 @@ pub struct Fp8Options {
     /// The [`Fp8Variant::Hopper`] tile (one of [`catalog::hopper_fp8_tiles`]; default: the
     /// first); `config` is ignored by that variant.
     pub hopper: Option<HopperTile>,
+    /// How the [`Fp8Variant::Hopper`] launch covers its work items.
+    pub schedule: crate::hopper::TileSchedule,
 }
 
 /// A validated FP8 launch. Pure, so the validation is testable without a device.
@@ -570,6 +572,7 @@ impl FlashAttention {
                 &mut o,
                 lse.as_mut(),
                 opts.hopper,
+                opts.schedule,
             );
         }
         let config = opts
@@ -730,8 +733,9 @@ impl FlashAttention {
         o: &mut TensorMut<'_, T>,
         lse: Option<&mut CudaViewMut<'_, f32>>,
         tile: Option<HopperTile>,
+        schedule: crate::hopper::TileSchedule,
     ) -> Result<LaunchInfo, KernelError> {
-        use crate::hopper::{encode_tma, tma_geometry, TmaElem};
+        use crate::hopper::{encode_tma, hopper_schedule, tma_geometry, TmaElem};
         let shape = problem.shape();
         let d = shape.head_dim();
         hopper_fp8_head_dim(d)?;
@@ -750,6 +754,10 @@ impl FlashAttention {
         let unit = hopper_fp8_unit(T::DTYPE, d);
         let causal = problem.causal() != Causal::None;
         let name = catalog::hopper_fp8_entry_name(&unit, &tile, causal);
+        let walks =
+            catalog::hopper_persistent(d, &tile, causal, catalog::HopperVariant::Dense, true);
+        let (launch_grid, sched) =
+            hopper_schedule(plan.grid, walks, schedule, self.sm_count(), &tile.name())?;
         let (func, arch) = self.function(&unit, &name, false, smem)?;
         let stream = self.stream();
         let o_strides = o.strides;
@@ -794,9 +802,11 @@ impl FlashAttention {
             .arg(&scales.q)
             .arg(&scales.k)
             .arg(&scales.v)
-            .arg(&params);
+            .arg(&params)
+            .arg(&sched);
         // SAFETY: matches ATTN_FWD_HOPPER_FP8_ENTRY (o, lse, TMA descriptors of Q, K and Vᵀ by
-        // value, the three scale pointers, FwdParams by value). Q, K, V and O were checked
+        // value, the three scale pointers, FwdParams and HopperSched by value; the item walk
+        // covers the classic grid, `hopper_schedule`). Q, K, V and O were checked
         // against the problem, their views and each other (`bind_tensors`), and the Q and K
         // descriptors were encoded from those dims and strides; the Vᵀ descriptor covers the
         // workspace the pass above filled on this stream (B·Hkv·D·kv_pad bytes), kept locked
@@ -806,7 +816,7 @@ impl FlashAttention {
         // the function and fits the device.
         unsafe {
             b.launch(LaunchConfig {
-                grid_dim: plan.grid,
+                grid_dim: launch_grid,
                 block_dim: (tile.threads() as u32, 1, 1),
                 shared_mem_bytes: smem as u32,
             })
@@ -819,7 +829,7 @@ impl FlashAttention {
             kernel: name,
             arch,
             config,
-            grid: plan.grid,
+            grid: launch_grid,
             splits: 1,
             smem_bytes: smem as u32,
         })

@@ -39,6 +39,75 @@ pub enum Engine {
     Decode,
 }
 
+/// How a Hopper launch covers its work items, the (query block, head, batch) triples
+/// ([`crate::ForwardOptions::schedule`], [`crate::Fp8Options::schedule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TileSchedule {
+    /// Persistent where the entry walks items ([`catalog::hopper_persistent`]: dense,
+    /// non-causal launches of the D = 128 176-key tiles and the FP8 tiles up to D = 128), one
+    /// CTA per SM; one CTA per item everywhere else.
+    #[default]
+    Auto,
+    /// One CTA per item (the classic grid), also where the entry could walk items.
+    Grid,
+    /// At most this many CTAs (`None`: one per SM), each walking items; a typed error where
+    /// the entry runs one item per CTA.
+    Persistent(Option<usize>),
+}
+
+/// The kernel's `HopperSched` (kernels/fwd_hopper_kernel.cuh): work item w is query block
+/// (or flat-grid block) `w % tiles_x` of head `(w / tiles_x) % heads` of batch
+/// `w / (tiles_x · heads)`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HopperSched {
+    pub tiles_x: i32,
+    pub heads: i32,
+    pub items: i32,
+}
+
+// SAFETY: plain old data with the layout of the kernel's `HopperSched` (three ints).
+unsafe impl DeviceRepr for HopperSched {}
+
+/// The 1-D grid and the item walk of a Hopper launch whose classic grid is `grid`
+/// (x = blocks, y = heads, z = batches). `walks`: whether the entry loops over items
+/// ([`catalog::hopper_persistent`]); `what` names the entry for the error.
+pub(crate) fn hopper_schedule(
+    grid: (u32, u32, u32),
+    walks: bool,
+    schedule: TileSchedule,
+    sm_count: usize,
+    what: &str,
+) -> Result<((u32, u32, u32), HopperSched), KernelError> {
+    let items = (grid.0 as u64) * (grid.1 as u64) * (grid.2 as u64);
+    if items > i32::MAX as u64 {
+        return Err(KernelError::IndexOverflow(
+            "query blocks × heads × batches (the Hopper kernel's work items)",
+        ));
+    }
+    let items = items as usize;
+    let ctas = match schedule {
+        TileSchedule::Auto if walks => items.min(sm_count.max(1)),
+        TileSchedule::Auto | TileSchedule::Grid => items,
+        TileSchedule::Persistent(n) => {
+            if !walks {
+                return Err(KernelError::EngineUnavailable(format!(
+                    "{what} runs one work item per CTA; a persistent launch needs a dense, non-causal launch of a tile that walks items (D = 128's 176-key tiles, FP8 up to D = 128): use TileSchedule::Auto or Grid"
+                )));
+            }
+            items.min(n.unwrap_or(sm_count).max(1))
+        }
+    };
+    Ok((
+        (ctas.max(1) as u32, 1, 1),
+        HopperSched {
+            tiles_x: grid.0 as i32,
+            heads: grid.1 as i32,
+            items: items as i32,
+        },
+    ))
+}
+
 /// The Hopper configs compiled for `head_dim`'s bucket, the default first.
 pub fn hopper_configs_for(head_dim: usize) -> Vec<HopperTile> {
     catalog::fwd_bucket(head_dim)
@@ -134,11 +203,23 @@ pub(crate) struct HopperPlan {
     /// Which entries of the tile run it.
     pub variant: HopperVariant,
     pub bucket: usize,
-    pub grid: (u32, u32, u32),
+    /// The 1-D grid launched and the kernel's item walk over `grid` ([`hopper_schedule`]).
+    pub launch_grid: (u32, u32, u32),
+    pub sched: HopperSched,
     /// The kernel's `seqs.flat_block_m`: the block's rows on a flat grid, else 0.
     pub flat_block_m: i32,
     pub smem_bytes: u32,
     pub params: FwdParams,
+}
+
+#[cfg(test)]
+impl HopperPlan {
+    /// The classic grid the items cover: (blocks, heads, batches).
+    fn grid(&self) -> (u32, u32, u32) {
+        let s = self.sched;
+        let xy = (s.tiles_x * s.heads) as u32;
+        (s.tiles_x as u32, s.heads as u32, s.items as u32 / xy.max(1))
+    }
 }
 
 /// What a sequence layout ([`crate::seqs`]) tells the Hopper plan.
@@ -156,6 +237,7 @@ pub(crate) fn plan_hopper(
     max_smem: usize,
     seq_launch: Option<SeqLaunch>,
     sm_count: usize,
+    schedule: TileSchedule,
 ) -> Result<HopperPlan, KernelError> {
     let sequences = seq_launch.is_some();
     check_sizes(problem)?;
@@ -238,11 +320,14 @@ pub(crate) fn plan_hopper(
             0,
         ),
     };
+    let walks = catalog::hopper_persistent(bucket, &tile, causal, variant, false);
+    let (launch_grid, sched) = hopper_schedule(grid, walks, schedule, sm_count, &tile.name())?;
     Ok(HopperPlan {
         tile,
         variant,
         bucket,
-        grid,
+        launch_grid,
+        sched,
         flat_block_m,
         smem_bytes: smem as u32,
         params: fwd_params(problem, 1),
@@ -525,10 +610,10 @@ mod tests {
             AttnShape::new(2, 4, 2, 300, 500, 96).unwrap(),
             Causal::TopLeft,
         );
-        let plan = plan_hopper(&p, None, 232_448, None, 132).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
         assert_eq!(plan.bucket, 96);
         assert_eq!(plan.tile, catalog::hopper_tiles(96)[0]);
-        assert_eq!(plan.grid, (3, 4, 2));
+        assert_eq!(plan.grid(), (3, 4, 2));
         assert_eq!(
             plan.smem_bytes as usize,
             catalog::hopper_smem_bytes(&plan.tile, 96)
@@ -536,11 +621,11 @@ mod tests {
         let wide = catalog::hopper_tiles(256)[0];
         assert!(!catalog::hopper_tiles(96).contains(&wide));
         assert!(matches!(
-            plan_hopper(&p, Some(wide), 232_448, None, 132),
+            plan_hopper(&p, Some(wide), 232_448, None, 132, TileSchedule::Auto),
             Err(KernelError::UnknownConfig { .. })
         ));
         assert!(matches!(
-            plan_hopper(&p, None, 100_000, None, 132),
+            plan_hopper(&p, None, 100_000, None, 132, TileSchedule::Auto),
             Err(KernelError::ConfigTooLarge { .. })
         ));
     }
@@ -568,8 +653,8 @@ mod tests {
             AttnShape::new(2, 4, 4, 4096, 4096, 64).unwrap(),
             Causal::None,
         );
-        let plan = plan_hopper(&p, Some(t), 232_448, None, 132).unwrap();
-        assert_eq!(plan.grid, (22, 4, 2), "4096 rows in blocks of 192");
+        let plan = plan_hopper(&p, Some(t), 232_448, None, 132, TileSchedule::Auto).unwrap();
+        assert_eq!(plan.grid(), (22, 4, 2), "4096 rows in blocks of 192");
         // Q is 192 rows of 128 bytes; three stages of 128-key K and V tiles.
         assert_eq!(
             plan.smem_bytes as usize,
@@ -586,7 +671,9 @@ mod tests {
     fn small_d64_grids_take_the_128_row_tile() {
         let tile = |b, h, sq| {
             let p = Problem::new(AttnShape::new(b, h, h, sq, sq, 64).unwrap(), Causal::None);
-            plan_hopper(&p, None, 232_448, None, 132).unwrap().tile
+            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
+                .unwrap()
+                .tile
         };
         let wide = catalog::hopper_tiles(64)[0];
         assert_eq!(wide.consumers, 3);
@@ -603,7 +690,9 @@ mod tests {
     fn d128_takes_176_keys_without_a_mask_over_long_keys() {
         let tile = |sk, causal| {
             let p = Problem::new(AttnShape::new(4, 16, 16, 4096, sk, 128).unwrap(), causal);
-            plan_hopper(&p, None, 232_448, None, 132).unwrap().tile
+            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
+                .unwrap()
+                .tile
         };
         let narrow = catalog::hopper_tiles(128)[0];
         let wide = catalog::HOPPER_D128_WIDE;
@@ -624,7 +713,9 @@ mod tests {
             Causal::None,
         );
         assert_eq!(
-            plan_hopper(&p, None, 232_448, None, 132).unwrap().tile,
+            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
+                .unwrap()
+                .tile,
             catalog::hopper_tiles(96)[0]
         );
         // Features keep the feature tile (the wide tile spills with their state); a
@@ -635,28 +726,59 @@ mod tests {
         )
         .with_softcap(30.0)
         .unwrap();
-        let plan = plan_hopper(&f, None, 232_448, None, 132).unwrap();
+        let plan = plan_hopper(&f, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.variant, HopperVariant::Features);
-        assert!(plan_hopper(&f, Some(wide), 232_448, Some(SeqLaunch::default()), 132).is_err());
+        assert!(plan_hopper(
+            &f,
+            Some(wide),
+            232_448,
+            Some(SeqLaunch::default()),
+            132,
+            TileSchedule::Auto
+        )
+        .is_err());
         let dense = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
             Causal::None,
         );
-        let plan = plan_hopper(&dense, None, 232_448, Some(SeqLaunch::default()), 132).unwrap();
+        let plan = plan_hopper(
+            &dense,
+            None,
+            232_448,
+            Some(SeqLaunch::default()),
+            132,
+            TileSchedule::Auto,
+        )
+        .unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Seqs));
-        let plan = plan_hopper(&dense, None, 232_448, None, 132).unwrap();
+        let plan = plan_hopper(&dense, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Dense));
         let short = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 512, 128).unwrap(),
             Causal::None,
         );
-        let plan = plan_hopper(&short, None, 232_448, Some(SeqLaunch::default()), 132).unwrap();
+        let plan = plan_hopper(
+            &short,
+            None,
+            232_448,
+            Some(SeqLaunch::default()),
+            132,
+            TileSchedule::Auto,
+        )
+        .unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.variant, HopperVariant::Features);
         // Pinned, the wide tile runs a short varlen launch in its `_seq` entries.
-        let plan =
-            plan_hopper(&short, Some(wide), 232_448, Some(SeqLaunch::default()), 132).unwrap();
+        let plan = plan_hopper(
+            &short,
+            Some(wide),
+            232_448,
+            Some(SeqLaunch::default()),
+            132,
+            TileSchedule::Auto,
+        )
+        .unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Seqs));
         let causal = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
@@ -664,9 +786,16 @@ mod tests {
         );
         assert_eq!(
             Some(
-                plan_hopper(&causal, None, 232_448, Some(SeqLaunch::default()), 132)
-                    .unwrap()
-                    .tile
+                plan_hopper(
+                    &causal,
+                    None,
+                    232_448,
+                    Some(SeqLaunch::default()),
+                    132,
+                    TileSchedule::Auto
+                )
+                .unwrap()
+                .tile
             ),
             catalog::hopper_feature_tile(128)
         );
@@ -682,19 +811,19 @@ mod tests {
         let packed = SeqLaunch {
             packed_total_q: Some(1305),
         };
-        let plan = plan_hopper(&p, None, 232_448, Some(packed), 132).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, Some(packed), 132, TileSchedule::Auto).unwrap();
         let bm = plan.tile.block_m();
         assert_eq!(plan.flat_block_m, bm as i32);
         assert_eq!(
-            plan.grid,
+            plan.grid(),
             (flat_grid_x(1305, 3, 700, bm) as u32, 8, 1),
             "x enumerates the blocks of every sequence; no batch dimension"
         );
-        assert!((plan.grid.0 as usize) < 3 * 700usize.div_ceil(bm));
+        assert!((plan.grid().0 as usize) < 3 * 700usize.div_ceil(bm));
         for seq in [Some(SeqLaunch::default()), None] {
-            let plan = plan_hopper(&p, None, 232_448, seq, 132).unwrap();
+            let plan = plan_hopper(&p, None, 232_448, seq, 132, TileSchedule::Auto).unwrap();
             assert_eq!(plan.flat_block_m, 0);
-            assert_eq!(plan.grid, (700usize.div_ceil(bm) as u32, 8, 3));
+            assert_eq!(plan.grid(), (700usize.div_ceil(bm) as u32, 8, 3));
         }
     }
 
@@ -734,19 +863,19 @@ mod tests {
         )
         .with_window(100, 0)
         .unwrap();
-        let plan = plan_hopper(&p, None, 232_448, None, 132).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.params.feat.window_left, 100);
         // Above D = 192 the feature tile is not the default: an unset tile picks it.
         let wide = p
             .with_shape(AttnShape::new(1, 8, 2, 300, 500, 256).unwrap())
             .unwrap();
-        let plan = plan_hopper(&wide, None, 232_448, None, 132).unwrap();
+        let plan = plan_hopper(&wide, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(256));
         assert_ne!(plan.tile, catalog::hopper_tiles(256)[0]);
         let other = catalog::hopper_tiles(128)[1];
         assert!(matches!(
-            plan_hopper(&p, Some(other), 232_448, None, 132),
+            plan_hopper(&p, Some(other), 232_448, None, 132, TileSchedule::Auto),
             Err(KernelError::EngineUnavailable(_))
         ));
         // Decode with sinks: the mma.sync kernel would not split it (features never split),
@@ -781,5 +910,72 @@ mod tests {
         assert!(!auto_prefers_hopper(&prefill, &cfg, true, None, sm));
         assert!(!auto_prefers_hopper(&prefill, &cfg, false, Some(2), sm));
         assert!(auto_prefers_hopper(&prefill, &cfg, false, Some(1), sm));
+    }
+
+    #[test]
+    fn schedules_cover_every_item_and_refuse_what_entries_cannot_walk() {
+        let grid = (32, 16, 4); // 2048 items
+        let (g, s) = hopper_schedule(grid, true, TileSchedule::Auto, 132, "t").unwrap();
+        assert_eq!(g, (132, 1, 1));
+        assert_eq!((s.tiles_x, s.heads, s.items), (32, 16, 2048));
+        let (g, _) = hopper_schedule(grid, false, TileSchedule::Auto, 132, "t").unwrap();
+        assert_eq!(
+            g,
+            (2048, 1, 1),
+            "entries that do not walk get one CTA per item"
+        );
+        let (g, _) = hopper_schedule(grid, true, TileSchedule::Grid, 132, "t").unwrap();
+        assert_eq!(g, (2048, 1, 1));
+        let (g, _) =
+            hopper_schedule(grid, true, TileSchedule::Persistent(Some(7)), 132, "t").unwrap();
+        assert_eq!(g, (7, 1, 1));
+        // Fewer items than SMs: one CTA per item.
+        let (g, _) = hopper_schedule((3, 2, 1), true, TileSchedule::Auto, 132, "t").unwrap();
+        assert_eq!(g, (6, 1, 1));
+        assert!(matches!(
+            hopper_schedule(grid, false, TileSchedule::Persistent(None), 132, "t"),
+            Err(KernelError::EngineUnavailable(_))
+        ));
+        assert!(matches!(
+            hopper_schedule(
+                (1 << 20, 1 << 8, 1 << 4),
+                true,
+                TileSchedule::Auto,
+                132,
+                "t"
+            ),
+            Err(KernelError::IndexOverflow(_))
+        ));
+    }
+
+    #[test]
+    fn plans_walk_only_dense_non_causal_walking_tiles() {
+        let wide = catalog::hopper_tiles(128)
+            .iter()
+            .copied()
+            .find(|t| t.block_n == 176)
+            .expect("a 176-key D = 128 tile");
+        let dense = Problem::new(
+            AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
+            Causal::None,
+        );
+        let plan = plan_hopper(&dense, Some(wide), 232_448, None, 132, TileSchedule::Auto).unwrap();
+        assert_eq!(plan.launch_grid, (132, 1, 1));
+        assert_eq!(plan.grid(), (32, 16, 4));
+        let causal = Problem::new(*dense.shape(), Causal::BottomRight);
+        let plan = plan_hopper(&causal, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        assert_eq!(
+            plan.launch_grid.0, plan.sched.items as u32,
+            "causal: one CTA per item"
+        );
+        assert!(plan_hopper(
+            &causal,
+            None,
+            232_448,
+            None,
+            132,
+            TileSchedule::Persistent(None)
+        )
+        .is_err());
     }
 }

@@ -212,6 +212,8 @@ pub struct ForwardOptions {
     pub splits: Option<usize>,
     /// Which mainloop runs it: the Hopper kernel or mma.sync ([`Engine::Auto`] picks).
     pub engine: Engine,
+    /// How a Hopper launch covers its work items (persistent CTAs or one per item).
+    pub schedule: crate::hopper::TileSchedule,
 }
 
 impl ForwardOptions {
@@ -848,7 +850,17 @@ impl FlashAttention {
         };
         if let Some(tile) = hopper {
             let seqs = seq_plan.zip(extras.seqs.as_ref());
-            return self.launch_hopper(problem, &q, &k, &v, &mut o, lse.as_mut(), tile, seqs);
+            return self.launch_hopper(
+                problem,
+                &q,
+                &k,
+                &v,
+                &mut o,
+                lse.as_mut(),
+                tile,
+                seqs,
+                opts.schedule,
+            );
         }
         let (unit, name, plan) = match decode_rows {
             Some(rows) => {
@@ -1175,6 +1187,7 @@ impl FlashAttention {
         lse: Option<&mut CudaViewMut<'_, f32>>,
         tile: Option<HopperTile>,
         seqs: Option<(crate::seqs::SeqPlan, &Sequences<'_>)>,
+        schedule: crate::hopper::TileSchedule,
     ) -> Result<LaunchInfo, KernelError> {
         let seq_launch = seqs.map(|(sp, layout)| crate::hopper::SeqLaunch {
             packed_total_q: matches!(layout.queries, crate::seqs::QueryRows::Packed { .. })
@@ -1186,6 +1199,7 @@ impl FlashAttention {
             self.max_smem_per_block(),
             seq_launch,
             self.sm_count(),
+            schedule,
         )?;
         let unit = hopper_unit(T::DTYPE, plan.bucket);
         let causal = problem.causal() != Causal::None;
@@ -1200,7 +1214,7 @@ impl FlashAttention {
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
         let mut index_guards = Vec::new();
-        let grid = plan.grid;
+        let grid = plan.launch_grid;
         if let Some((sp, layout)) = seqs {
             params.seqs = sp.seqs;
             params.kv_len = sp.kv_len as i32; // i32-checked by plan_sequences
@@ -1237,9 +1251,12 @@ impl FlashAttention {
             .arg(&tma_q)
             .arg(&tma_k)
             .arg(&tma_v)
-            .arg(&params);
+            .arg(&params)
+            .arg(&plan.sched);
         // SAFETY: the argument list matches ATTN_FWD_HOPPER_ENTRY (o, lse, three TMA
-        // descriptors by value, FwdParams by value). Every tensor was checked by
+        // descriptors by value, FwdParams and HopperSched by value). The item walk covers
+        // exactly the classic grid's blocks (`hopper_schedule`), and an entry that runs one
+        // item per CTA gets one CTA per item. Every tensor was checked by
         // `bind_tensors` (dims, extent inside its view, 16-byte alignment of starts and
         // strides, O names no element twice and overlaps no input, LSE holds B·Hq·Sq floats)
         // and the descriptors were encoded from the same dims and strides, so TMA reads stay

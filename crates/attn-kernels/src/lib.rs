@@ -103,7 +103,7 @@ pub use catalog::HopperTile;
 pub use catalog::{FP8_HEAD_DIMS, FP8_TILES as FP8_CONFIGS, FWD_HEAD_DIM_BUCKETS};
 pub use config::{bucket_for, configs_for, Dtype, KernelConfig, KernelMode};
 pub use fp8::{Fp8Forward, Fp8Options, Fp8Scales, Fp8Variant};
-pub use hopper::{hopper_configs_for, Engine};
+pub use hopper::{hopper_configs_for, Engine, TileSchedule};
 pub use kv_append::{AppendKv, KvCache};
 pub use kv_fp8::{ForwardKvFp8, KvScales};
 pub use launch::{

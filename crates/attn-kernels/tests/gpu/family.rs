@@ -204,6 +204,7 @@ fn correctness_every_head_dim_every_config() {
                     config: Some(cfg),
                     splits: Some(1),
                     engine: attn_kernels::Engine::Auto,
+                    schedule: attn_kernels::TileSchedule::Auto,
                 };
                 if let Err(e) = super::check_case(&gpu, &c) {
                     failures.push(e);

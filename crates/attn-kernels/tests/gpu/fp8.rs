@@ -243,6 +243,7 @@ fn correctness_fp8_against_reference() {
         for variant in variants(&gpu) {
             for out in DTYPES {
                 let opts = Fp8Options {
+                    schedule: Default::default(),
                     hopper: None,
                     config: None,
                     variant: Some(variant),
@@ -278,6 +279,7 @@ fn correctness_fp8_every_config_and_default() {
                         .filter(|&v| v != Fp8Variant::Hopper)
                         .filter(move |&v| v != Fp8Variant::Wgmma || d <= 128)
                         .map(move |v| Fp8Options {
+                            schedule: Default::default(),
                             hopper: None,
                             config: Some(c),
                             variant: Some(v),
@@ -287,6 +289,7 @@ fn correctness_fp8_every_config_and_default() {
             if gpu.fp8_variant_available(Fp8Variant::Hopper) {
                 for &t in attn_kernels::catalog::hopper_fp8_tiles(d) {
                     opts.push(Fp8Options {
+                        schedule: Default::default(),
                         hopper: Some(t),
                         config: None,
                         variant: Some(Fp8Variant::Hopper),
@@ -333,6 +336,7 @@ fn correctness_fp8_hopper_d256() {
                     continue;
                 }
                 let opts = Fp8Options {
+                    schedule: Default::default(),
                     hopper: None,
                     config: Some(c),
                     variant: Some(v),
@@ -351,6 +355,7 @@ fn correctness_fp8_hopper_d256() {
         for &t in attn_kernels::catalog::hopper_fp8_tiles(256) {
             for out in DTYPES {
                 let opts = Fp8Options {
+                    schedule: Default::default(),
                     hopper: Some(t),
                     config: None,
                     variant: Some(Fp8Variant::Hopper),
@@ -388,6 +393,7 @@ fn correctness_fp8_all_zero_k_or_v() {
     let p = fp8_problem((1, 4, 2, 150, 300, 128), Causal::None);
     for variant in variants(&gpu) {
         let opts = Fp8Options {
+            schedule: Default::default(),
             hopper: None,
             config: None,
             variant: Some(variant),
@@ -444,6 +450,7 @@ fn correctness_fp8_outlier_rmse() {
     );
     for variant in variants(&gpu) {
         let opts = Fp8Options {
+            schedule: Default::default(),
             hopper: None,
             config: None,
             variant: Some(variant),

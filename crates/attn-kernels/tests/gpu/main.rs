@@ -27,7 +27,7 @@
 use std::sync::{Arc, OnceLock};
 
 use attn_kernels::{
-    Dtype, Engine, FlashAttention, Forward, ForwardOptions, KernelConfig, StorageType,
+    Dtype, Engine, FlashAttention, Forward, ForwardOptions, KernelConfig, StorageType, TileSchedule,
 };
 use attn_oracle::{compare, compare_lse, CompareOptions, Storage, ToleranceRule};
 use attn_ref::{
@@ -51,6 +51,7 @@ mod hopper;
 mod kv_append;
 mod resources;
 mod sanitize;
+mod schedule;
 mod seqs;
 mod splits;
 mod stability;
@@ -92,6 +93,7 @@ struct Case {
     config: Option<KernelConfig>,
     splits: Option<usize>,
     engine: Engine,
+    schedule: TileSchedule,
 }
 
 /// (batch, q_heads, kv_heads, q_len, kv_len, head_dim).
@@ -109,6 +111,7 @@ fn case(dims: Dims, causal: Causal, dtype: Dtype) -> Case {
         config: None,
         splits: None,
         engine: Engine::Auto,
+        schedule: TileSchedule::Auto,
     }
 }
 
@@ -162,6 +165,7 @@ fn check_typed<T: StorageType + attn_ref::Element>(
     let k: Vec<T> = randn(&mut rng, shape.kv_elems());
     let v: Vec<T> = randn(&mut rng, shape.kv_elems());
     let opts = ForwardOptions {
+        schedule: c.schedule,
         config: c.config,
         splits: c.splits,
         engine: c.engine,

@@ -76,6 +76,7 @@ fn sanitize_fp8_small_shapes() {
                     continue; // takes its tiles below
                 }
                 all.push(Fp8Options {
+                    schedule: Default::default(),
                     hopper: None,
                     config: Some(c),
                     variant: Some(variant),
@@ -85,6 +86,7 @@ fn sanitize_fp8_small_shapes() {
         if gpu.fp8_variant_available(attn_kernels::Fp8Variant::Hopper) {
             for &t in attn_kernels::catalog::hopper_fp8_tiles(dims.5) {
                 all.push(Fp8Options {
+                    schedule: Default::default(),
                     hopper: Some(t),
                     config: None,
                     variant: Some(attn_kernels::Fp8Variant::Hopper),

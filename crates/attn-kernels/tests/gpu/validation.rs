@@ -163,6 +163,7 @@ fn validation_fp8_errors_launch_nothing() {
                 &good,
                 &mut o,
                 Fp8Options {
+                    schedule: Default::default(),
                     hopper: None,
                     config: Some(configs_for(128)[0]),
                     variant: None,
@@ -219,6 +220,7 @@ fn validation_fp8_errors_launch_nothing() {
             &good,
             &mut o,
             Fp8Options {
+                schedule: Default::default(),
                 hopper: None,
                 config: None,
                 variant: Some(variant),

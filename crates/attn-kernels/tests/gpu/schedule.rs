@@ -1,0 +1,233 @@
+//! The Hopper engine's persistent launches (`TileSchedule`, kernels/fwd_hopper_kernel.cuh
+//! `HopperSched`): a few CTAs, each walking many work items, must give what one CTA per item
+//! gives, bit for bit (the items' arithmetic is the same), and pass the reference. The small
+//! CTA counts make every CTA run many items, so the K/V ring's phases and the Q tile's
+//! full/empty barriers carry across items with odd and even key-tile counts.
+
+use attn_kernels::{
+    catalog, Dtype, Engine, FlashAttention, Forward, ForwardOptions, Fp8Options, Fp8Variant,
+    KernelError, TileSchedule,
+};
+use attn_ref::Causal;
+use half::{bf16, f16};
+use rand::{rngs::StdRng, SeedableRng};
+
+use crate::{case, check_case, fresh_seed, gpu, problem, randn, run_gpu, Dims, DTYPES};
+
+fn is_hopper(gpu: &FlashAttention) -> bool {
+    gpu.compute_capability() == (9, 0)
+}
+
+/// The D = 128 tiles whose dense non-causal entries walk items.
+fn walking_tiles() -> Vec<attn_kernels::HopperTile> {
+    catalog::hopper_tiles(128)
+        .iter()
+        .copied()
+        .filter(|t| catalog::hopper_persistent(128, t, false, catalog::HopperVariant::Dense, false))
+        .collect()
+}
+
+/// Shapes: odd and even key-tile counts (700 keys = 4 tiles of 176, 500 = 3), a tail block,
+/// GQA, a head dim below the bucket, a single key tile.
+const SHAPES: [Dims; 4] = [
+    (2, 4, 2, 700, 500, 128),
+    (1, 6, 3, 300, 700, 128),
+    (3, 2, 2, 129, 100, 120),
+    (1, 3, 1, 1000, 64, 128),
+];
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_persistent_walks_match_one_cta_per_item() {
+    let gpu = gpu();
+    if !is_hopper(&gpu) {
+        return;
+    }
+    let tiles = walking_tiles();
+    assert!(!tiles.is_empty(), "no D = 128 tile walks items");
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut runs = 0;
+    for tile in &tiles {
+        for dims in SHAPES {
+            for dt in DTYPES {
+                for ctas in [1, 3, 7, 132] {
+                    // Against the reference and the emulation.
+                    let mut c = case(dims, Causal::None, dt);
+                    c.engine = Engine::Hopper(Some(*tile));
+                    c.schedule = TileSchedule::Persistent(Some(ctas));
+                    check_case(&gpu, &c).unwrap_or_else(|e| {
+                        panic!("{} {ctas} CTAs {dims:?} {dt:?}: {e}", tile.name())
+                    });
+                    runs += 1;
+                }
+                // Bitwise against one CTA per item, on the same inputs.
+                let p = problem(dims, Causal::None);
+                let s = p.shape();
+                let opts = |schedule| ForwardOptions {
+                    engine: Engine::Hopper(Some(*tile)),
+                    schedule,
+                    ..Default::default()
+                };
+                let same = match dt {
+                    Dtype::F16 => {
+                        let (q, k, v) = (
+                            randn::<f16>(&mut rng, s.q_elems()),
+                            randn::<f16>(&mut rng, s.kv_elems()),
+                            randn::<f16>(&mut rng, s.kv_elems()),
+                        );
+                        let a = run_gpu(&gpu, &p, &q, &k, &v, &opts(TileSchedule::Grid));
+                        let b = run_gpu(
+                            &gpu,
+                            &p,
+                            &q,
+                            &k,
+                            &v,
+                            &opts(TileSchedule::Persistent(Some(5))),
+                        );
+                        bits_equal(&a, &b)
+                    }
+                    Dtype::Bf16 => {
+                        let (q, k, v) = (
+                            randn::<bf16>(&mut rng, s.q_elems()),
+                            randn::<bf16>(&mut rng, s.kv_elems()),
+                            randn::<bf16>(&mut rng, s.kv_elems()),
+                        );
+                        let a = run_gpu(&gpu, &p, &q, &k, &v, &opts(TileSchedule::Grid));
+                        let b = run_gpu(
+                            &gpu,
+                            &p,
+                            &q,
+                            &k,
+                            &v,
+                            &opts(TileSchedule::Persistent(Some(5))),
+                        );
+                        bits_equal(&a, &b)
+                    }
+                };
+                assert!(
+                    same,
+                    "{} {dims:?} {dt:?} seed {seed}: persistent != grid",
+                    tile.name()
+                );
+            }
+        }
+    }
+    assert_eq!(runs, tiles.len() * SHAPES.len() * 2 * 4);
+}
+
+fn bits_equal<T: Copy + PartialEq>(a: &(Vec<T>, Vec<f32>), b: &(Vec<T>, Vec<f32>)) -> bool
+where
+    T: attn_kernels::StorageType,
+{
+    a.0.iter()
+        .zip(&b.0)
+        .all(|(x, y)| x.to_f32().to_bits() == y.to_f32().to_bits())
+        && a.1
+            .iter()
+            .zip(&b.1)
+            .all(|(x, y)| x.to_bits() == y.to_bits())
+        && a.0.len() == b.0.len()
+}
+
+/// FP8 on the Hopper engine: the walking tiles (D ≤ 128, non-causal) give the grid's bits.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_fp8_persistent_walks_match_one_cta_per_item() {
+    let gpu = gpu();
+    if !is_hopper(&gpu) {
+        return;
+    }
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut runs = 0;
+    for d in [64, 128] {
+        for tile in catalog::hopper_fp8_tiles(d) {
+            if !catalog::hopper_persistent(d, tile, false, catalog::HopperVariant::Dense, true) {
+                continue;
+            }
+            let p = crate::fp8::fp8_problem((2, 4, 2, 600, 700, d), Causal::None);
+            let x = crate::fp8::inputs(&p, &mut rng, false);
+            let z = crate::fp8::quantize_all(&p, &x);
+            let opts = |schedule| Fp8Options {
+                variant: Some(Fp8Variant::Hopper),
+                hopper: Some(*tile),
+                config: None,
+                schedule,
+            };
+            let grid = crate::fp8::run(&gpu, &p, &z, Dtype::F16, &opts(TileSchedule::Grid));
+            for ctas in [1, 3, 132] {
+                let walk = crate::fp8::run(
+                    &gpu,
+                    &p,
+                    &z,
+                    Dtype::F16,
+                    &opts(TileSchedule::Persistent(Some(ctas))),
+                );
+                let same = grid
+                    .0
+                    .iter()
+                    .zip(&walk.0)
+                    .all(|(a, b)| a.to_bits() == b.to_bits())
+                    && grid
+                        .1
+                        .iter()
+                        .zip(&walk.1)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{} D {d}, {ctas} CTAs, seed {seed}: persistent != grid",
+                    tile.name()
+                );
+                runs += 1;
+            }
+            // And the grid run itself passes the FP8 checks.
+            crate::fp8::check(
+                &gpu,
+                &p,
+                &x,
+                Dtype::F16,
+                &opts(TileSchedule::Persistent(Some(3))),
+            )
+            .unwrap_or_else(|e| panic!("{} D {d} seed {seed}: {e}", tile.name()));
+        }
+    }
+    assert!(runs >= 3, "only {runs} FP8 runs walked items");
+}
+
+/// A persistent launch of an entry that runs one item per CTA is refused with a typed error,
+/// and nothing is written.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn validation_persistent_refused_where_entries_do_not_walk() {
+    let gpu = gpu();
+    if !is_hopper(&gpu) {
+        return;
+    }
+    let stream = gpu.stream();
+    for (d, causal) in [(64, Causal::None), (128, Causal::BottomRight)] {
+        let p = problem((1, 2, 2, 256, 256, d), causal);
+        let s = p.shape();
+        let q = stream.clone_htod(&vec![f16::ONE; s.q_elems()]).unwrap();
+        let k = stream.clone_htod(&vec![f16::ONE; s.kv_elems()]).unwrap();
+        let v = stream.clone_htod(&vec![f16::ONE; s.kv_elems()]).unwrap();
+        let mut o = stream.clone_htod(&vec![f16::NAN; s.o_elems()]).unwrap();
+        let opts = ForwardOptions {
+            engine: Engine::Hopper(None),
+            schedule: TileSchedule::Persistent(None),
+            ..Default::default()
+        };
+        let err = gpu
+            .forward(Forward::bhsd(&p, &q, &k, &v, &mut o, None).with_options(opts))
+            .expect_err("these entries run one item per CTA");
+        assert!(
+            matches!(&err, KernelError::EngineUnavailable(m) if m.contains("one work item per CTA")),
+            "D {d} {causal:?}: {err}"
+        );
+        let after = stream.clone_dtoh(&o).unwrap();
+        assert!(
+            after.iter().all(|x| x.is_nan()),
+            "D {d} {causal:?}: O was written"
+        );
+    }
+}
