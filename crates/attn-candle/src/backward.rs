@@ -7,8 +7,9 @@
 //! - Both implement attention with causal masks (both alignments), GQA, sliding windows,
 //!   softcap and ALiBi: attn-ref's backward applies every forward feature, and so do the
 //!   CUDA backward kernels' general entries (the mma.sync kernel's `_feat` entries).
-//! - Varlen: per-sequence reference backward on the CPU; an error on CUDA (the backward
-//!   kernels have no varlen mode). The paged op: an error on both (a decode-time op).
+//! - Varlen: per-sequence reference backward on the CPU; on CUDA the backward kernels' packed
+//!   sequences (`FlashAttention::backward_with`). The paged op: an error on both (a
+//!   decode-time op).
 
 use attn_ref::reference::backward as reference_backward;
 use attn_ref::{AttnShape, Problem};
@@ -157,11 +158,31 @@ impl FlashAttnVarLen {
         }
         let template = AttnShape::new(batch, hq, hkv, 1, 1, d).map_err(err)?;
         let problem = self.attn.problem(template, self.max_seqlen_k)?;
-        if !q.device().is_cpu() {
-            return Err(err(format!(
-                "{BACKWARD_UNSUPPORTED} varlen batches on {:?}: the CUDA backward kernels take dense batches only; run the backward on the CPU device, or pad the sequences to a dense batch",
-                q.device().location()
-            )));
+        match q.device() {
+            Device::Cpu => {}
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => {
+                // The kernels' batch template: the longest sequences (as the forward's).
+                let longest = |cu: &[i32]| {
+                    cu.windows(2)
+                        .map(|w| (w[1] - w[0]).max(0) as usize)
+                        .max()
+                        .unwrap_or(0)
+                };
+                let (max_q, max_k) = (longest(&self.cu_q), longest(&self.cu_k));
+                if max_q == 0 || max_k == 0 {
+                    return zeros(q, k, v);
+                }
+                let shape = AttnShape::new(batch, hq, hkv, max_q, max_k, d).map_err(err)?;
+                let problem = self.attn.problem(shape, self.max_seqlen_k)?;
+                return self.cuda_backward(&problem, q, k, v, d_o);
+            }
+            dev => {
+                return Err(err(format!(
+                    "backward on {:?} is not supported (the CPU device, or CUDA with the `cuda` feature)",
+                    dev.location()
+                )))
+            }
         }
         let dt = q.dtype();
         check_cpu_dtype(dt)?;

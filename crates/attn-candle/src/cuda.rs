@@ -24,9 +24,10 @@ use std::{
 };
 
 use attn_kernels::{
-    Backward, BackwardOptions, FlashAttention, Forward, ForwardKvFp8, ForwardOptions, Fp8Forward,
-    Fp8Options, Fp8Scales, Indices, KernelCache, KernelError, KeyRows, KvScales, Layout as KLayout,
-    QueryRows, Sequences, StorageType, Strides, Tensor as KTensor, TensorMut,
+    Backward, BackwardExtras, BackwardOptions, FlashAttention, Forward, ForwardKvFp8,
+    ForwardOptions, Fp8Forward, Fp8Options, Fp8Scales, Indices, KernelCache, KernelError, KeyRows,
+    KvScales, Layout as KLayout, QueryRows, Sequences, StorageType, Strides, Tensor as KTensor,
+    TensorMut,
 };
 use attn_ref::AttnShape;
 use candle_core::backend::BackendStorage;
@@ -822,5 +823,145 @@ impl crate::fp8::FlashAttnFp8 {
         record.kernel = info.kernel;
         record_launch(record);
         Ok((CudaStorage::wrap_cuda_slice(o, dev), out_shape))
+    }
+}
+
+/// A packed `(total, h, d)` tensor's storage as a kernel input (no copy).
+fn cuda_packed_input<'a, T: CudaDType>(
+    name: &str,
+    storage: &'a Storage,
+    l: &Layout,
+) -> Result<KTensor<'a, T>> {
+    match storage {
+        Storage::Cuda(s) => packed_input(name, s.as_cuda_slice::<T>()?, l),
+        _ => Err(err(format!("{name} must be on the CUDA device, like q"))),
+    }
+}
+
+impl crate::FlashAttnVarLen {
+    /// The varlen backward on candle's stream: the forward recomputed with its LSE
+    /// (`[Hq, total_q]`) through `FlashAttention::forward_sequences`, then
+    /// `FlashAttention::backward_with` over the same packed sequences; dQ `(total_q, Hq, D)`,
+    /// dK and dV `(total_k, Hkv, D)`, contiguous, from candle's device. `problem` is the
+    /// batch template (the longest sequences, the op's features); the prefix sums travel with
+    /// their host copies, which attn-kernels validates.
+    pub(crate) fn cuda_backward(
+        &self,
+        problem: &attn_ref::Problem,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        d_o: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let (q, k, v) = (q.detach(), k.detach(), v.detach());
+        let d_o = d_o.contiguous()?.detach();
+        match q.dtype() {
+            DType::F16 => self.backward_typed::<f16>(problem, [&q, &k, &v, &d_o]),
+            DType::BF16 => self.backward_typed::<bf16>(problem, [&q, &k, &v, &d_o]),
+            dt => Err(err(format!(
+                "unsupported dtype {dt:?} on CUDA: the kernels take f16 or bf16"
+            ))),
+        }
+    }
+
+    fn backward_typed<T>(
+        &self,
+        problem: &attn_ref::Problem,
+        tensors: [&Tensor; 4],
+    ) -> Result<(Tensor, Tensor, Tensor)>
+    where
+        T: StorageType + CudaDType + DeviceRepr + ValidAsZeroBits,
+    {
+        let s = problem.shape();
+        let (hq, hkv, d) = (s.q_heads(), s.kv_heads(), s.head_dim());
+        let candle_core::Device::Cuda(dev) = tensors[0].device() else {
+            bail!("attn-candle: the CUDA backward needs q on a CUDA device");
+        };
+        let dev = dev.clone();
+        let [qg, kg, vg, dog] = tensors.map(|t| t.storage_and_layout());
+        let qt = cuda_packed_input::<T>("q", &qg.0, qg.1)?;
+        let kt = cuda_packed_input::<T>("k", &kg.0, kg.1)?;
+        let vt = cuda_packed_input::<T>("v", &vg.0, vg.1)?;
+        let dot = cuda_packed_input::<T>("the output gradient", &dog.0, dog.1)?;
+        let total_q = tensors[0].dim(0)?;
+        let total_k = tensors[1].dim(0)?;
+        let (stream, gpu) = launcher(&dev)?;
+        let cu_q = dev.clone_htod(&self.cu_q)?;
+        let cu_k = dev.clone_htod(&self.cu_k)?;
+        let seqs = || Sequences {
+            queries: QueryRows::Packed {
+                cu_seqlens: Indices::new(cu_q.as_view()).with_host(&self.cu_q),
+            },
+            keys: KeyRows::Packed {
+                cu_seqlens: Indices::new(cu_k.as_view()).with_host(&self.cu_k),
+            },
+            seqused_k: None,
+        };
+        let (qd, kd) = ([1, hq, total_q, d], [1, hkv, total_k, d]);
+        let mut o = dev.alloc_zeros::<T>(total_q * hq * d)?;
+        let mut lse = dev.alloc_zeros::<f32>(hq * total_q)?;
+        let mut record = CudaLaunchRecord {
+            q: address(qt.view(), &stream),
+            k: address(kt.view(), &stream),
+            v: address(vt.view(), &stream),
+            o: 0,
+            lse: None,
+            stream: stream.cu_stream() as usize,
+            kernel: String::new(),
+        };
+        gpu.forward_sequences(
+            Forward {
+                problem,
+                q: qt,
+                k: kt,
+                v: vt,
+                o: TensorMut::contiguous(o.as_view_mut(), qd, KLayout::Bshd),
+                lse: Some(lse.as_view_mut()),
+                options: ForwardOptions::default(),
+            },
+            seqs(),
+        )
+        .map_err(kernel_error)?;
+        record.o = o.device_ptr(&stream).0;
+        record.lse = Some(lse.device_ptr(&stream).0);
+        let mut dq = dev.alloc_zeros::<T>(total_q * hq * d)?;
+        let mut dk = dev.alloc_zeros::<T>(total_k * hkv * d)?;
+        let mut dv = dev.alloc_zeros::<T>(total_k * hkv * d)?;
+        // The forward consumed its views; the backward reads q, k, v through fresh ones.
+        let qt = cuda_packed_input::<T>("q", &qg.0, qg.1)?;
+        let kt = cuda_packed_input::<T>("k", &kg.0, kg.1)?;
+        let vt = cuda_packed_input::<T>("v", &vg.0, vg.1)?;
+        let info = gpu
+            .backward_with(
+                Backward {
+                    problem,
+                    q: qt,
+                    k: kt,
+                    v: vt,
+                    o: KTensor::contiguous(o.as_view(), qd, KLayout::Bshd),
+                    lse: lse.as_view(),
+                    d_o: dot,
+                    dq: TensorMut::contiguous(dq.as_view_mut(), qd, KLayout::Bshd),
+                    dk: TensorMut::contiguous(dk.as_view_mut(), kd, KLayout::Bshd),
+                    dv: TensorMut::contiguous(dv.as_view_mut(), kd, KLayout::Bshd),
+                    options: BackwardOptions::default(),
+                },
+                BackwardExtras {
+                    seqs: seqs(),
+                    dsinks: None,
+                },
+            )
+            .map_err(kernel_error)?;
+        record.kernel = info.kernel;
+        record_launch(record);
+        let wrap = |slice: CudaSlice<T>, shape: (usize, usize, usize)| {
+            let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone()));
+            Tensor::from_storage(storage, shape, BackpropOp::none(), false)
+        };
+        Ok((
+            wrap(dq, (total_q, hq, d)),
+            wrap(dk, (total_k, hkv, d)),
+            wrap(dv, (total_k, hkv, d)),
+        ))
     }
 }

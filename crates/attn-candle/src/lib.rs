@@ -23,9 +23,9 @@
 //! `Tensor::backward` runs through the ops (`CustomOp3::bwd`): on the CPU through attn-ref's
 //! f64 reference backward ([`attn_ref::reference::backward()`]), gradients in the inputs'
 //! dtype; on CUDA through attn-kernels' backward kernels on candle's stream, after
-//! recomputing the forward's LSE. Plain attention with either causal alignment and GQA has
-//! gradients on both devices, varlen on the CPU; sliding windows, softcap, ALiBi, the paged
-//! op (and varlen on CUDA) are a candle error whose text contains [`BACKWARD_UNSUPPORTED`]
+//! recomputing the forward's LSE. Either causal alignment, GQA, sliding windows, softcap,
+//! ALiBi and varlen batches have gradients on both devices; the paged op and E4M3 KV caches
+//! (inference formats) are a candle error whose text contains [`BACKWARD_UNSUPPORTED`]
 //! followed by the feature's name.
 //!
 //! Layouts are `candle-flash-attn`'s: Q `(batch, seq_q, heads_q, head_dim)`, K and V
@@ -104,9 +104,8 @@ pub const CUDA_FEATURE_DISABLED: &str =
 const KV_FP8_NEEDS_SCALES: &str =
     "k and v are F8E4M3 codes but the op has no scales: use flash_attn_kv_fp8 or FlashAttn::kv_fp8_scales";
 
-/// In the error `bwd` returns for what no backward implements (sliding windows, softcap,
-/// ALiBi; the paged op; varlen on CUDA), after the `attn-candle: ` prefix; the message goes
-/// on to name the feature.
+/// In the error `bwd` returns for what no backward implements (the paged op, E4M3 KV
+/// caches), after the `attn-candle: ` prefix; the message goes on to name the feature.
 pub const BACKWARD_UNSUPPORTED: &str = "backward is not implemented for";
 
 fn err(msg: impl std::fmt::Display) -> candle_core::Error {
