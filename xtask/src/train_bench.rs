@@ -140,10 +140,14 @@ pub fn run(args: Args) -> Result<()> {
                 .map(|i| 2f32.powf(-8.0 * (i + 1) as f32 / h as f32))
                 .collect();
             let biased = p.with_alibi(Alibi::PerHead(slopes))?;
+            // Zero slopes: the feature entry with every feature's arithmetic skipped, so the
+            // entry's own cost (its tile, its registers) separates from ALiBi's.
+            let feat_noop = p.with_alibi(Alibi::PerHead(vec![0.0; h]))?;
             let fwd = fwd_of(&p, &mut o, &mut lse)?;
             let window = fwd_of(&windowed, &mut o, &mut lse)?;
             let softcap = fwd_of(&capped, &mut o, &mut lse)?;
             let alibi = fwd_of(&biased, &mut o, &mut lse)?;
+            let noop = fwd_of(&feat_noop, &mut o, &mut lse)?;
             let mut bwd_of = |p: &Problem,
                               o: &cudarc::driver::CudaSlice<bf16>,
                               lse: &cudarc::driver::CudaSlice<f32>,
@@ -196,6 +200,10 @@ pub fn run(args: Args) -> Result<()> {
                 m(&bwd_mma), tf(m(&bwd_mma), 2.5)
             );
             println!(
+                "    fwd feature entry with zero ALiBi slopes (no feature arithmetic) vs plain: {:.3}×",
+                m(&noop) / m(&fwd)
+            );
+            println!(
                 "    bwd with features (default engine's general entry) vs the plain default: window {:.3}× softcap {:.3}× alibi {:.3}×",
                 m(&bwd_window) / m(&bwd),
                 m(&bwd_softcap) / m(&bwd),
@@ -204,6 +212,7 @@ pub fn run(args: Args) -> Result<()> {
             rows.push(serde_json::json!({
                 "shape": [b, h, n, d, causal],
                 "fwd_us": fwd, "window_us": window, "softcap_us": softcap, "alibi_us": alibi,
+                "feat_noop_us": noop,
                 "bwd_us": bwd, "bwd_det_us": bwd_det, "bwd_mma_us": bwd_mma, "flops_fwd": flops,
                 "bwd_window_us": bwd_window, "bwd_softcap_us": bwd_softcap, "bwd_alibi_us": bwd_alibi,
             }));

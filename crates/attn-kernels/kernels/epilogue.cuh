@@ -11,7 +11,9 @@ namespace attn {
 // SINK (the FEATURES kernels): an attention sink of logit sink_log2 (base 2; -inf: none) joins
 // each row's max and denominator but contributes no value, as attn-ref defines it; a row
 // with no visible key keeps O = 0 and LSE = -inf even then.
-template <typename T, int PITCH, int NO, bool SINK = false>
+// DIRECT: O goes from the registers straight to global memory (4-byte stores, a warp's
+// covering 8 rows × 16 bytes each), leaving shared memory alone; q_tile_smem is unused.
+template <typename T, int PITCH, int NO, bool SINK = false, bool DIRECT = false>
 __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)[2],
                                              const float (&l_partial)[2], T* q_tile_smem,
                                              T* __restrict__ o_head, float* __restrict__ lse_head,
@@ -42,12 +44,25 @@ __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)
         if (lse_head != nullptr && t == 0 && q_row0 + row < q_len) {
             lse_head[q_row0 + row] = l == 0.f ? -INFINITY : (mr + log2f(l)) * kLn2;
         }
+        if constexpr (DIRECT) {
+            if (q_row0 + row < q_len) {
+                T* dst = o_head + static_cast<int64_t>(q_row0 + row) * o_row_stride + 2 * t;
+#pragma unroll
+                for (int n = 0; n < NO; ++n) {
+                    if (n < d_chunks)
+                        *reinterpret_cast<uint32_t*>(dst + 8 * n) =
+                            StorageTraits<T>::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+                }
+            }
+            continue;
+        }
 #pragma unroll
         for (int n = 0; n < NO; ++n) {
             const uint32_t packed = StorageTraits<T>::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
             *reinterpret_cast<uint32_t*>(q_tile_smem + swz<PITCH>(row, n) + 2 * t) = packed;
         }
     }
+    if constexpr (DIRECT) return;
     __syncwarp();
     constexpr int kChunksPerRow = NO;
     if constexpr (32 % kChunksPerRow == 0) {

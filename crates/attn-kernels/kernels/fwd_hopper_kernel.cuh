@@ -177,7 +177,9 @@ __device__ __forceinline__ HopperItem hopper_item(int w, const HopperSched& sche
 // Items (HopperSched): the producer and the consumers walk the same items in the same order
 // and count the K/V ring's stages across them (`ring`), so the ring's barriers run on from one
 // item to the next; Q has a "full" barrier whose phase is the item's parity and an "empty"
-// one the consumers arrive on once the epilogue is done with the Q tile (its staging area).
+// one the consumers arrive on once their last Q·Kᵀ of the item has completed, so the next
+// item's Q loads under the last P·V and the epilogue, which in these entries stores O from
+// registers rather than staging it in the Q tile.
 template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA, bool FP8,
           bool FEATURES = false, int CONSUMERS = 2, bool SEQS = false, bool PERSISTENT = false>
 __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __restrict__ lse, const TmaDesc* tma_q,
@@ -494,6 +496,13 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         auto release_v = [&](int j) {
             if (lane == 0) mbar_arrive(&empty_v[(ring + j) % STAGES]);
         };
+        // A walking entry hands the Q tile back as soon as its last Q·Kᵀ has read it, so the next
+        // item's Q loads under this item's last P·V and epilogue (which then stores O from registers).
+        auto release_q = [&]() {
+            if constexpr (kPersistent) {
+                if (lane == 0) mbar_arrive(empty_q);
+            }
+        };
 
         // P of one tile as A operands: n-tiles 2kk and 2kk+1 of the accumulator are k-step kk's
         // m16k16 fragment (the same identity the mma.sync kernel uses).
@@ -582,6 +591,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                     OnlineSoftmax<kNT, kNO>::rescale(acc_o, corr);
                     convert_p();
                 }
+                release_q(); // every Q·Kᵀ of the item has completed
                 if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
                 issue_pv(n_tiles - 1, pa);
                 wgmma_commit();
@@ -591,6 +601,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 release_v(n_tiles - 1);
             } else {
                 for (int j = 0; j + 1 < n_tiles; ++j) iteration(j, BoolConst<true>{});
+                release_q(); // every Q·Kᵀ of the item has completed
                 iteration(n_tiles - 1, BoolConst<false>{});
             }
             // The last consumer's arrivals outnumber consumer 0's waits by the one before the
@@ -598,11 +609,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             if constexpr (PINGPONG) {
                 if (cw == 0) named_barrier_sync(my_bar, 256);
             }
+        } else {
+            release_q();
         }
 
         // Every consumer is done reading Q (its last wgmma has completed) before any stages its
-        // output in the Q tile.
-        named_barrier_sync(kBarEpilogue, 128 * CONSUMERS);
+        // output in the Q tile. A walking entry stores O from registers instead (below): the Q
+        // tile already went back to the producer for the next item.
+        if constexpr (!kPersistent) named_barrier_sync(kBarEpilogue, 128 * CONSUMERS);
         // Packed Q/O: the sequence's rows of batch 0, LSE [Hq, total_q] (seqs.cuh's layouts).
         T* o_head = head_ptr(o, p.o_stride, q_batch, h) + static_cast<int64_t>(rows.q_row0) * p.o_stride[2];
         float* lse_head = nullptr;
@@ -616,14 +630,9 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         softmax.m[1] -= kLog2Gain;
         const float out_scale = FP8 ? v_scale[b * p.kv_heads + kvh] : 1.f;
         T* staging = reinterpret_cast<T*>(sQ) + cw * 64 * kPitch;
-        write_output<T, kPitch, kNO, FEATURES>(acc_o, softmax.m, softmax.l, staging, o_head, lse_head, warp_row0, row_base,
-                                               p.q_len, lane, static_cast<int>(p.o_stride[2]), p.head_dim >> 3, out_scale,
-                                               FEATURES ? sink_log2(h, p) : -INFINITY);
-        // The Q tile is free for the next item's load: this warp's staging writes and reads are
-        // done (write_output ends with them); order the generic-proxy writes before TMA's.
-        fence_proxy_async_smem();
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty_q);
+        write_output<T, kPitch, kNO, FEATURES, kPersistent>(
+            acc_o, softmax.m, softmax.l, staging, o_head, lse_head, warp_row0, row_base, p.q_len, lane,
+            static_cast<int>(p.o_stride[2]), p.head_dim >> 3, out_scale, FEATURES ? sink_log2(h, p) : -INFINITY);
         ring += n_tiles;
         ++n_items;
     };

@@ -725,6 +725,7 @@ impl FlashAttention {
 
     /// [`Fp8Variant::Hopper`]: the Vᵀ pass, then the Hopper engine's FP8 entry with TMA
     /// descriptors for Q, K (any strides) and Vᵀ.
+    #[allow(clippy::too_many_arguments)]
     fn forward_fp8_hopper<T: StorageType>(
         &self,
         problem: &Problem,
