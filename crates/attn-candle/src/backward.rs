@@ -163,13 +163,10 @@ impl FlashAttnVarLen {
             #[cfg(feature = "cuda")]
             Device::Cuda(_) => {
                 // The kernels' batch template: the longest sequences (as the forward's).
-                let longest = |cu: &[i32]| {
-                    cu.windows(2)
-                        .map(|w| (w[1] - w[0]).max(0) as usize)
-                        .max()
-                        .unwrap_or(0)
-                };
-                let (max_q, max_k) = (longest(&self.cu_q), longest(&self.cu_k));
+                let (max_q, max_k) = (
+                    crate::longest_sequence(&self.cu_q),
+                    crate::longest_sequence(&self.cu_k),
+                );
                 if max_q == 0 || max_k == 0 {
                     return zeros(q, k, v);
                 }

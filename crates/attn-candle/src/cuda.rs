@@ -422,13 +422,10 @@ impl crate::FlashAttnVarLen {
         let dev = q.device().clone();
         let out_shape = Shape::from((total_q, hq, d));
         let batch = self.cu_q.len() - 1;
-        let longest = |cu: &[i32]| {
-            cu.windows(2)
-                .map(|w| (w[1] - w[0]).max(0) as usize)
-                .max()
-                .unwrap_or(0)
-        };
-        let (max_q, max_k) = (longest(&self.cu_q), longest(&self.cu_k));
+        let (max_q, max_k) = (
+            crate::longest_sequence(&self.cu_q),
+            crate::longest_sequence(&self.cu_k),
+        );
         if batch == 0 || total_q == 0 || hq == 0 || d == 0 || max_k == 0 {
             // Nothing to compute, or rows that see no key: O = 0 (as on the CPU).
             let o = dev.alloc_zeros::<T>(out_shape.elem_count())?;

@@ -108,6 +108,15 @@ const KV_FP8_NEEDS_SCALES: &str =
 /// caches), after the `attn-candle: ` prefix; the message goes on to name the feature.
 pub const BACKWARD_UNSUPPORTED: &str = "backward is not implemented for";
 
+/// The longest sequence of a prefix-sum array (`cu_seqlens`); 0 for none.
+#[cfg(feature = "cuda")]
+fn longest_sequence(cu: &[i32]) -> usize {
+    cu.windows(2)
+        .map(|w| (w[1] - w[0]).max(0) as usize)
+        .max()
+        .unwrap_or(0)
+}
+
 fn err(msg: impl std::fmt::Display) -> candle_core::Error {
     candle_core::Error::Msg(format!("attn-candle: {msg}"))
 }

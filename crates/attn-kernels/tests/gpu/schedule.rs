@@ -63,47 +63,14 @@ fn correctness_persistent_walks_match_one_cta_per_item() {
                 }
                 // Bitwise against one CTA per item, on the same inputs.
                 let p = problem(dims, Causal::None);
-                let s = p.shape();
                 let opts = |schedule| ForwardOptions {
                     engine: Engine::Hopper(Some(*tile)),
                     schedule,
                     ..Default::default()
                 };
                 let same = match dt {
-                    Dtype::F16 => {
-                        let (q, k, v) = (
-                            randn::<f16>(&mut rng, s.q_elems()),
-                            randn::<f16>(&mut rng, s.kv_elems()),
-                            randn::<f16>(&mut rng, s.kv_elems()),
-                        );
-                        let a = run_gpu(&gpu, &p, &q, &k, &v, &opts(TileSchedule::Grid));
-                        let b = run_gpu(
-                            &gpu,
-                            &p,
-                            &q,
-                            &k,
-                            &v,
-                            &opts(TileSchedule::Persistent(Some(5))),
-                        );
-                        bits_equal(&a, &b)
-                    }
-                    Dtype::Bf16 => {
-                        let (q, k, v) = (
-                            randn::<bf16>(&mut rng, s.q_elems()),
-                            randn::<bf16>(&mut rng, s.kv_elems()),
-                            randn::<bf16>(&mut rng, s.kv_elems()),
-                        );
-                        let a = run_gpu(&gpu, &p, &q, &k, &v, &opts(TileSchedule::Grid));
-                        let b = run_gpu(
-                            &gpu,
-                            &p,
-                            &q,
-                            &k,
-                            &v,
-                            &opts(TileSchedule::Persistent(Some(5))),
-                        );
-                        bits_equal(&a, &b)
-                    }
+                    Dtype::F16 => same_bits_both_ways::<f16>(&gpu, &p, &mut rng, &opts),
+                    Dtype::Bf16 => same_bits_both_ways::<bf16>(&gpu, &p, &mut rng, &opts),
                 };
                 assert!(
                     same,
@@ -116,10 +83,28 @@ fn correctness_persistent_walks_match_one_cta_per_item() {
     assert_eq!(runs, tiles.len() * SHAPES.len() * 2 * 4);
 }
 
-fn bits_equal<T: Copy + PartialEq>(a: &(Vec<T>, Vec<f32>), b: &(Vec<T>, Vec<f32>)) -> bool
-where
-    T: attn_kernels::StorageType,
-{
+/// One CTA per item and five walking CTAs on the same fresh inputs: equal bit for bit.
+fn same_bits_both_ways<T: attn_kernels::StorageType>(
+    gpu: &FlashAttention,
+    p: &attn_ref::Problem,
+    rng: &mut StdRng,
+    opts: &dyn Fn(TileSchedule) -> ForwardOptions,
+) -> bool {
+    let s = p.shape();
+    let (q, k, v) = (
+        randn::<T>(rng, s.q_elems()),
+        randn::<T>(rng, s.kv_elems()),
+        randn::<T>(rng, s.kv_elems()),
+    );
+    let a = run_gpu(gpu, p, &q, &k, &v, &opts(TileSchedule::Grid));
+    let b = run_gpu(gpu, p, &q, &k, &v, &opts(TileSchedule::Persistent(Some(5))));
+    bits_equal(&a, &b)
+}
+
+fn bits_equal<T: attn_kernels::StorageType>(
+    a: &(Vec<T>, Vec<f32>),
+    b: &(Vec<T>, Vec<f32>),
+) -> bool {
     a.0.iter()
         .zip(&b.0)
         .all(|(x, y)| x.to_f32().to_bits() == y.to_f32().to_bits())
