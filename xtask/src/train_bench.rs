@@ -37,6 +37,11 @@ pub struct Args {
     /// Write everything as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Also time a varlen batch of this many sequences (bf16, H 16, D 128, lengths drawn
+    /// from 128–4096 with a fixed seed): the packed forward and backward, with TFLOP/s on
+    /// the sequences' own FLOPs; 0 skips it.
+    #[arg(long, default_value_t = 16)]
+    varlen_seqs: usize,
 }
 
 fn parse_shapes(s: &str) -> Result<Vec<[usize; 4]>> {
@@ -218,6 +223,11 @@ pub fn run(args: Args) -> Result<()> {
             }));
         }
     }
+    let varlen = if args.varlen_seqs > 0 {
+        varlen_rows(&gpu, &args)?
+    } else {
+        Vec::new()
+    };
     let mut sdpa = serde_json::Value::Null;
     if args.python != "none" {
         let list: Vec<_> = shapes
@@ -280,8 +290,119 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(path) = &args.json {
         std::fs::write(
             path,
-            serde_json::to_string_pretty(&serde_json::json!({"ours": rows, "sdpa": sdpa}))?,
+            serde_json::to_string_pretty(
+                &serde_json::json!({"ours": rows, "varlen": varlen, "sdpa": sdpa}),
+            )?,
         )?;
     }
     Ok(())
+}
+
+/// The varlen rows: `args.varlen_seqs` packed sequences through `forward_sequences` and
+/// `backward_with` (both masks), timed like the dense rows. Their TFLOP/s count each
+/// sequence's own FLOPs (backward: 2.5 × the forward's), so they compare with the dense rows'.
+fn varlen_rows(gpu: &FlashAttention, args: &Args) -> Result<Vec<serde_json::Value>> {
+    use attn_kernels::{BackwardExtras, Indices, KeyRows, QueryRows, Sequences};
+    use rand::{Rng, SeedableRng};
+    let (h, d) = (16, 128);
+    let s = gpu.stream().clone();
+    let mut r = rand::rngs::StdRng::seed_from_u64(7);
+    let lens: Vec<usize> = (0..args.varlen_seqs)
+        .map(|_| r.random_range(128..=4096))
+        .collect();
+    let mut cu = vec![0i32];
+    for &l in &lens {
+        cu.push(cu[cu.len() - 1] + l as i32);
+    }
+    let total = *cu.last().unwrap_or(&0) as usize;
+    let max_len = lens.iter().copied().max().unwrap_or(1);
+    let n = total * h * d;
+    let rnd = |r: &mut rand::rngs::StdRng| -> Result<cudarc::driver::CudaSlice<bf16>> {
+        let host: Vec<bf16> = (0..n)
+            .map(|_| bf16::from_f32(r.sample::<f32, _>(rand_distr::StandardNormal)))
+            .collect();
+        Ok(s.clone_htod(&host)?)
+    };
+    let (q, k, v, d_o) = (rnd(&mut r)?, rnd(&mut r)?, rnd(&mut r)?, rnd(&mut r)?);
+    let dcu = s.clone_htod(&cu)?;
+    let seqs = || Sequences {
+        queries: QueryRows::Packed {
+            cu_seqlens: Indices::new(dcu.as_view()).with_host(&cu),
+        },
+        keys: KeyRows::Packed {
+            cu_seqlens: Indices::new(dcu.as_view()).with_host(&cu),
+        },
+        seqused_k: None,
+    };
+    let dims = [1, h, total, d];
+    let bs = Layout::Bshd;
+    let mut o = s.alloc_zeros::<bf16>(n)?;
+    let mut lse = s.alloc_zeros::<f32>(h * total)?;
+    let (mut dq, mut dk, mut dv) = (
+        s.alloc_zeros::<bf16>(n)?,
+        s.alloc_zeros::<bf16>(n)?,
+        s.alloc_zeros::<bf16>(n)?,
+    );
+    let mut out = Vec::new();
+    for mask in [Causal::None, Causal::BottomRight] {
+        let p = Problem::new(AttnShape::new(lens.len(), h, h, max_len, max_len, d)?, mask);
+        let flops: f64 = lens
+            .iter()
+            .map(|&l| AttnShape::new(1, h, h, l, l, d).map(|a| a.flops(mask)))
+            .sum::<std::result::Result<f64, _>>()?;
+        let fwd = time(gpu, args.warmup, args.iters, || {
+            gpu.forward_sequences(
+                Forward {
+                    problem: &p,
+                    q: Tensor::contiguous(q.as_view(), dims, bs),
+                    k: Tensor::contiguous(k.as_view(), dims, bs),
+                    v: Tensor::contiguous(v.as_view(), dims, bs),
+                    o: TensorMut::contiguous(o.as_view_mut(), dims, bs),
+                    lse: Some(lse.as_view_mut()),
+                    options: ForwardOptions::default(),
+                },
+                seqs(),
+            )?;
+            Ok(())
+        })?;
+        let bwd = time(gpu, args.warmup, args.iters, || {
+            gpu.backward_with(
+                Backward {
+                    problem: &p,
+                    q: Tensor::contiguous(q.as_view(), dims, bs),
+                    k: Tensor::contiguous(k.as_view(), dims, bs),
+                    v: Tensor::contiguous(v.as_view(), dims, bs),
+                    o: Tensor::contiguous(o.as_view(), dims, bs),
+                    lse: lse.as_view(),
+                    d_o: Tensor::contiguous(d_o.as_view(), dims, bs),
+                    dq: TensorMut::contiguous(dq.as_view_mut(), dims, bs),
+                    dk: TensorMut::contiguous(dk.as_view_mut(), dims, bs),
+                    dv: TensorMut::contiguous(dv.as_view_mut(), dims, bs),
+                    options: BackwardOptions::default(),
+                },
+                BackwardExtras {
+                    seqs: seqs(),
+                    dsinks: None,
+                },
+            )?;
+            Ok(())
+        })?;
+        let m = |x: &[f64]| median(&mut x.to_vec());
+        println!(
+            "varlen {} sequences of {}–{} tokens ({total} in all), H{h} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | bwd {:.1} µs ({:.0} TFLOP/s)",
+            lens.len(),
+            lens.iter().min().unwrap_or(&0),
+            max_len,
+            if mask == Causal::None { "full" } else { "causal" },
+            m(&fwd),
+            flops / m(&fwd) * 1e-6,
+            m(&bwd),
+            2.5 * flops / m(&bwd) * 1e-6
+        );
+        out.push(serde_json::json!({
+            "lens": lens, "causal": mask != Causal::None, "flops_fwd": flops,
+            "fwd_us": fwd, "bwd_us": bwd,
+        }));
+    }
+    Ok(out)
 }
