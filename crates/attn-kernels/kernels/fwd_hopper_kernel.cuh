@@ -89,9 +89,10 @@ template <bool B> struct BoolConst {
 // flat grid's blocks) x, query heads h and batches b, x fastest. A launch of one CTA per item
 // is the classic grid; a persistent launch (FlashAttention-3's tile scheduler,
 // hopper/tile_scheduler.hpp) starts fewer CTAs, each striding over the items by gridDim.x,
-// so that the producer loads the next item's K/V tiles while the consumers finish the
-// current one and write its output, and no CTA pays a launch, barrier set-up and pipeline
-// fill per item. Mirrored by src/hopper.rs `HopperSched`.
+// so that the producer loads the next item's Q and K/V tiles while the consumers finish the
+// current one and write its output, and no CTA pays a launch and barrier set-up per item
+// (each item still fills and drains its own softmax/GEMM overlap). Mirrored by src/hopper.rs
+// `HopperSched`.
 struct HopperSched {
     int tiles_x; // query blocks (or flat-grid blocks) per (head, batch)
     int heads;   // query heads
@@ -121,8 +122,9 @@ __device__ __forceinline__ HopperItem hopper_item(int w, const HopperSched& sche
     it.rows = SeqRows{0, 0};
     it.valid = true;
     if constexpr (kSeqs) {
-        // resolve_sequence rewrites these three; the rest of seq_p is p_in's, copied once
-        // outside the item loop (a whole copy per item kept it in local memory).
+        // resolve_sequence rewrites these three; the rest of seq_p is p_in's (the caller's
+        // copy). Sequence entries run one item per CTA today, so this only matters if they
+        // ever walk.
         seq_p.q_len = p_in.q_len;
         seq_p.kv_len = p_in.kv_len;
         seq_p.diag_offset = p_in.diag_offset;
