@@ -719,7 +719,14 @@ fn time_fp8(
             options: opts,
         })?;
         if kernel.is_empty() {
-            kernel = format!("{} ({}) + Vt pass", info.kernel, info.config.name());
+            // The mma.sync variants launch a Vᵀ pass first; the Hopper engine transposes V in
+            // its kernel.
+            let pass = if info.kernel.starts_with("attn_fwdh8_") {
+                ""
+            } else {
+                " + Vt pass"
+            };
+            kernel = format!("{} ({}){pass}", info.kernel, info.config.name());
         }
         Ok(())
     };

@@ -679,7 +679,7 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
     let sub_tiles = bucket.div_ceil(64);
     let q = tile.block_m() * sub_tiles * 128;
     let kv = tile.block_n * sub_tiles * 128;
-    1024 + q + 2 * tile.stages * kv + 8 * (1 + 4 * tile.stages)
+    1024 + q + 2 * tile.stages * kv + 8 * (2 + 4 * tile.stages)
 }
 
 /// The Hopper engine's FP8 (E4M3 in, f16/bf16 out) configs for head dim 64, 128 or 256, the
@@ -716,12 +716,13 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
     }
 }
 
-/// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile and the K and Vᵀ rings (one
-/// byte per element), the mbarriers; mirrors `HopperFwdLayout<…, FP8>::kSmemBytes`.
+/// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile, the K, Vᵀ and raw V rings (one
+/// byte per element; the producer transposes each raw V stage into a Vᵀ one), the mbarriers;
+/// mirrors `HopperFwdLayout<…, FP8>::kSmemBytes`.
 pub const fn hopper_fp8_smem_bytes(tile: &HopperTile, head_dim: usize) -> usize {
     1024 + tile.block_m() * head_dim
-        + tile.stages * 2 * tile.block_n * head_dim
-        + 8 * (1 + 4 * tile.stages)
+        + tile.stages * 3 * tile.block_n * head_dim
+        + 8 * (2 + 6 * tile.stages)
 }
 
 /// The extern "C" name of a Hopper FP8 forward entry (in the `FwdHopper` unit of its output
@@ -1394,6 +1395,15 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             s.push_str("} // namespace attn\n\n");
             let ty = unit.elem.cuda_type();
             for t in tiles {
+                // The launcher sizes shared memory from the catalog's mirror of the layout.
+                let _ = writeln!(
+                    s,
+                    "static_assert(attn::HopperFwdLayout<{d}, {}, {}, false, {}>::kSmemBytes == {}, \"src/catalog.rs hopper_smem_bytes\");",
+                    t.block_n,
+                    t.stages,
+                    t.consumers,
+                    hopper_smem_bytes(t, d)
+                );
                 for variant in HopperVariant::ALL.into_iter().filter(|v| v.is_built(d, t)) {
                     let features = variant == HopperVariant::Features;
                     let seqs = variant == HopperVariant::Seqs;
@@ -1414,6 +1424,14 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             }
             // FP8 (E4M3 in, this unit's type out) where the head dim is an FP8 one.
             for t in hopper_fp8_tiles(d) {
+                let _ = writeln!(
+                    s,
+                    "static_assert(attn::HopperFwdLayout<{d}, {}, {}, true, {}>::kSmemBytes == {}, \"src/catalog.rs hopper_fp8_smem_bytes\");",
+                    t.block_n,
+                    t.stages,
+                    t.consumers,
+                    hopper_fp8_smem_bytes(t, d)
+                );
                 for causal in [false, true] {
                     let _ = writeln!(
                         s,

@@ -655,10 +655,11 @@ mod tests {
         );
         let plan = plan_hopper(&p, Some(t), 232_448, None, 132, TileSchedule::Auto).unwrap();
         assert_eq!(plan.grid(), (22, 4, 2), "4096 rows in blocks of 192");
-        // Q is 192 rows of 128 bytes; three stages of 128-key K and V tiles.
+        // Q is 192 rows of 128 bytes; three stages of 128-key K and V tiles; Q's full and
+        // empty barriers and four per stage.
         assert_eq!(
             plan.smem_bytes as usize,
-            1024 + 192 * 128 + 2 * 3 * 128 * 128 + 8 * 13
+            1024 + 192 * 128 + 2 * 3 * 128 * 128 + 8 * 14
         );
         // Only D ≤ 64 has the 160-register budget for them.
         assert!(catalog::hopper_tiles(128).iter().all(|t| t.consumers == 2));
