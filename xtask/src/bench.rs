@@ -719,14 +719,7 @@ fn time_fp8(
             options: opts,
         })?;
         if kernel.is_empty() {
-            // The mma.sync variants launch a Vᵀ pass first; the Hopper engine transposes V in
-            // its kernel.
-            let pass = if info.kernel.starts_with("attn_fwdh8_") {
-                ""
-            } else {
-                " + Vt pass"
-            };
-            kernel = format!("{} ({}){pass}", info.kernel, info.config.name());
+            kernel = format!("{} ({}) + Vt pass", info.kernel, info.config.name());
         }
         Ok(())
     };

@@ -1,10 +1,9 @@
-// V for the FP8 kernels: Vᵀ with the keys of every 32-key group permuted.
+// V for the FP8 kernel: Vᵀ with the keys of every 32-key group permuted.
 //
 // FP8 MMAs take B "column-major" at byte granularity, and ldmatrix can only transpose 16-bit
-// elements, so P·V needs V with keys contiguous: Vᵀ, [B, H, D, S_pad]. For the mma.sync
-// kernels it is one memory-bound pass (read V once, write Vᵀ once) before the attention
-// kernel, on the same stream; the Hopper forward transposes each key tile in shared memory
-// instead (`fp8_vt_tile`, as FlashAttention-3 does).
+// elements, so P·V needs V with keys contiguous: Vᵀ, [B, H, D, S_pad]. FlashAttention-3
+// transposes V inside its kernel; here it is one memory-bound pass (read V once, write Vᵀ
+// once) before the attention kernel, on the same stream.
 //
 // The permutation lets P go from the S accumulators to the A operand without shuffles: in
 // the m16n8 accumulator a thread holds keys 2t, 2t+1 of each 8-key n-tile, while the k32 A
@@ -15,7 +14,6 @@
 // Keys past kv_len are zero.
 #pragma once
 #include "common.cuh"
-#include "ptx.cuh"
 
 namespace attn {
 
@@ -59,106 +57,6 @@ __device__ __forceinline__ void fp8_v_transpose(const uint8_t* __restrict__ v, u
             out |= static_cast<uint32_t>(tile[key][d]) << (8 * b);
         }
         *reinterpret_cast<uint32_t*>(dst + static_cast<int64_t>(d) * kv_pad + key0 + 4 * w) = out;
-    }
-}
-
-// Byte offset `off` of a tile whose rows are one SPAN-byte swizzle span (64 or 128), placed
-// where TMA's and wgmma's swizzle puts it: the 16-byte chunk index XOR the row bits above it
-// (CUTLASS's Swizzle<3,4,3> for 128 bytes, Swizzle<2,4,3> for 64), from a 1024-aligned base.
-template <int SPAN> __device__ __forceinline__ int swizzled(int off) {
-    static_assert(SPAN == 64 || SPAN == 128, "the kernels' swizzle spans");
-    constexpr int kMask = SPAN == 128 ? 0x70 : 0x30;
-    return off ^ ((off >> 3) & kMask);
-}
-
-// The Hopper FP8 forward's in-kernel Vᵀ (FlashAttention-3 transposes V in its producer
-// warpgroup with ldmatrix, byte permutes and stmatrix: hopper/utils.h and
-// mainloop_fwd_sm90_tma_gmma_ws.hpp): one key tile of V as TMA left it (BN rows of DK codes,
-// in sub-tiles of ROW_BYTES-byte swizzled rows) into the Vᵀ tile the P·V wgmma reads (DK rows
-// of BN key bytes, swizzled by BN), with the key permutation above, by NWARPS warps (`warp`
-// is this one's index among them); FEW_REGS for a producer of 32 registers.
-//
-// A unit of work is 16 keys × 32 head-dim bytes per warp. ldmatrix.trans reads it as four
-// 8×8 b16 matrices (keys 0-7 and 8-15 of the half, head-dim bytes 0-15 and 16-31), so that
-// lane l holds, for the head-dim byte pair 2j, 2j+1 (j = l / 4), bytes of keys 2t and 2t+1
-// (t = l % 4) from the first matrix and keys 2t+8, 2t+9 from the second. Two byte permutes
-// make the words of stored positions 4t..4t+3 (keys 2t, 2t+1, 2t+8, 2t+9: the permutation)
-// for head-dim rows 2j and 2j+1, which is exactly how stmatrix distributes the 16-byte Vᵀ
-// row pieces [2j][16h..16h+15] and [2j+1][…] over the lanes. The loads do not conflict on
-// banks; the stores are 2-way (each stored matrix's 8 rows are every other head-dim row).
-//
-// The transposing warps are the kernel's limiter unless their address arithmetic is nearly free
-// (run 85: busy 90 % of the time and 1.35× the Vᵀ-pass build's time; run 86, with the lane's
-// swizzle terms hoisted: still 1.13×). So each warp takes a fixed set of one index (the 16-key
-// halves kh = warp, warp + NWARPS, …, or at BN = 64, where there are only four halves, the
-// 32-byte head-dim blocks) and runs the other one unrolled: every address is a per-thread base
-// plus an immediate, and a unit costs ldmatrix, four byte permutes and stmatrix.
-template <int DK, int BN, int ROW_BYTES, int NWARPS, bool FEW_REGS = false>
-__device__ __forceinline__ void fp8_vt_tile(const unsigned char* v, unsigned char* vt, uint32_t warp, uint32_t lane) {
-    static_assert(BN % 16 == 0 && DK % 32 == 0, "16-key halves and 32-byte units");
-    constexpr uint32_t kHalves = BN / 16; // 16-key halves of the permutation groups
-    constexpr uint32_t kBlocks = DK / 32; // 32-byte head-dim blocks
-    const uint32_t row = lane & 7;
-    const uint32_t mat = lane >> 3;              // the matrix whose row this lane addresses
-    const uint32_t col16 = 16 * (mat >> 1);      // its head-dim bytes: +0 or +16 in the unit
-    const uint32_t key_lo = 8 * (mat & 1) + row; // its key within the unit's 16
-    const uint32_t key_off = key_lo * ROW_BYTES;
-    const uint32_t xor_in = swizzled<ROW_BYTES>(static_cast<int>(key_off)) ^ key_off;
-    const uint32_t d_lo = col16 + 2 * row + (mat & 1); // its Vᵀ row within the unit's 32
-    const uint32_t xor_out = swizzled<BN>(static_cast<int>(d_lo * BN)) ^ (d_lo * BN);
-    const uint32_t v_base = smem_addr(v) + key_off;
-    const uint32_t vt_base = smem_addr(vt) + d_lo * BN;
-    // The load address of head-dim block m (without the half's 16·kh·ROW_BYTES), and the
-    // store address's half term.
-    auto in_block = [&](uint32_t m) {
-        const uint32_t d_in = 32 * m + col16;
-        return v_base + (d_in / ROW_BYTES) * (BN * ROW_BYTES) + ((d_in % ROW_BYTES) ^ xor_in);
-    };
-    auto out_half = [&](uint32_t kh) { return vt_base + ((16 * kh) ^ xor_out); };
-    // A unit's store: the byte permutes turn the transposed b16 pairs into permuted Vᵀ words.
-    auto store = [&](uint32_t out_addr, const uint32_t (&r)[4]) {
-        stmatrix_x4(out_addr, __byte_perm(r[0], r[1], 0x6420u), __byte_perm(r[0], r[1], 0x7531u),
-                    __byte_perm(r[2], r[3], 0x6420u), __byte_perm(r[2], r[3], 0x7531u));
-    };
-    // The loads of a group of units go out before its stores, so their latencies overlap (the
-    // stores' memory clobber keeps the compiler from hoisting a later load above them).
-    if constexpr (kHalves >= 2 * NWARPS) {
-        // This warp's halves kh = warp + NWARPS·i; every head-dim block m, unrolled.
-        constexpr uint32_t kMine = (kHalves + NWARPS - 1) / NWARPS;
-        uint32_t out[kMine];
-#pragma unroll
-        for (uint32_t i = 0; i < kMine; ++i) out[i] = out_half(warp + NWARPS * i);
-        const bool last = warp + NWARPS * (kMine - 1) < kHalves; // uniform over the warp
-#pragma unroll
-        for (uint32_t m = 0; m < kBlocks; ++m) {
-            const uint32_t in = in_block(m) + warp * (16 * ROW_BYTES);
-            // FEW_REGS (a 32-register producer): one unit at a time (a group spilled).
-            constexpr uint32_t kGroup = FEW_REGS ? 1 : kMine;
-#pragma unroll
-            for (uint32_t i0 = 0; i0 < kMine; i0 += kGroup) {
-                uint32_t r[kGroup][4];
-#pragma unroll
-                for (uint32_t i = i0; i < i0 + kGroup; ++i) {
-                    if (i + 1 < kMine || last) ldmatrix_x4_trans(r[i - i0], in + i * (NWARPS * 16 * ROW_BYTES));
-                }
-#pragma unroll
-                for (uint32_t i = i0; i < i0 + kGroup; ++i) {
-                    if (i + 1 < kMine || last) store(out[i] + m * (32 * BN), r[i - i0]);
-                }
-            }
-        }
-    } else {
-        // This warp's head-dim blocks m = warp + NWARPS·i; every half kh, unrolled.
-#pragma unroll 1
-        for (uint32_t m = warp; m < kBlocks; m += NWARPS) {
-            const uint32_t in = in_block(m);
-            const uint32_t out = m * (32 * BN);
-            uint32_t r[kHalves][4];
-#pragma unroll
-            for (uint32_t kh = 0; kh < kHalves; ++kh) ldmatrix_x4_trans(r[kh], in + kh * (16 * ROW_BYTES));
-#pragma unroll
-            for (uint32_t kh = 0; kh < kHalves; ++kh) store(out_half(kh) + out, r[kh]);
-        }
     }
 }
 

@@ -20,11 +20,8 @@
 // - INTRA issues Q·Kᵀ(j+1) with P·V(j) and runs the softmax of tile j+1 while P·V(j) is still
 //   in the tensor cores, deferring O's rescale (FA3 §3.2); without it an iteration is
 //   softmax(j), then P·V(j) and Q·Kᵀ(j+1) in one commit group.
-// FP8 (E4M3 Q, K and V; f16/bf16 O) runs the same loop with the 8-bit wgmma shapes, P cast to
-// E4M3 after a 2⁸ gain, and the per-head scales folded in. 8-bit wgmma has no transposed B, so
-// the producer warpgroup's other three warps turn each V tile TMA lands into the Vᵀ tile P·V
-// reads (fp8_prep.cuh `fp8_vt_tile`; FA3's in-kernel transpose), through a second ring of raw
-// V stages: TMA → raw V (full_vraw) → transposing warps → Vᵀ (full_v) → consumers.
+// FP8 (E4M3 Q, K and the Vᵀ pass's output; f16/bf16 O) runs the same loop with the 8-bit wgmma
+// shapes, P cast to E4M3 after a 2⁸ gain, and the per-head scales folded in.
 //
 // Shared memory: every tile is stored as sub-tiles of 128-byte rows (64 f16 columns, or 64/128
 // FP8 bytes) in TMA's and wgmma's swizzle, each on a 1024-byte boundary. A problem head dim
@@ -34,7 +31,6 @@
 #include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
 #include "epilogue.cuh"
 #include "fp8.cuh"
-#include "fp8_prep.cuh"
 #include "load.cuh"
 #include "mask.cuh"
 #include "score_mod.cuh"
@@ -44,19 +40,16 @@
 
 namespace attn {
 
-// FP8: Q, K and V are E4M3 rows of DK bytes in sub-tiles of one 64- or 128-byte swizzle span
-// (D = 256: two of 128); the producer transposes each V tile into a Vᵀ stage (DK rows of BN key
-// bytes, fp8_prep.cuh's key order), because 8-bit wgmma has no transposed B.
+// FP8: Q and K are E4M3 rows of DK bytes in sub-tiles of one 64- or 128-byte swizzle span
+// (D = 256: two of 128), and V arrives as fp8_prep.cuh's Vᵀ (DK rows of BN key bytes), because
+// 8-bit wgmma has no transposed B.
 template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2> struct HopperFwdLayout {
     static constexpr int kBM = 64 * CONSUMERS;          // 64 rows per consumer warpgroup
     static constexpr int kThreads = 128 * (CONSUMERS + 1); // producer + consumers
     // Registers per thread after `setmaxnreg`: the producer keeps 24, the consumers share the
-    // rest of the 64K-register file (multiples of 8: 240 for two, 160 for three). FP8's
-    // producer also transposes V: 48 with two consumers (which then get 224; at 40 the
-    // transposing warps of a walking entry spilled 12 bytes, CUDA 13.0), 32 with three (160
-    // each, FlashAttention-3's split).
-    static constexpr int kProducerRegs = FP8 ? (CONSUMERS == 2 ? 48 : 32) : 24;
-    static constexpr int kConsumerRegs = CONSUMERS == 2 ? (FP8 ? 224 : 240) : 160;
+    // rest of the 64K-register file (multiples of 8: 240 for two, 160 for three).
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = CONSUMERS == 2 ? 240 : 160;
     static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * CONSUMERS <= 65536, "register file");
     static constexpr int kSubTiles = FP8 ? (DK + 127) / 128 : (DK + 63) / 64; // swizzled sub-tiles per row
     static constexpr int kRowBytes = FP8 ? (DK < 128 ? DK : 128) : 128;      // bytes per sub-tile row
@@ -64,13 +57,9 @@ template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2> struc
     static constexpr int kQBytes = kBM * kSubTiles * kRowBytes;
     static constexpr int kKBytes = BN * kSubTiles * kRowBytes; // one K stage
     static constexpr int kVBytes = FP8 ? DK * BN : kKBytes;    // one V (FP8: Vᵀ) stage
-    static constexpr int kVRawBytes = FP8 ? kKBytes : 0;       // FP8: one raw V stage (K's layout)
-    static constexpr int kBarOffset = kQBytes + STAGES * (kKBytes + kVBytes + kVRawBytes);
-    // Q full, Q empty; K full, V full, K empty, V empty per stage; FP8: raw V full and empty
-    // per stage.
-    static constexpr int kBarriers = 2 + 4 * STAGES + (FP8 ? 2 * STAGES : 0);
-    // FP8: the producer warps that transpose V (all but the TMA warp).
-    static constexpr int kTransposeWarps = 3;
+    static constexpr int kBarOffset = kQBytes + STAGES * (kKBytes + kVBytes);
+    // Q full, Q empty; K full, V full, K empty, V empty per stage.
+    static constexpr int kBarriers = 2 + 4 * STAGES;
     // 1024 bytes of slack for aligning the base; the launcher's size (src/catalog.rs
     // `hopper_smem_bytes`) is this.
     static constexpr int kSmemBytes = 1024 + kBarOffset + 8 * kBarriers;
@@ -168,7 +157,7 @@ __device__ __forceinline__ HopperItem hopper_item(int w, const HopperSched& sche
     return it;
 }
 
-// T: the output type (and the input type unless FP8). FP8: E4M3 Q, K, V with per-head
+// T: the output type (and the input type unless FP8). FP8: E4M3 Q, K, Vᵀ with per-head
 // scales [B, H] (q_scale, k_scale, v_scale; null otherwise), folded as the FP8 mma.sync and
 // wgmma kernels do: Q·K's descale into the softmax scale, P multiplied by 2⁸ before its E4M3
 // cast, V's descale into the epilogue.
@@ -215,7 +204,6 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     unsigned char* sQ = base;
     unsigned char* sK = sQ + L::kQBytes;
     unsigned char* sV = sK + STAGES * L::kKBytes;
-    unsigned char* sVRaw = sV + STAGES * L::kVBytes; // FP8: V tiles as TMA lands them
     uint64_t* bar_q = reinterpret_cast<uint64_t*>(base + L::kBarOffset);
     uint64_t* full_k = bar_q + 1;
     uint64_t* full_v = full_k + STAGES;
@@ -224,8 +212,6 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     uint64_t* empty_k = full_v + STAGES;
     uint64_t* empty_v = empty_k + STAGES;
     uint64_t* empty_q = empty_v + STAGES;
-    uint64_t* full_vraw = empty_q + 1; // FP8 only
-    uint64_t* empty_vraw = full_vraw + STAGES;
 
     static_assert(!(FEATURES && FP8), "the FP8 kernels take no features");
     static_assert(!(SEQS && (FP8 || FEATURES)), "SEQS: the layouts without the features");
@@ -258,14 +244,9 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full_k[s], 1);
-            // FP8: every transposing thread arrives once its share of the Vᵀ tile is written.
-            mbar_init(&full_v[s], FP8 ? 32 * L::kTransposeWarps : 1);
+            mbar_init(&full_v[s], 1);
             mbar_init(&empty_k[s], L::kConsumerWarps);
             mbar_init(&empty_v[s], L::kConsumerWarps);
-            if constexpr (FP8) {
-                mbar_init(&full_vraw[s], 1);
-                mbar_init(&empty_vraw[s], 32 * L::kTransposeWarps);
-            }
         }
         mbar_fence_init();
     }
@@ -275,35 +256,6 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         // Producer: one thread drives TMA (a paged cache: the first warp); the others only
         // give their registers back.
         setmaxnreg_dec<L::kProducerRegs>();
-        if constexpr (FP8) {
-            if (threadIdx.x >= 32) {
-                // Warps 1-3: each raw V stage TMA fills becomes the Vᵀ stage of the same index
-                // once the consumers have released that stage's last Vᵀ.
-                const int lane = threadIdx.x & 31;
-                uint32_t ring = 0;
-                auto transpose_item = [&](const HopperItem& item) {
-                    for (int j = 0; j < item.n_tiles; ++j) {
-                        const uint32_t g = ring + j;
-                        const int s = g % STAGES;
-                        const uint32_t use = g / STAGES;
-                        mbar_wait(&full_vraw[s], use & 1);
-                        mbar_wait(&empty_v[s], (use & 1) ^ 1);
-                        fp8_vt_tile<DK, BN, L::kRowBytes, L::kTransposeWarps, (L::kProducerRegs < 48)>(
-                            sVRaw + s * L::kVRawBytes, sV + s * L::kVBytes, (threadIdx.x >> 5) - 1, lane);
-                        fence_proxy_async_smem(); // generic-proxy writes before wgmma's reads
-                        mbar_arrive(&full_v[s]);
-                        mbar_arrive(&empty_vraw[s]);
-                    }
-                    ring += item.n_tiles;
-                };
-                if constexpr (kPersistent) {
-                    for (int w = blockIdx.x; w < sched.items; w += gridDim.x) transpose_item(next_item(w));
-                } else {
-                    transpose_item(first);
-                }
-                return;
-            }
-        }
         const bool paged = kSeqs && !FP8 && p_in.seqs.block_table != nullptr;
         if (paged ? threadIdx.x >= 32 : threadIdx.x != 0) return;
         if (threadIdx.x == 0) {
@@ -404,27 +356,22 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 const int s = g % STAGES;
                 const uint32_t use = g / STAGES;
                 unsigned char* k_dst = sK + s * L::kKBytes;
+                unsigned char* v_dst = sV + s * L::kVBytes;
                 mbar_wait(&empty_k[s], (use & 1) ^ 1); // the consumers released its last use
                 mbar_arrive_expect_tx(&full_k[s], L::kKBytes);
 #pragma unroll
                 for (int c = 0; c < L::kSubTiles; ++c)
                     tma_load_4d(k_dst + c * BN * L::kRowBytes, tma_k, &full_k[s], c * L::kColsPerSub,
                                 rows.k_row0 + (t_begin + j) * BN, kvh, k_batch);
+                mbar_wait(&empty_v[s], (use & 1) ^ 1);
+                mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
                 if constexpr (FP8) {
-                    // V rows in K's layout into the raw stage; the transposing warps make Vᵀ.
-                    unsigned char* raw_dst = sVRaw + s * L::kVRawBytes;
-                    mbar_wait(&empty_vraw[s], (use & 1) ^ 1);
-                    mbar_arrive_expect_tx(&full_vraw[s], L::kVRawBytes);
-#pragma unroll
-                    for (int c = 0; c < L::kSubTiles; ++c)
-                        tma_load_4d(raw_dst + c * BN * L::kRowBytes, tma_v, &full_vraw[s], c * L::kColsPerSub,
-                                    rows.k_row0 + (t_begin + j) * BN, kvh, k_batch);
+                    // Vᵀ [B, Hkv, D, kv_pad]: the box is all D rows × this tile's BN keys.
+                    tma_load_4d(v_dst, tma_v, &full_v[s], (t_begin + j) * BN, 0, kvh, b);
                 } else {
-                    mbar_wait(&empty_v[s], (use & 1) ^ 1);
-                    mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
 #pragma unroll
                     for (int c = 0; c < L::kSubTiles; ++c)
-                        tma_load_4d(sV + s * L::kVBytes + c * BN * 128, tma_v, &full_v[s], c * 64, rows.k_row0 + (t_begin + j) * BN,
+                        tma_load_4d(v_dst + c * BN * 128, tma_v, &full_v[s], c * 64, rows.k_row0 + (t_begin + j) * BN,
                                     kvh, k_batch);
                 }
             }
@@ -715,14 +662,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             o, lse, &tma_q, &tma_k, &tma_v, nullptr, nullptr, nullptr, p, sched);                       \
     }
 
-// The FP8 entry: tma_v describes V as tma_k does K (E4M3 codes); per-head scales [B, H].
+// The FP8 entry: tma_v describes Vᵀ ([B, Hkv, D, kv_pad] codes); per-head scales [B, H].
 #define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, CONSUMERS, PERSIST)         \
     extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                                     \
         NAME(OutT* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,       \
-             const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v,         \
+             const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_vt,        \
              const float* __restrict__ q_scale, const float* __restrict__ k_scale,                             \
              const float* __restrict__ v_scale, const attn::FwdParams p, const attn::HopperSched sched) {       \
         attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true, false, CONSUMERS, false,      \
                                 PERSIST>(                                                                      \
-            o, lse, &tma_q, &tma_k, &tma_v, q_scale, k_scale, v_scale, p, sched);                             \
+            o, lse, &tma_q, &tma_k, &tma_vt, q_scale, k_scale, v_scale, p, sched);                             \
     }

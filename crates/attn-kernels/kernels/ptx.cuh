@@ -1,5 +1,5 @@
 // Thin wrappers over the PTX instructions the kernels use: cp.async (Ampere async copies),
-// ldmatrix, stmatrix and mma.sync.m16n8k16 (tensor cores, f32 accumulation).
+// ldmatrix and mma.sync.m16n8k16 (tensor cores, f32 accumulation).
 #pragma once
 #include "common.cuh"
 
@@ -33,19 +33,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
-}
-
-// Stores four 8×8 b16 matrices, lane l giving the shared address of row l % 8 of matrix l / 8
-// and holding row l / 4, elements 2(l % 4) and 2(l % 4) + 1 of each (ldmatrix's distribution).
-// sm_90+.
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
-                 "r"(r2), "r"(r3)
-                 : "memory");
-#else
-    __trap();
-#endif
 }
 
 template <typename T> struct Mma;

@@ -674,7 +674,7 @@ pub fn hopper_default_tile(
 
 /// Dynamic shared memory of a Hopper CTA: 1 KiB alignment slack, the Q tile, the K and V
 /// rings (64-column sub-tiles of 128-byte rows) and the mbarriers; mirrors
-/// `HopperFwdLayout::kSmemBytes`.
+/// `HopperFwdLayout::kSmemBytes` (the generated units assert that they agree).
 pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
     let sub_tiles = bucket.div_ceil(64);
     let q = tile.block_m() * sub_tiles * 128;
@@ -716,13 +716,13 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
     }
 }
 
-/// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile, the K, Vᵀ and raw V rings (one
-/// byte per element; the producer transposes each raw V stage into a Vᵀ one), the mbarriers;
-/// mirrors `HopperFwdLayout<…, FP8>::kSmemBytes`.
+/// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile and the K and Vᵀ rings (one
+/// byte per element), the mbarriers; mirrors `HopperFwdLayout<…, FP8>::kSmemBytes` (the
+/// generated units assert that they agree).
 pub const fn hopper_fp8_smem_bytes(tile: &HopperTile, head_dim: usize) -> usize {
     1024 + tile.block_m() * head_dim
-        + tile.stages * 3 * tile.block_n * head_dim
-        + 8 * (2 + 6 * tile.stages)
+        + tile.stages * 2 * tile.block_n * head_dim
+        + 8 * (2 + 4 * tile.stages)
 }
 
 /// The extern "C" name of a Hopper FP8 forward entry (in the `FwdHopper` unit of its output

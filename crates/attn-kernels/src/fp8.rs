@@ -3,10 +3,9 @@
 //!
 //! The kernel (kernels/fwd_fp8_kernel.cuh) runs the MMAs on raw codes and folds the scales
 //! into the softmax scale (`q_scale·k_scale`) and the output normalization (`v_scale`), as
-//! FlashAttention-3 does. FP8 MMAs read V with keys contiguous: before the mma.sync variants, a
-//! memory-bound pass writes Vᵀ with a key permutation (kernels/fp8_prep.cuh) into a workspace
-//! the launcher owns, on the same stream, so timing one forward times both; the Hopper engine
-//! transposes each V tile in shared memory instead (one launch, no workspace).
+//! FlashAttention-3 does. Before it, a memory-bound pass writes Vᵀ with a key permutation
+//! (kernels/fp8_prep.cuh) into a workspace the launcher owns; both launches go to the same
+//! stream, so timing one forward times both.
 //!
 //! Five variants of the kernel (the default per device:
 //! [`FlashAttention::fp8_default_variant`]): [`Fp8Variant::Hopper`] (the Hopper engine's
@@ -525,8 +524,7 @@ impl FlashAttention {
     /// The FP8 forward: `o = softmax(scale · q·kᵀ + mask) · v` on E4M3 inputs with per-head
     /// scales, O in `T` (f16 or bf16), the row LSE into `lse` when given. Validated before
     /// anything is launched; on error nothing is launched or written. Asynchronous on
-    /// [`FlashAttention::stream`]: on the mma.sync variants a Vᵀ pass into the handle's
-    /// workspace, then the kernel; the Hopper variant is one launch.
+    /// [`FlashAttention::stream`]: a Vᵀ pass into the handle's workspace, then the kernel.
     pub fn forward_fp8<T: StorageType>(
         &self,
         args: Fp8Forward<'_, T>,
@@ -725,8 +723,8 @@ impl FlashAttention {
         Ok(vt_guard)
     }
 
-    /// [`Fp8Variant::Hopper`]: the Hopper engine's FP8 entry with TMA descriptors for Q, K and
-    /// V (any strides TMA takes); it transposes V in shared memory, so no Vᵀ pass runs.
+    /// [`Fp8Variant::Hopper`]: the Vᵀ pass, then the Hopper engine's FP8 entry with TMA
+    /// descriptors for Q, K (any strides) and Vᵀ.
     #[allow(clippy::too_many_arguments)]
     fn forward_fp8_hopper<T: StorageType>(
         &self,
@@ -778,10 +776,22 @@ impl FlashAttention {
             ptrs.k,
             TmaElem::E4m3,
         )?;
-        // V in K's layout: the kernel's producer transposes each tile in shared memory.
-        let tma_v = encode_tma(
-            &tma_geometry(v.dims, v.strides, 1, d.min(128), tile.block_n)?,
-            ptrs.v,
+        let vt_guard = self.fp8_transpose_v(problem, ptrs.v, params.v_stride, &plan)?;
+        let Some(vt) = vt_guard.as_ref() else {
+            return Err(KernelError::Poisoned);
+        };
+        // Vᵀ [B, Hkv, D, kv_pad] as a [batch, head, row, col] tensor of D rows of kv_pad keys.
+        let kv_pad = plan.kv_pad;
+        let vt_dims = [shape.batch(), shape.kv_heads(), d, kv_pad];
+        let vt_strides = crate::tensor::Strides {
+            batch: shape.kv_heads() * d * kv_pad,
+            head: d * kv_pad,
+            row: kv_pad,
+        };
+        let (vt_ptr, vt_sync) = cudarc::driver::DevicePtr::device_ptr(vt, stream);
+        let tma_vt = encode_tma(
+            &tma_geometry(vt_dims, vt_strides, 1, tile.block_n, d)?,
+            vt_ptr,
             TmaElem::E4m3,
         )?;
         let mut b = stream.launch_builder(&func);
@@ -789,18 +799,19 @@ impl FlashAttention {
             .arg(&ptrs.lse)
             .arg(&tma_q)
             .arg(&tma_k)
-            .arg(&tma_v)
+            .arg(&tma_vt)
             .arg(&scales.q)
             .arg(&scales.k)
             .arg(&scales.v)
             .arg(&params)
             .arg(&sched);
-        // SAFETY: matches ATTN_FWD_HOPPER_FP8_ENTRY (o, lse, TMA descriptors of Q, K and V by
+        // SAFETY: matches ATTN_FWD_HOPPER_FP8_ENTRY (o, lse, TMA descriptors of Q, K and Vᵀ by
         // value, the three scale pointers, FwdParams and HopperSched by value; the item walk
         // covers the classic grid, `hopper_schedule`). Q, K, V and O were checked
-        // against the problem, their views and each other (`bind_tensors`), and the three
-        // descriptors were encoded from those dims and strides. Out-of-range boxes are
-        // zero-filled, not read.
+        // against the problem, their views and each other (`bind_tensors`), and the Q and K
+        // descriptors were encoded from those dims and strides; the Vᵀ descriptor covers the
+        // workspace the pass above filled on this stream (B·Hkv·D·kv_pad bytes), kept locked
+        // until after this launch is queued. Out-of-range boxes are zero-filled, not read.
         // Scale views hold one f32 per (batch, head); lse may be null (the kernel tests it);
         // 32-bit ranges were checked in `plan_fp8`; the dynamic shared memory was raised on
         // the function and fits the device.
@@ -812,7 +823,9 @@ impl FlashAttention {
             })
         }
         .map_err(driver("launching the Hopper FP8 kernel"))?;
+        drop(vt_sync);
         drop(ptrs);
+        drop(vt_guard);
         Ok(LaunchInfo {
             kernel: name,
             arch,
