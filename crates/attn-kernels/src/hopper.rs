@@ -116,11 +116,17 @@ pub fn hopper_configs_for(head_dim: usize) -> Vec<HopperTile> {
 }
 
 impl HopperTile {
-    /// Looks a Hopper config up by [`HopperTile::name`] (`wg128_128_s2_pp`).
+    /// Looks a Hopper config up by [`HopperTile::name`] (`wg128_128_s2_pp`), among the f16/bf16
+    /// and the FP8 tiles.
     pub fn by_name(name: &str) -> Result<Self, KernelError> {
         let mut all: Vec<HopperTile> = catalog::FWD_HEAD_DIM_BUCKETS
             .iter()
             .flat_map(|&b| catalog::hopper_tiles(b).iter().copied())
+            .chain(
+                catalog::HOPPER_FP8_HEAD_DIMS
+                    .iter()
+                    .flat_map(|&d| catalog::hopper_fp8_tiles(d).iter().copied()),
+            )
             .collect();
         all.sort();
         all.dedup();
@@ -642,6 +648,17 @@ mod tests {
             }
         }
         assert!(HopperTile::by_name("wg128_7_s2").is_err());
+    }
+
+    #[test]
+    fn fp8_only_tiles_are_found_by_name() {
+        let t = HopperTile::by_name("wg128_192_s2_ia").unwrap();
+        assert_eq!(
+            (t.block_n, t.stages, t.pingpong, t.intra),
+            (192, 2, false, true)
+        );
+        assert!(catalog::hopper_fp8_tiles(128).contains(&t));
+        assert!(HopperTile::by_name("wg128_200_s2_ia").is_err());
     }
 
     #[test]
