@@ -57,9 +57,6 @@ template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2> struc
     static constexpr int kQBytes = kBM * kSubTiles * kRowBytes;
     static constexpr int kKBytes = BN * kSubTiles * kRowBytes; // one K stage
     static constexpr int kVBytes = FP8 ? DK * BN : kKBytes;    // one V (FP8: Vᵀ) stage
-    // FP8: keys per Vᵀ sub-tile, one swizzle span of bytes (DK rows each): the whole tile up to
-    // 128 keys, 64-key sub-tiles for 192 (a Vᵀ row must be one span for wgmma's descriptor).
-    static constexpr int kVtKeys = BN > 128 ? 64 : BN;
     static constexpr int kBarOffset = kQBytes + STAGES * (kKBytes + kVBytes);
     // Q full, Q empty; K full, V full, K empty, V empty per stage.
     static constexpr int kBarriers = 2 + 4 * STAGES;
@@ -71,7 +68,7 @@ template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2> struc
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets are multiples of 32 up to 256");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and TMA box rows");
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
-    static_assert(!FP8 || ((DK == 64 || DK == 128 || DK == 256) && (BN == 64 || BN == 128 || BN == 192)),
+    static_assert(!FP8 || ((DK == 64 || DK == 128 || DK == 256) && (BN == 64 || BN == 128)),
                   "FP8: sub-tile and Vᵀ rows of one 64- or 128-byte swizzle span");
     // The epilogue stages O (2-byte elements, rows padded to 64) from the start of the tiles.
     static_assert(kBM * ((DK + 63) / 64 * 64) * 2 <= kBarOffset, "O staging fits the dead tiles");
@@ -369,13 +366,8 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 mbar_wait(&empty_v[s], (use & 1) ^ 1);
                 mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
                 if constexpr (FP8) {
-                    // Vᵀ [B, Hkv, D, kv_pad]: a box is all D rows × one sub-tile's keys. Not
-                    // unrolled: the walking producer has 24 registers (unrolled, the 192-key
-                    // tile's spilled 12 bytes, CUDA 13.0).
-#pragma unroll 1
-                    for (int c = 0; c < BN / L::kVtKeys; ++c)
-                        tma_load_4d(v_dst + c * DK * L::kVtKeys, tma_v, &full_v[s], (t_begin + j) * BN + c * L::kVtKeys,
-                                    0, kvh, b);
+                    // Vᵀ [B, Hkv, D, kv_pad]: the box is all D rows × this tile's BN keys.
+                    tma_load_4d(v_dst, tma_v, &full_v[s], (t_begin + j) * BN, 0, kvh, b);
                 } else {
 #pragma unroll
                     for (int c = 0; c < L::kSubTiles; ++c)
@@ -491,14 +483,9 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             wgmma_fence_operands(acc_o);
             wgmma_fence();
             if constexpr (FP8) {
-                // Vᵀ is K-major (sub-tiles of DK rows of kVtKeys key bytes): k-step kk reads keys
-                // 32kk.. of every row.
-                constexpr int kStepsPerSub = L::kVtKeys / 32;
+                // Vᵀ is K-major (rows of BN key bytes): k-step kk reads keys 32kk.. of every row.
 #pragma unroll
-                for (int kk = 0; kk < kKP; ++kk)
-                    wgmma_e4m3_rs<DK>(acc_o, pa[kk],
-                                      wgmma_desc<L::kVtKeys>(v_addr + (kk / kStepsPerSub) * DK * L::kVtKeys +
-                                                             (kk % kStepsPerSub) * 32));
+                for (int kk = 0; kk < kKP; ++kk) wgmma_e4m3_rs<DK>(acc_o, pa[kk], wgmma_desc<BN>(v_addr + kk * 32));
             } else {
 #pragma unroll
                 for (int kk = 0; kk < kKP; ++kk)

@@ -684,16 +684,12 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
 
 /// The Hopper engine's FP8 (E4M3 in, f16/bf16 out) configs for head dim 64, 128 or 256, the
 /// default first: 128 keys per stage (Vᵀ rows of one 128-byte swizzle span), 64 at D = 256.
-/// D = 128 also has 192 keys per stage (Vᵀ in three 64-key sub-tiles,
-/// [`hopper_fp8_vt_keys`]): fewer softmax row reductions per key, as FlashAttention-3's wide
-/// FP8 tiles.
 pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
-    const TILES: [HopperTile; 5] = [
+    const TILES: [HopperTile; 4] = [
         ht(128, 2, false, true),
         ht(128, 2, false, false),
         ht(128, 2, true, true),
         ht(128, 3, false, true),
-        ht(192, 2, false, true),
     ];
     // D = 64: also three consumer warpgroups (O 32 and S 64 registers fit 160), the f16
     // D = 64 winners' shape.
@@ -717,17 +713,6 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
         128 => &TILES,
         256 => &D256,
         _ => &[],
-    }
-}
-
-/// Keys per Vᵀ sub-tile of a Hopper FP8 tile (the TMA box's width): the whole tile up to 128
-/// keys, 64-key sub-tiles beyond (a Vᵀ row must be one 64- or 128-byte swizzle span);
-/// mirrors `HopperFwdLayout::kVtKeys`.
-pub const fn hopper_fp8_vt_keys(tile: &HopperTile) -> usize {
-    if tile.block_n > 128 {
-        64
-    } else {
-        tile.block_n
     }
 }
 

@@ -790,13 +790,7 @@ impl FlashAttention {
         };
         let (vt_ptr, vt_sync) = cudarc::driver::DevicePtr::device_ptr(vt, stream);
         let tma_vt = encode_tma(
-            &tma_geometry(
-                vt_dims,
-                vt_strides,
-                1,
-                catalog::hopper_fp8_vt_keys(&tile),
-                d,
-            )?,
+            &tma_geometry(vt_dims, vt_strides, 1, tile.block_n, d)?,
             vt_ptr,
             TmaElem::E4m3,
         )?;

@@ -651,13 +651,17 @@ mod tests {
     }
 
     #[test]
-    fn fp8_only_tiles_are_found_by_name() {
-        let t = HopperTile::by_name("wg128_192_s2_ia").unwrap();
-        assert_eq!(
-            (t.block_n, t.stages, t.pingpong, t.intra),
-            (192, 2, false, true)
-        );
-        assert!(catalog::hopper_fp8_tiles(128).contains(&t));
+    fn every_fp8_tile_is_found_by_name() {
+        for d in catalog::HOPPER_FP8_HEAD_DIMS {
+            for t in catalog::hopper_fp8_tiles(d) {
+                assert_eq!(
+                    HopperTile::by_name(&t.name()).ok(),
+                    Some(*t),
+                    "{}",
+                    t.name()
+                );
+            }
+        }
         assert!(HopperTile::by_name("wg128_200_s2_ia").is_err());
     }
 
