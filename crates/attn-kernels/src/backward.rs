@@ -16,7 +16,9 @@
 //! The forward's features (sliding window, softcap, ALiBi; sinks, whose gradient is an extra
 //! pass) run in each engine's general (`_feat`) entries, which mask and modify the scores
 //! with the forward's own code (kernels/score_mod.cuh), and so do packed variable-length
-//! batches ([`BackwardExtras::seqs`]).
+//! batches ([`BackwardExtras::seqs`]), except that the wgmma kernel runs packed batches
+//! without features in its sequences-only (`_seqs`) entry unless the launch is deterministic
+//! ([`catalog::BwdHopperVariant`]).
 
 use attn_ref::{AttnError, Causal, Problem};
 use cudarc::driver::{
@@ -176,8 +178,12 @@ pub(crate) struct BwdPlan {
     pub bucket: usize,
     pub tile: catalog::Tile,
     pub params: BwdParams,
-    /// Runs the general (`_feat`) entry: features or packed sequences.
+    /// Runs a general entry: features or packed sequences (the wgmma kernel's `_seqs` or
+    /// `_feat`, the mma.sync kernel's `_feat`).
     pub general: bool,
+    /// A packed sequence layout (the Hopper engine runs those without features in its
+    /// `_seqs` entry).
+    pub packed: bool,
     /// Rows of LSE, Δ and the dQ workspace: B·Hq·Sq, or Hq·total_q for packed queries.
     pub rows: usize,
 }
@@ -317,6 +323,7 @@ pub(crate) fn plan_backward(
         tile,
         params,
         general,
+        packed,
         rows: expected.lse,
     })
 }
@@ -340,8 +347,11 @@ impl FlashAttention {
     /// [`FlashAttention::backward`] with packed variable-length sequences and/or the sinks'
     /// gradient ([`BackwardExtras`]). Features and packed sequences run the engines' general
     /// (`_feat`) entries: the wgmma kernel's where [`BackwardEngine::Auto`] takes it (sm_90a,
-    /// buckets 64 and 128), else the mma.sync kernel's. The wgmma kernel's workspaces are
-    /// padded per sequence to the longest one (B·Hq·⌈max_seqlen_q/64⌉·64 rows).
+    /// buckets 64 and 128), else the mma.sync kernel's. On the wgmma kernel, packed sequences
+    /// without features and outside deterministic mode run its `_seqs` entry instead, the plain
+    /// entry's loop plus each sequence's offsets and key mask (1.23–1.25× faster on 16 packed
+    /// sequences, docs/PERF.md run 95). The wgmma kernel's workspaces are padded per sequence
+    /// to the longest one (B·Hq·⌈max_seqlen_q/64⌉·64 rows).
     pub fn backward_with<T: StorageType>(
         &self,
         args: Backward<'_, T>,
@@ -403,6 +413,7 @@ impl FlashAttention {
             tile,
             mut params,
             general,
+            packed,
             rows,
         } = plan_backward(
             problem,
@@ -478,7 +489,12 @@ impl FlashAttention {
 
         let (name, grid, arch_str, post, dq_acc, delta, delta_pitch) = if hopper {
             use crate::hopper::{encode_tma, tma_geometry, TmaElem};
-            let name = catalog::bwd_hopper_entry_name(&unit, causal, general);
+            let variant = catalog::BwdHopperVariant::pick(
+                !problem.features().is_empty(),
+                packed,
+                options.deterministic,
+            );
+            let name = catalog::bwd_hopper_entry_name(&unit, causal, variant);
             let (main, arch_str) = self.function(&unit, &name, false, smem)?;
             let (pre_name, post_name) = catalog::bwd_hopper_prep_entry_names(&unit);
             let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
@@ -746,6 +762,18 @@ mod tests {
     }
 
     #[test]
+    fn packed_batches_without_features_take_the_seqs_entry_unless_deterministic() {
+        use catalog::BwdHopperVariant as V;
+        assert_eq!(V::pick(false, false, false), V::Plain);
+        assert_eq!(V::pick(false, false, true), V::Plain);
+        assert_eq!(V::pick(false, true, false), V::Seqs);
+        // The plain turn order counts the grid's key blocks, not the sequence's.
+        assert_eq!(V::pick(false, true, true), V::Features);
+        assert_eq!(V::pick(true, false, false), V::Features);
+        assert_eq!(V::pick(true, true, false), V::Features);
+    }
+
+    #[test]
     fn features_plan_the_general_entry_at_the_forward_scale() {
         let shape = AttnShape::new(1, 4, 2, 64, 96, 64).unwrap();
         let p = Problem::new(shape, Causal::BottomRight)
@@ -949,8 +977,8 @@ mod tests {
                 };
                 let src = catalog::unit_source(&unit, false).unwrap();
                 for causal in [false, true] {
-                    for features in [false, true] {
-                        let name = catalog::bwd_hopper_entry_name(&unit, causal, features);
+                    for variant in catalog::BwdHopperVariant::ALL {
+                        let name = catalog::bwd_hopper_entry_name(&unit, causal, variant);
                         assert!(src.contains(&format!("ATTN_BWD_HOPPER_ENTRY({name},")));
                     }
                 }

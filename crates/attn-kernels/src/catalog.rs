@@ -1188,15 +1188,49 @@ pub const fn bwd_hopper_smem_bytes(bucket: usize) -> usize {
     1024 + 2 * k + 2 * (2 * q + 128 * 128 + 64 * bucket * 4 + 2 * 64 * 4) + 9 * 8
 }
 
-/// The Hopper backward's main entry of a unit: plain, or the general one (`_feat`: window,
-/// softcap, ALiBi of dense problems).
-pub fn bwd_hopper_entry_name(unit: &UnitKey, causal: bool, features: bool) -> String {
+/// Which main entry of the Hopper backward a launch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BwdHopperVariant {
+    /// Dense problems without features.
+    Plain,
+    /// Packed sequences without features (`_seqs`): the plain entry's walk and P, plus each
+    /// CTA's sequence and a key mask on its last key block (kernels/bwd_hopper_kernel.cuh).
+    /// Not for deterministic launches.
+    Seqs,
+    /// The general entry (`_feat`): window, softcap, ALiBi, and packed sequences with them or
+    /// in deterministic mode.
+    Features,
+}
+
+impl BwdHopperVariant {
+    /// Every variant, in the order the units emit them.
+    pub const ALL: [BwdHopperVariant; 3] = [Self::Plain, Self::Seqs, Self::Features];
+
+    /// The variant for a launch: `features` (the problem has any), `packed` (a sequence
+    /// layout), `deterministic`.
+    pub fn pick(features: bool, packed: bool, deterministic: bool) -> Self {
+        if features || (packed && deterministic) {
+            Self::Features
+        } else if packed {
+            Self::Seqs
+        } else {
+            Self::Plain
+        }
+    }
+}
+
+/// The Hopper backward's main entry of a unit for `variant`.
+pub fn bwd_hopper_entry_name(unit: &UnitKey, causal: bool, variant: BwdHopperVariant) -> String {
     format!(
         "attn_bwd_wg_{}_d{}_{}{}",
         unit.elem.as_str(),
         unit.head_dim,
         if causal { "causal" } else { "full" },
-        if features { "_feat" } else { "" }
+        match variant {
+            BwdHopperVariant::Plain => "",
+            BwdHopperVariant::Seqs => "_seqs",
+            BwdHopperVariant::Features => "_feat",
+        }
     )
 }
 
@@ -1482,11 +1516,13 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                 }
                 s.push_str("} // namespace attn\n\n");
                 for causal in [false, true] {
-                    for features in [false, true] {
+                    for variant in BwdHopperVariant::ALL {
                         let _ = writeln!(
                             s,
-                            "ATTN_BWD_HOPPER_ENTRY({}, {ty}, {d}, {causal}, {features})",
-                            bwd_hopper_entry_name(unit, causal, features)
+                            "ATTN_BWD_HOPPER_ENTRY({}, {ty}, {d}, {causal}, {}, {})",
+                            bwd_hopper_entry_name(unit, causal, variant),
+                            variant == BwdHopperVariant::Features,
+                            variant == BwdHopperVariant::Seqs
                         );
                     }
                 }
