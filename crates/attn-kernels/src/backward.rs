@@ -349,7 +349,7 @@ impl FlashAttention {
     /// (`_feat`) entries: the wgmma kernel's where [`BackwardEngine::Auto`] takes it (sm_90a,
     /// buckets 64 and 128), else the mma.sync kernel's. On the wgmma kernel, packed sequences
     /// without features and outside deterministic mode run its `_seqs` entry instead, the plain
-    /// entry's loop plus each sequence's offsets and key mask (1.23–1.25× faster on 16 packed
+    /// entry's loop plus each sequence's offsets and key mask (1.22–1.25× faster on 16 packed
     /// sequences, docs/PERF.md run 95). The wgmma kernel's workspaces are padded per sequence
     /// to the longest one (B·Hq·⌈max_seqlen_q/64⌉·64 rows).
     pub fn backward_with<T: StorageType>(
