@@ -113,3 +113,58 @@ fn correctness_custom_scale() {
     }
     run_all(&cases);
 }
+
+/// DESIGN §2: NaN inputs propagate as in the reference. One NaN element in K of head 0 at a
+/// key of every n-tile residue of the first 128-key tile (and one past it), one NaN element in
+/// Q row 17 of head 1: O and LSE are NaN exactly where the reference's are. The keys are
+/// spread over the n-tiles because the Hopper softmax computes some n-tiles' exponentials
+/// on the FMA pipe (softmax.cuh's `exp2_poly_half`), whose clamp must not turn NaN into 0.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_nan_inputs_propagate() {
+    use crate::{fresh_seed, randn, run_gpu, to_f32s};
+    use attn_kernels::ForwardOptions;
+    use half::f16;
+    use rand::{rngs::StdRng, SeedableRng};
+
+    let gpu = gpu();
+    let mut failures = Vec::new();
+    for d in [64, 128] {
+        for nan_key in [5usize, 30, 61, 127, 250] {
+            for causal in [Causal::None, Causal::BottomRight] {
+                let p = crate::problem((1, 2, 2, 200, 300, d), causal);
+                let shape = p.shape();
+                let seed = fresh_seed();
+                let mut rng = StdRng::seed_from_u64(seed);
+                let mut q: Vec<f16> = randn(&mut rng, shape.q_elems());
+                let mut k: Vec<f16> = randn(&mut rng, shape.kv_elems());
+                let v: Vec<f16> = randn(&mut rng, shape.kv_elems());
+                // [B, H, S, D]: head 0's key `nan_key`, head 1's query row 17.
+                k[nan_key * d + 3] = f16::NAN;
+                q[(200 + 17) * d] = f16::NAN;
+                let (o, lse) = run_gpu(gpu.as_ref(), &p, &q, &k, &v, &ForwardOptions::default());
+                let r = attn_ref::reference::forward(&p, &q, &k, &v).unwrap();
+                let o = to_f32s(&o);
+                let o_nan: Vec<bool> = o.iter().map(|x| x.is_nan()).collect();
+                let r_nan: Vec<bool> = r.o.iter().map(|x| x.is_nan()).collect();
+                let lse_nan: Vec<bool> = lse.iter().map(|x| x.is_nan()).collect();
+                let rl_nan: Vec<bool> = r.lse.iter().map(|x| x.is_nan()).collect();
+                if !r_nan.iter().any(|&x| x) {
+                    failures.push(format!("d {d} key {nan_key} {causal}: the reference has no NaN"));
+                }
+                if o_nan != r_nan || lse_nan != rl_nan {
+                    let first = o_nan.iter().zip(&r_nan).position(|(a, b)| a != b);
+                    failures.push(format!(
+                        "d {d} key {nan_key} {causal} seed {seed}: NaN pattern differs \
+                         (O: first at {first:?}, ours {} NaN vs reference {}; LSE ours {} vs {})",
+                        o_nan.iter().filter(|&&x| x).count(),
+                        r_nan.iter().filter(|&&x| x).count(),
+                        lse_nan.iter().filter(|&&x| x).count(),
+                        rl_nan.iter().filter(|&&x| x).count(),
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
