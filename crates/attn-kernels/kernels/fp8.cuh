@@ -60,15 +60,15 @@ __device__ __forceinline__ void pack_p_e4m3_k32(uint32_t (&a)[4], const float (&
 // hardware needed). E4M3's exponent and mantissa bits placed under f16's sign are an f16
 // whose exponent bias is 15 instead of 7, so every value, subnormals included, comes out
 // scaled by 2^(7-15); callers fold 2^8 back into their scales. E4M3's NaN (S.1111.111) would
-// land on a finite f16 (1.875), so it gets f16's top exponent bit: its field's low seven bits
-// plus 1 carry into bit 15 only for the NaN code, and that bit shifted down one turns 0x3F80
-// into 0x7F80, a NaN (DESIGN §2: NaN inputs propagate). Every other code is unchanged
+// land on a finite f16 (1.875, magnitude bits 0x3F80, the only code that reaches them), so
+// adding 0x80 to the magnitude carries into bit 14 for it alone, and OR-ing that bit in makes
+// 0x7F80, an f16 NaN (DESIGN §2: NaN inputs propagate). Every other code is unchanged
 // (checked for all 256 against the E4M3 definition). SEL picks the bytes: 0x1404 → bytes
 // 0,1; 0x3424 → bytes 2,3.
 template <uint32_t SEL> __device__ __forceinline__ uint32_t e4m3x2_to_f16x2_scaled(uint32_t codes) {
     const uint32_t t = __byte_perm(codes, 0u, SEL); // [0, b_lo, 0, b_hi]
-    const uint32_t nan = (((t & 0x7F007F00u) + 0x01000100u) & 0x80008000u) >> 1;
-    return ((t >> 1) & 0x3F803F80u) | (t & 0x80008000u) | nan;
+    const uint32_t mag = (t >> 1) & 0x3F803F80u;       // below 0x3F80 except for NaN's 0x3F80
+    return mag | (t & 0x80008000u) | ((mag + 0x00800080u) & 0x40004000u);
 }
 __device__ __forceinline__ uint32_t cvt_lo(uint32_t codes) { return e4m3x2_to_f16x2_scaled<0x1404u>(codes); }
 __device__ __forceinline__ uint32_t cvt_hi(uint32_t codes) { return e4m3x2_to_f16x2_scaled<0x3424u>(codes); }
