@@ -150,7 +150,9 @@ fn correctness_nan_inputs_propagate() {
                 let lse_nan: Vec<bool> = lse.iter().map(|x| x.is_nan()).collect();
                 let rl_nan: Vec<bool> = r.lse.iter().map(|x| x.is_nan()).collect();
                 if !r_nan.iter().any(|&x| x) {
-                    failures.push(format!("d {d} key {nan_key} {causal}: the reference has no NaN"));
+                    failures.push(format!(
+                        "d {d} key {nan_key} {causal}: the reference has no NaN"
+                    ));
                 }
                 if o_nan != r_nan || lse_nan != rl_nan {
                     let first = o_nan.iter().zip(&r_nan).position(|(a, b)| a != b);

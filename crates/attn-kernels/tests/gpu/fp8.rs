@@ -525,7 +525,9 @@ fn correctness_fp8_nan_key_propagates() {
                         let all_nan = row.iter().all(|x| x.is_nan());
                         let any_nan = row.iter().any(|x| x.is_nan());
                         let lse_nan = lse[h * 160 + i].is_nan();
-                        if (want_nan && !(all_nan && lse_nan)) || (!want_nan && (any_nan || lse_nan)) {
+                        if (want_nan && !(all_nan && lse_nan))
+                            || (!want_nan && (any_nan || lse_nan))
+                        {
                             failures.push(format!(
                                 "{kernel} {causal} key {nan_key} head {h} row {i}: O NaN {any_nan}/{all_nan}, LSE NaN {lse_nan}, want {want_nan}"
                             ));
