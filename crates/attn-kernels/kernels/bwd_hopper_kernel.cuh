@@ -63,7 +63,9 @@ template <int DK> struct HopperBwdLayout {
     static constexpr int kBM = 64;  // queries per inner step
     static constexpr int kBN = 128; // keys per CTA (64 per consumer warpgroup)
     static constexpr int kThreads = 384; // two consumer warpgroups, then the producer's
-    static constexpr int kStages = 2;    // Q/dO stages (and dSᵀ tiles, dQ staging buffers)
+    // Q/dO stages (and dSᵀ tiles, dQ staging buffers): three at D = 64, where they fit (183 KB),
+    // so the consumers can run two tiles ahead of the dQ writer; two at D = 128 (231 KB).
+    static constexpr int kStages = DK == 64 ? 3 : 2;
     // Registers after `setmaxnreg`: the launch allocates 168 per thread (64512 for 384
     // threads, __launch_bounds__(384, 1)); the producer warpgroup (a TMA warp and a dQ-writer
     // warp) gives back to 48 (at 24 and 40 the writer's loop spilled), the consumers take 224.

@@ -1180,12 +1180,16 @@ pub fn bwd_hopper_bucket(arch: Arch, bucket: usize) -> bool {
 }
 
 /// Shared memory of the Hopper backward (`HopperBwdLayout::kSmemBytes`): K and V (128 keys),
-/// and per stage (two): Q and dO (64 rows), a dSᵀ tile, an f32 dQ staging buffer, the LSE₂
-/// and Δ rows; nine mbarriers; and 1024 bytes to align the swizzled tiles.
+/// and per stage (three at D = 64, two at D = 128): Q and dO (64 rows), a dSᵀ tile, an f32 dQ
+/// staging buffer, the LSE₂ and Δ rows; one mbarrier plus four per stage; and 1024 bytes to
+/// align the swizzled tiles.
 pub const fn bwd_hopper_smem_bytes(bucket: usize) -> usize {
     let k = 128 * bucket * 2;
     let q = 64 * bucket * 2;
-    1024 + 2 * k + 2 * (2 * q + 128 * 128 + 64 * bucket * 4 + 2 * 64 * 4) + 9 * 8
+    let stages = if bucket == 64 { 3 } else { 2 };
+    1024 + 2 * k
+        + stages * (2 * q + 128 * 128 + 64 * bucket * 4 + 2 * 64 * 4)
+        + (1 + 4 * stages) * 8
 }
 
 /// Which main entry of the Hopper backward a launch runs.
@@ -1515,6 +1519,11 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     s.push_str(&wgmma16_source(unit.elem, n));
                 }
                 s.push_str("} // namespace attn\n\n");
+                let _ = writeln!(
+                    s,
+                    "static_assert(attn::HopperBwdLayout<{d}>::kSmemBytes == {}, \"src/catalog.rs bwd_hopper_smem_bytes\");",
+                    bwd_hopper_smem_bytes(d)
+                );
                 for causal in [false, true] {
                     for variant in BwdHopperVariant::ALL {
                         let _ = writeln!(
