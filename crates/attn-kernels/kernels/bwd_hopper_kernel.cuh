@@ -16,12 +16,13 @@
 // puts the keys on the accumulator rows, so Pᵀ and dSᵀ feed dV and dK from registers.
 //
 // Warp specialization (FA3's producer / dQ-writer split): producer warp 0 loads K and V once
-// and Q, dO and the block's LSE₂ and Δ rows (bulk copies of 256 bytes) into a two-stage ring
-// (full/empty mbarriers); producer warp 1 adds each staged dQ tile into the f32 workspace with
-// one `cp.reduce.async.bulk` and frees the staging buffer (two of them), so the L2's
-// reduction and, in deterministic mode, the wait for another CTA's turn stall the consumers
-// only when the writer falls two blocks behind. The dSᵀ tile is double-buffered too, so the consumers meet only once per block, on
-// the named barrier that completes dSᵀ.
+// and Q, dO and the block's LSE₂ and Δ rows (bulk copies of 256 bytes) into a ring of two
+// stages, three at D = 64 (full/empty mbarriers); producer warp 1 adds each staged dQ tile into
+// the f32 workspace with one `cp.reduce.async.bulk` and frees the staging buffer (one per
+// stage), so the L2's reduction and, in deterministic mode, the wait for another CTA's turn
+// stall the consumers only when the writer falls a whole ring behind. The dSᵀ tile has a
+// buffer per stage too, so the consumers meet only once per block, on the named barrier that
+// completes dSᵀ.
 //
 // The preprocessing pass writes LSE₂ = LSE·log2e and Δ padded to whole blocks, with
 // LSE₂ = +∞ on rows past Sq (and rows that see no key), so those rows give P = 0 without a
