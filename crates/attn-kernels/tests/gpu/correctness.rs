@@ -114,11 +114,10 @@ fn correctness_custom_scale() {
     run_all(&cases);
 }
 
-/// DESIGN §2: NaN inputs propagate as in the reference. One NaN element in K of head 0 at a
-/// key of every n-tile residue of the first 128-key tile (and one past it), one NaN element in
-/// Q row 17 of head 1: O and LSE are NaN exactly where the reference's are. The keys are
-/// spread over the n-tiles because the Hopper softmax computes some n-tiles' exponentials
-/// on the FMA pipe (softmax.cuh's `exp2_poly_half`), whose clamp must not turn NaN into 0.
+/// DESIGN §2: NaN inputs propagate as in the reference. One NaN element in K of head 0, at
+/// keys in different n-tiles of the first 128-key tile and one past it, and one NaN element in
+/// Q row 17 of head 1: O and LSE are NaN exactly where the reference's are, so no softmax path
+/// (masked tiles, the row max's `fmaxf`, which drops NaN) hides one.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_nan_inputs_propagate() {
@@ -127,6 +126,9 @@ fn correctness_nan_inputs_propagate() {
     use half::f16;
     use rand::{rngs::StdRng, SeedableRng};
 
+    fn nan_mask<T: Copy + Into<f64>>(x: &[T]) -> Vec<bool> {
+        x.iter().map(|&e| e.into().is_nan()).collect()
+    }
     let gpu = gpu();
     let mut failures = Vec::new();
     for d in [64, 128] {
@@ -144,11 +146,10 @@ fn correctness_nan_inputs_propagate() {
                 q[(200 + 17) * d] = f16::NAN;
                 let (o, lse) = run_gpu(gpu.as_ref(), &p, &q, &k, &v, &ForwardOptions::default());
                 let r = attn_ref::reference::forward(&p, &q, &k, &v).unwrap();
-                let o = to_f32s(&o);
-                let o_nan: Vec<bool> = o.iter().map(|x| x.is_nan()).collect();
-                let r_nan: Vec<bool> = r.o.iter().map(|x| x.is_nan()).collect();
-                let lse_nan: Vec<bool> = lse.iter().map(|x| x.is_nan()).collect();
-                let rl_nan: Vec<bool> = r.lse.iter().map(|x| x.is_nan()).collect();
+                let o_nan = nan_mask(&to_f32s(&o));
+                let r_nan = nan_mask(&r.o);
+                let lse_nan = nan_mask(&lse);
+                let rl_nan = nan_mask(&r.lse);
                 if !r_nan.iter().any(|&x| x) {
                     failures.push(format!(
                         "d {d} key {nan_key} {causal}: the reference has no NaN"

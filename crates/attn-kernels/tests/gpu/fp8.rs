@@ -490,10 +490,10 @@ fn correctness_fp8_outlier_rmse() {
     );
 }
 
-/// DESIGN §2 for FP8: an E4M3 NaN code (0x7F) in K at a key of every n-tile residue of the
-/// first tile makes exactly the O rows and LSE entries that see it NaN, on every variant
-/// (the Hopper engine computes some n-tiles' exponentials on the FMA pipe; its clamp must keep
-/// NaN). The rows that do not see the key (bottom-right causal) stay finite.
+/// DESIGN §2 for FP8: an E4M3 NaN code (0x7F) in K, at keys in different n-tiles of the first
+/// tile and one past it, makes exactly the O rows and LSE entries that see it NaN, on every
+/// variant (the `cvt` and `p16` variants widen codes with integer operations, which once turned
+/// NaN into 1.875·2⁻⁸). The rows that do not see the key (bottom-right causal) stay finite.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_fp8_nan_key_propagates() {
@@ -502,6 +502,10 @@ fn correctness_fp8_nan_key_propagates() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
     for variant in variants(&gpu) {
+        let opts = Fp8Options {
+            variant: Some(variant),
+            ..Default::default()
+        };
         for causal in [Causal::None, Causal::BottomRight] {
             for nan_key in [6usize, 29, 62, 126, 200] {
                 let p = fp8_problem((1, 2, 2, 160, 260, 128), causal);
@@ -509,12 +513,6 @@ fn correctness_fp8_nan_key_propagates() {
                 let mut z = quantize_all(&p, &x);
                 // [B, H, S, D]: head 1's key `nan_key`, column 5.
                 z.k.codes[(260 + nan_key) * 128 + 5] = 0x7f;
-                let opts = Fp8Options {
-                    schedule: Default::default(),
-                    hopper: None,
-                    config: None,
-                    variant: Some(variant),
-                };
                 let (o, lse, kernel) = run(&gpu, &p, &z, Dtype::F16, &opts);
                 // Query row i of head 1 sees key j iff j <= i + (260 − 160) under bottom-right.
                 let sees = |i: usize| causal == Causal::None || nan_key <= i + 100;
