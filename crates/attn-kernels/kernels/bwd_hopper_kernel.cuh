@@ -51,8 +51,12 @@
 // key blocks, not the sequence's (the host runs those in the general entry).
 //
 // Deterministic mode: the CTAs adding into one query block take turns through the same
-// per-block semaphores as the mma.sync backward (bwd_kernel.cuh); the dQ writer waits for its
-// bulk reduce to complete before it passes the turn on.
+// per-block semaphores as the mma.sync backward (bwd_kernel.cuh); a dQ writer waits for its
+// bulk reduce to complete before it passes the turn on. Each stage has its own writer
+// (producer warps 9..), so the turn chains of consecutive query blocks overlap, and non-causal
+// key blocks walk their query blocks rotated, each one step behind the key block before it,
+// so no CTA waits for the others to fill a chain (bwd_rotated_turn). Runs 111–113: the cost
+// over the default went from 1.41–1.46× to 1.10–1.12× at 4,16,4096,64.
 #pragma once
 #include "bwd_kernel.cuh"
 #include "tma.cuh"
@@ -95,6 +99,7 @@ template <int DK> struct HopperBwdLayout {
     static constexpr int kSmemBytes = 1024 + kOffBar + 8 * kBarriers;
     static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384, "the launch's register allocation");
     static_assert(DK == 64 || DK == 128, "the Hopper backward covers buckets 64 and 128");
+    static_assert(kStages <= 3, "deterministic mode's writer per stage: producer warps 9 to 11");
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
 };
 
@@ -161,6 +166,26 @@ __device__ __forceinline__ void acc_to_a_frags(uint32_t (&a)[NT / 2][4], const f
     }
 }
 
+// Deterministic turn of key block n on query block qblk when every key block walks all Q
+// query blocks of a head, rotated: block n starts at query block −n mod Q and wraps, so it
+// reaches qblk at step (qblk + n) mod Q. The turns follow the steps (ties, when there are more
+// key blocks than query blocks, in key order). In lock-step, a block's previous adder is then
+// the key block before it, one step ahead; without the rotation all key blocks of a head start
+// on query block 0 together, and the last of 32 starts 31 turns late. Rotating the other way
+// (block n starting at query block n) makes the previous adder key block n + 1, which the grid
+// launches later: run 112 measured that, 6–9 % slower at 2,16,8192,64.
+// n_blocks is the number of key blocks. This count equals sorting by (step, n) for all
+// n_blocks, Q < 40 (checked exhaustively when written; docs/PERF.md, run 113).
+__device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, int q_blocks) {
+    const int step = (qblk + n) % q_blocks;
+    // Key blocks m with a smaller step: those with m mod Q in the cyclic range [−qblk, −qblk + step).
+    auto below = [&](int r) { return (n_blocks / q_blocks) * r + min(r, n_blocks % q_blocks); }; // #{m : m mod Q < r}
+    const int a = (q_blocks - qblk) % q_blocks;
+    const int earlier = a + step <= q_blocks ? below(a + step) - below(a)
+                                             : n_blocks - below(a) + below(a + step - q_blocks);
+    return earlier + n / q_blocks;
+}
+
 template <typename T, int DK, bool CAUSAL, bool FEATURES, bool SEQS = false>
 __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const TmaDesc* tma_do, const float* __restrict__ lse2,
@@ -221,9 +246,15 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     bwd_walk<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, i_begin, i_end);
     const int per_head = max(0, i_end - i_begin);
     const int n_iter = per_head * p.group;
-    // Iteration `it` covers query head kvh·group + it / per_head, block i_begin + it % per_head.
+    // Iteration `it` covers query head kvh·group + it / per_head, block i_begin + it % per_head;
+    // in deterministic mode rotated back by the key block where every key block walks every
+    // query block (non-causal entries without features: see bwd_rotated_turn). The default
+    // mode keeps the plain walk, where all key blocks of a head read the same Q/dO block from
+    // the L2 at about the same time (run 113 measured it within noise, 0–3 % slower, rotated).
+    const bool rotated = !CAUSAL && !FEATURES && p.deterministic;
+    const int rotation = rotated && per_head > 0 ? n_blk % per_head : 0;
     auto head_of = [&](int it) { return kvh * p.group + it / per_head; };
-    auto qblk_of = [&](int it) { return i_begin + it % per_head; };
+    auto qblk_of = [&](int it) { return i_begin + (it % per_head + per_head - rotation) % per_head; };
 
     if (tid == 0) {
         mbar_init(bar_kv, 1);
@@ -270,19 +301,27 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 bulk_load(sLse + s * kBM, lse2 + rows, L::kRowBytes, &full[s]);
                 bulk_load(sDelta + s * kBM, delta + rows, L::kRowBytes, &full[s]);
             }
-        } else if (tid == 288) {
-            // The dQ writer: adds each staged 64 × DK tile into the workspace in one bulk
+        } else if (tid >= 288 && (tid & 31) == 0 && (tid - 288) / 32 < (p.deterministic ? kST : 1)) {
+            // The dQ writers: each adds a staged 64 × DK tile into the workspace in one bulk
             // reduce. Deterministic mode takes the block's turn first and passes it on once the
-            // reduce has completed; the consumers never wait for either.
-            for (int it = 0; it < n_iter; ++it) {
+            // reduce has completed; the consumers never wait for either. There, one writer per
+            // stage (lane 0 of warps 9..): writer w owns the blocks it ≡ w (mod kST), so the
+            // turn chains of kST query blocks advance at once; one writer would wait out each
+            // block's chain before it takes the next block's turn. The per-block order of the
+            // additions is the turn order either way.
+            const int writers = p.deterministic ? kST : 1;
+            for (int it = (tid - 288) / 32; it < n_iter; it += writers) {
                 const int s = it % kST;
                 const int h = head_of(it);
                 const int qblk = qblk_of(it);
                 mbar_wait(&dq_full[s], (it / kST) & 1);
                 float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
                 unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
-                const int turn =
-                    p.deterministic ? bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed) : 0;
+                int turn = 0;
+                if (p.deterministic) {
+                    turn = rotated ? bwd_rotated_turn(n_blk, qblk, (p.kv_len + kBN - 1) / kBN, per_head)
+                                    : bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed);
+                }
                 if (p.deterministic) {
                     unsigned int seen;
                     do {

@@ -174,29 +174,45 @@ fn correctness_backward_tails_gqa_and_head_dims() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn determinism_backward_deterministic_mode_is_bitwise_reproducible() {
-    let p = problem((2, 8, 2, 1000, 1000, 128), Causal::BottomRight);
-    let shape = p.shape();
-    let mut rng = StdRng::seed_from_u64(fresh_seed());
-    let q: Vec<bf16> = randn(&mut rng, shape.q_elems());
-    let k: Vec<bf16> = randn(&mut rng, shape.kv_elems());
-    let v: Vec<bf16> = randn(&mut rng, shape.kv_elems());
-    let d_o: Vec<bf16> = randn(&mut rng, shape.o_elems());
-    for engine in engines_for(128) {
-        let det = BackwardOptions {
-            deterministic: true,
-            engine,
-        };
-        let a = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
-        for _ in 0..3 {
-            let b = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
-            let same =
-                |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(
-                same(&a.0, &b.0) && same(&a.1, &b.1) && same(&a.2, &b.2),
-                "{engine:?}: runs differ"
-            );
+    // Causal (the reversed turn order), and non-causal with as many, more and fewer key blocks
+    // than query blocks (the Hopper entry's rotated walk and its turn count), with GQA.
+    let cases = [
+        ((2, 8, 2, 1000, 1000, 128), Causal::BottomRight),
+        ((2, 8, 2, 1000, 1000, 128), Causal::None),
+        ((1, 4, 2, 200, 1500, 64), Causal::None),
+        ((1, 4, 4, 1500, 300, 64), Causal::None),
+    ];
+    let mut failures = Vec::new();
+    for (dims, causal) in cases {
+        let p = problem(dims, causal);
+        let shape = p.shape();
+        let mut rng = StdRng::seed_from_u64(fresh_seed());
+        let q: Vec<bf16> = randn(&mut rng, shape.q_elems());
+        let k: Vec<bf16> = randn(&mut rng, shape.kv_elems());
+        let v: Vec<bf16> = randn(&mut rng, shape.kv_elems());
+        let d_o: Vec<bf16> = randn(&mut rng, shape.o_elems());
+        for engine in engines_for(dims.5) {
+            let det = BackwardOptions {
+                deterministic: true,
+                engine,
+            };
+            // The fixed order must also be a correct one.
+            if let Err(e) = check_backward::<f16>(&p, attn_ref::Dtype::F16, Layout::Bshd, det) {
+                failures.push(e);
+            }
+            let a = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
+            for _ in 0..3 {
+                let b = run_backward(&gpu(), &p, (&q, &k, &v, &d_o), Layout::Bshd, det).unwrap();
+                let same =
+                    |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits());
+                if !(same(&a.0, &b.0) && same(&a.1, &b.1) && same(&a.2, &b.2)) {
+                    failures.push(format!("{dims:?} {causal:?} {engine:?}: runs differ"));
+                    break;
+                }
+            }
         }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// Runs a backward that must be refused (`lse_len` floats of LSE, `options`) on all-ones inputs
