@@ -205,8 +205,10 @@ struct BwdConfig {
     // Unrolling: phase A by 2 and phases B/C fully, except where the dK/dV accumulators (DK
     // floats per thread) leave no room: above D = 192 (and D = 64 on sm_80, where the fully
     // unrolled loops spilled 8–24 bytes), the loops stay rolled.
+    // With 128 keys per CTA above D = 64, phases B/C unroll by 2: by 4 they spilled 40–60
+    // bytes at D = 128 (sm_80, sm_90a).
     static constexpr int kUnrollA = DK > 192 ? 1 : 2;
-    static constexpr int kUnrollBC = DK > 192 ? 1 : 4;
+    static constexpr int kUnrollBC = DK > 192 ? 1 : (BN == 128 && DK > 64 ? 2 : 4);
     static_assert(WARPS % kKG == 0 && WARPS % kMC == 0, "warp partition");
     static_assert(kQA % 16 == 0 && kColsB % 16 == 0 && kColsC % 16 == 0, "n-tile pairs");
     static_assert(BM >= 64 && BM % 64 == 0, "Pᵀ/dSᵀ rows must span the 8-chunk swizzle");
