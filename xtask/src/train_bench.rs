@@ -1,5 +1,5 @@
 //! `cargo xtask train-bench`: our forward, backward (default, deterministic, and the mma.sync
-//! kernel where the default is the wgmma one) and the
+//! kernel, default and deterministic, where the default is the wgmma one) and the
 //! forward with each serving feature (window, softcap, ALiBi), against PyTorch SDPA's forward
 //! and autograd backward (flash and cuDNN backends), in one run. Every sample is a CUDA event
 //! pair around one call; medians with bootstrap CIs of the time ratios (attn-stats).
@@ -193,16 +193,17 @@ pub fn run(args: Args) -> Result<()> {
             // The mma.sync kernel on the same device: the sm_80/89 path, timed where Auto
             // takes the wgmma one.
             let bwd_mma = bwd_of(&p, &o, &lse, false, BackwardEngine::MmaSync)?;
+            let bwd_mma_det = bwd_of(&p, &o, &lse, true, BackwardEngine::MmaSync)?;
             let flops = shape.flops(mask);
             let tf = |us: f64, mult: f64| mult * flops / us * 1e-6;
             let m = |x: &[f64]| median(&mut x.to_vec());
             println!(
-                "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | window {:.3}× softcap {:.3}× alibi {:.3}× plain | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×), mma.sync {:.1} µs ({:.0} TFLOP/s)",
+                "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | window {:.3}× softcap {:.3}× alibi {:.3}× plain | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×), mma.sync {:.1} µs ({:.0} TFLOP/s), deterministic {:.3}×",
                 if causal { "causal" } else { "full" },
                 m(&fwd), tf(m(&fwd), 1.0),
                 m(&window) / m(&fwd), m(&softcap) / m(&fwd), m(&alibi) / m(&fwd),
                 m(&bwd), tf(m(&bwd), 2.5), m(&bwd_det), m(&bwd_det) / m(&bwd),
-                m(&bwd_mma), tf(m(&bwd_mma), 2.5)
+                m(&bwd_mma), tf(m(&bwd_mma), 2.5), m(&bwd_mma_det) / m(&bwd_mma)
             );
             println!(
                 "    fwd feature entry with zero ALiBi slopes (no feature arithmetic) vs plain: {:.3}×",
@@ -218,7 +219,8 @@ pub fn run(args: Args) -> Result<()> {
                 "shape": [b, h, n, d, causal],
                 "fwd_us": fwd, "window_us": window, "softcap_us": softcap, "alibi_us": alibi,
                 "feat_noop_us": noop,
-                "bwd_us": bwd, "bwd_det_us": bwd_det, "bwd_mma_us": bwd_mma, "flops_fwd": flops,
+                "bwd_us": bwd, "bwd_det_us": bwd_det, "bwd_mma_us": bwd_mma, "bwd_mma_det_us": bwd_mma_det,
+                "flops_fwd": flops,
                 "bwd_window_us": bwd_window, "bwd_softcap_us": bwd_softcap, "bwd_alibi_us": bwd_alibi,
             }));
         }
