@@ -187,14 +187,22 @@ template <int DK, int BM, int BN, int WARPS, int QSTAGES>
 struct BwdConfig {
     static constexpr int kThreads = WARPS * 32;
     static constexpr int kPitch = smem_pitch<DK>();
-    static constexpr int kKG = BN / 16;              // key groups (16 keys each)
+    // Warp tiling. With 128 keys and D a multiple of 64 up to 128, FlashAttention-2's 2-D
+    // atoms: a warp owns 32 keys (two m-tiles) in phases A/B and 32 queries in phase C, so each
+    // loaded fragment feeds twice the MMAs and each warp re-reads half the Q/dO tile (run 116:
+    // one key m-tile per warp left the kernel latency-bound on LDSM -> HMMA). Otherwise one
+    // m-tile of 16 keys (queries) per warp.
+    static constexpr bool kWide = BN == 128 && DK <= 128 && DK % 64 == 0;
+    static constexpr int kMA = kWide ? 2 : 1;        // key m-tiles per warp in phases A, B
+    static constexpr int kMQ = kWide ? 2 : 1;        // query m-tiles per warp in phase C
+    static constexpr int kKG = BN / (16 * kMA);      // key groups (16·kMA keys each)
     static constexpr int kSplitA = WARPS / kKG;      // query splits in phase A
     static constexpr int kQA = BM / kSplitA;         // queries per warp in phase A
     static constexpr int kNA = kQA / 8;              // n-tiles per warp in phase A
     static constexpr int kSplitB = WARPS / kKG;      // column splits in phase B
     static constexpr int kColsB = DK / kSplitB;      // columns per warp in phase B
     static constexpr int kNB = kColsB / 8;
-    static constexpr int kMC = BM / 16;              // m-tiles of dQ
+    static constexpr int kMC = BM / (16 * kMQ);      // query groups of dQ (16·kMQ rows each)
     static constexpr int kSplitC = WARPS / kMC;      // column splits in phase C
     static constexpr int kColsC = DK / kSplitC;
     static constexpr int kNC = kColsC / 8;
@@ -301,7 +309,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                                            unsigned int* __restrict__ sems, const BwdParams& p_launch) {
     using Cfg = BwdConfig<DK, BM, BN, WARPS, QSTAGES>;
     // The general entries hold the features' state too: above D = 128 phase A stays rolled.
-    constexpr int kUnrollA = FEATURES && DK > 128 ? 1 : Cfg::kUnrollA;
+    constexpr int kUnrollA = FEATURES && (DK > 128 || Cfg::kWide && DK == 128) ? 1 : Cfg::kUnrollA;
     constexpr int DP = Cfg::kPitch;
     constexpr int PP = Cfg::kPPitch;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -353,17 +361,20 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     const int n_iter = per_head * p.group;
 
     // Warp roles.
-    const int kg = warp % Cfg::kKG;          // phases A, B: keys 16·kg..
+    constexpr int kMA = Cfg::kMA, kMQ = Cfg::kMQ;
+    const int kg = warp % Cfg::kKG;          // phases A, B: key m-tiles kMA·kg..
     const int qa0 = (warp / Cfg::kKG) * Cfg::kQA;    // phase A: first query
     const int cb0 = (warp / Cfg::kKG) * Cfg::kColsB; // phase B: first column
-    const int mc = warp % Cfg::kMC;          // phase C: queries 16·mc..
+    const int mc = warp % Cfg::kMC;          // phase C: query m-tiles kMQ·mc..
     const int cc0 = (warp / Cfg::kMC) * Cfg::kColsC; // phase C: first column
 
-    float acc_dk[Cfg::kNB][4], acc_dv[Cfg::kNB][4];
+    float acc_dk[kMA][Cfg::kNB][4], acc_dv[kMA][Cfg::kNB][4];
 #pragma unroll
-    for (int n = 0; n < Cfg::kNB; ++n)
+    for (int ma = 0; ma < kMA; ++ma)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc_dk[n][r] = acc_dv[n][r] = 0.f;
+        for (int n = 0; n < Cfg::kNB; ++n)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc_dk[ma][n][r] = acc_dv[ma][n][r] = 0.f;
 
     auto issue = [&](int it) {
         const int buf = it % QSTAGES;
@@ -405,18 +416,23 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         const float* tDelta = sDelta + buf * BM;
 
         // Phase A: Sᵀ = K_kg·Q_iᵀ and dPᵀ = V_kg·dO_iᵀ over this warp's queries.
-        float acc_s[Cfg::kNA][4], acc_dp[Cfg::kNA][4];
+        float acc_s[kMA][Cfg::kNA][4], acc_dp[kMA][Cfg::kNA][4];
 #pragma unroll
-        for (int n = 0; n < Cfg::kNA; ++n)
+        for (int ma = 0; ma < kMA; ++ma)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) acc_s[n][r] = acc_dp[n][r] = 0.f;
+            for (int n = 0; n < Cfg::kNA; ++n)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc_s[ma][n][r] = acc_dp[ma][n][r] = 0.f;
 #pragma unroll kUnrollA
         for (int kk = 0; kk < DK / 16; ++kk) {
-            uint32_t ka[4], va[4];
-            const int arow = 16 * kg + (lane & 15);
+            uint32_t ka[kMA][4], va[kMA][4];
             const int achunk = 2 * kk + (lane >> 4);
-            ldmatrix_x4(ka, smem_addr(sK + swz<DP>(arow, achunk)));
-            ldmatrix_x4(va, smem_addr(sV + swz<DP>(arow, achunk)));
+#pragma unroll
+            for (int ma = 0; ma < kMA; ++ma) {
+                const int arow = 16 * (kMA * kg + ma) + (lane & 15);
+                ldmatrix_x4(ka[ma], smem_addr(sK + swz<DP>(arow, achunk)));
+                ldmatrix_x4(va[ma], smem_addr(sV + swz<DP>(arow, achunk)));
+            }
 #pragma unroll
             for (int n = 0; n < Cfg::kNA; n += 2) {
                 const int qrow = qa0 + (n + (mi >> 1)) * 8 + (lane & 7);
@@ -424,10 +440,13 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                 uint32_t bq[4], bo[4];
                 ldmatrix_x4(bq, smem_addr(tQ + swz<DP>(qrow, chunk)));
                 ldmatrix_x4(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
-                Mma<T>::run(acc_s[n], ka, bq[0], bq[1]);
-                Mma<T>::run(acc_s[n + 1], ka, bq[2], bq[3]);
-                Mma<T>::run(acc_dp[n], va, bo[0], bo[1]);
-                Mma<T>::run(acc_dp[n + 1], va, bo[2], bo[3]);
+#pragma unroll
+                for (int ma = 0; ma < kMA; ++ma) {
+                    Mma<T>::run(acc_s[ma][n], ka[ma], bq[0], bq[1]);
+                    Mma<T>::run(acc_s[ma][n + 1], ka[ma], bq[2], bq[3]);
+                    Mma<T>::run(acc_dp[ma][n], va[ma], bo[0], bo[1]);
+                    Mma<T>::run(acc_dp[ma][n + 1], va[ma], bo[2], bo[3]);
+                }
             }
         }
         // FEATURES: whether some row's key range cuts this block (its ends are monotone in
@@ -441,41 +460,44 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         }
         // P and dS (f32), rounded to T into the Pᵀ / dSᵀ tiles.
 #pragma unroll
-        for (int n = 0; n < Cfg::kNA; ++n) {
+        for (int ma = 0; ma < kMA; ++ma) {
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int kl = 16 * kg + g + 8 * r; // key (local)
-                const int kglob = key0 + kl;
-                const int ql = qa0 + 8 * n + 2 * t; // query (local), and ql + 1
-                float pv[2], dsv[2];
+            for (int n = 0; n < Cfg::kNA; ++n) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int qg = m0 + ql + e;
-                    bool vis = qg < p.q_len && kglob < p.kv_len;
-                    float s = acc_s[n][2 * r + e];
-                    float dscore = 1.f; // d(score)/d(raw score), the softcap's 1 − tanh²
-                    if (FEATURES) {
-                        // The forward's order (score_mod.cuh): softcap, ALiBi, the mask.
-                        if (p.feat.softcap_in != 0.f) {
-                            s = softcap_tanh(s * p.feat.softcap_in);
-                            dscore = fmaf(-s, s, 1.f) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
+                for (int r = 0; r < 2; ++r) {
+                    const int kl = 16 * (kMA * kg + ma) + g + 8 * r; // key (local)
+                    const int kglob = key0 + kl;
+                    const int ql = qa0 + 8 * n + 2 * t; // query (local), and ql + 1
+                    float pv[2], dsv[2];
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int qg = m0 + ql + e;
+                        bool vis = qg < p.q_len && kglob < p.kv_len;
+                        float s = acc_s[ma][n][2 * r + e];
+                        float dscore = 1.f; // d(score)/d(raw score), the softcap's 1 − tanh²
+                        if (FEATURES) {
+                            // The forward's order (score_mod.cuh): softcap, ALiBi, the mask.
+                            if (p.feat.softcap_in != 0.f) {
+                                s = softcap_tanh(s * p.feat.softcap_in);
+                                dscore = fmaf(-s, s, 1.f) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
+                            }
+                            if (slope != 0.f) s -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - kglob));
+                            if (needs_mask) {
+                                const KeyRange range = row_key_range<CAUSAL>(qg, p);
+                                vis = vis && kglob >= range.lo && kglob < range.hi;
+                            }
+                        } else if (CAUSAL) {
+                            vis = vis && kglob <= qg + p.diag_offset;
                         }
-                        if (slope != 0.f) s -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - kglob));
-                        if (needs_mask) {
-                            const KeyRange range = row_key_range<CAUSAL>(qg, p);
-                            vis = vis && kglob >= range.lo && kglob < range.hi;
-                        }
-                    } else if (CAUSAL) {
-                        vis = vis && kglob <= qg + p.diag_offset;
+                        const float pr = vis ? exp2f(fmaf(s, p.scale_log2, -tLse[ql + e])) : 0.f;
+                        pv[e] = pr;
+                        dsv[e] = pr * (acc_dp[ma][n][2 * r + e] - tDelta[ql + e]) * dscore;
                     }
-                    const float pr = vis ? exp2f(fmaf(s, p.scale_log2, -tLse[ql + e])) : 0.f;
-                    pv[e] = pr;
-                    dsv[e] = pr * (acc_dp[n][2 * r + e] - tDelta[ql + e]) * dscore;
+                    const int chunk = ql >> 3, within = ql & 7;
+                    *reinterpret_cast<uint32_t*>(sP + swz<PP>(kl, chunk) + within) = StorageTraits<T>::pack(pv[0], pv[1]);
+                    *reinterpret_cast<uint32_t*>(sdS + swz<PP>(kl, chunk) + within) =
+                        StorageTraits<T>::pack(dsv[0], dsv[1]);
                 }
-                const int chunk = ql >> 3, within = ql & 7;
-                *reinterpret_cast<uint32_t*>(sP + swz<PP>(kl, chunk) + within) = StorageTraits<T>::pack(pv[0], pv[1]);
-                *reinterpret_cast<uint32_t*>(sdS + swz<PP>(kl, chunk) + within) =
-                    StorageTraits<T>::pack(dsv[0], dsv[1]);
             }
         }
         __syncthreads();
@@ -483,11 +505,14 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         // Phase B: dV_kg += Pᵀ·dO_i, dK_kg += dSᵀ·Q_i over this warp's columns.
 #pragma unroll Cfg::kUnrollBC
         for (int kk = 0; kk < BM / 16; ++kk) {
-            uint32_t pa[4], sa[4];
-            const int arow = 16 * kg + (lane & 15);
+            uint32_t pa[kMA][4], sa[kMA][4];
             const int achunk = 2 * kk + (lane >> 4);
-            ldmatrix_x4(pa, smem_addr(sP + swz<PP>(arow, achunk)));
-            ldmatrix_x4(sa, smem_addr(sdS + swz<PP>(arow, achunk)));
+#pragma unroll
+            for (int ma = 0; ma < kMA; ++ma) {
+                const int arow = 16 * (kMA * kg + ma) + (lane & 15);
+                ldmatrix_x4(pa[ma], smem_addr(sP + swz<PP>(arow, achunk)));
+                ldmatrix_x4(sa[ma], smem_addr(sdS + swz<PP>(arow, achunk)));
+            }
 #pragma unroll
             for (int n = 0; n < Cfg::kNB; n += 2) {
                 const int qrow = 16 * kk + (mi & 1) * 8 + (lane & 7);
@@ -495,34 +520,45 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                 uint32_t bo[4], bq[4];
                 ldmatrix_x4_trans(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
                 ldmatrix_x4_trans(bq, smem_addr(tQ + swz<DP>(qrow, chunk)));
-                Mma<T>::run(acc_dv[n], pa, bo[0], bo[1]);
-                Mma<T>::run(acc_dv[n + 1], pa, bo[2], bo[3]);
-                Mma<T>::run(acc_dk[n], sa, bq[0], bq[1]);
-                Mma<T>::run(acc_dk[n + 1], sa, bq[2], bq[3]);
+#pragma unroll
+                for (int ma = 0; ma < kMA; ++ma) {
+                    Mma<T>::run(acc_dv[ma][n], pa[ma], bo[0], bo[1]);
+                    Mma<T>::run(acc_dv[ma][n + 1], pa[ma], bo[2], bo[3]);
+                    Mma<T>::run(acc_dk[ma][n], sa[ma], bq[0], bq[1]);
+                    Mma<T>::run(acc_dk[ma][n + 1], sa[ma], bq[2], bq[3]);
+                }
             }
         }
 
         // Phase C: dQ_i (16 queries × this warp's columns) = dS·K_j, added into dQaccum.
-        float acc_dq[Cfg::kNC][4];
+        float acc_dq[kMQ][Cfg::kNC][4];
 #pragma unroll
-        for (int n = 0; n < Cfg::kNC; ++n)
+        for (int mq = 0; mq < kMQ; ++mq)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) acc_dq[n][r] = 0.f;
+            for (int n = 0; n < Cfg::kNC; ++n)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc_dq[mq][n][r] = 0.f;
 #pragma unroll Cfg::kUnrollBC
         for (int kk = 0; kk < BN / 16; ++kk) {
             // A = dS (queries × keys) read from the dSᵀ tile transposed.
-            uint32_t da[4];
+            uint32_t da[kMQ][4];
             const int arow = 16 * kk + (mi >> 1) * 8 + (lane & 7);
-            const int achunk = 2 * mc + (mi & 1);
-            ldmatrix_x4_trans(da, smem_addr(sdS + swz<PP>(arow, achunk)));
+#pragma unroll
+            for (int mq = 0; mq < kMQ; ++mq) {
+                const int achunk = 2 * (kMQ * mc + mq) + (mi & 1);
+                ldmatrix_x4_trans(da[mq], smem_addr(sdS + swz<PP>(arow, achunk)));
+            }
 #pragma unroll
             for (int n = 0; n < Cfg::kNC; n += 2) {
                 const int krow = 16 * kk + (mi & 1) * 8 + (lane & 7);
                 const int chunk = cc0 / 8 + n + (mi >> 1);
                 uint32_t bk[4];
                 ldmatrix_x4_trans(bk, smem_addr(sK + swz<DP>(krow, chunk)));
-                Mma<T>::run(acc_dq[n], da, bk[0], bk[1]);
-                Mma<T>::run(acc_dq[n + 1], da, bk[2], bk[3]);
+#pragma unroll
+                for (int mq = 0; mq < kMQ; ++mq) {
+                    Mma<T>::run(acc_dq[mq][n], da[mq], bk[0], bk[1]);
+                    Mma<T>::run(acc_dq[mq][n + 1], da[mq], bk[2], bk[3]);
+                }
             }
         }
         unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
@@ -539,22 +575,25 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         }
         float* dq_rows = dq_acc + (row_base + m0) * p.dq_pitch;
 #pragma unroll
-        for (int n = 0; n < Cfg::kNC; ++n) {
+        for (int mq = 0; mq < kMQ; ++mq) {
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int ql = 16 * mc + g + 8 * r;
-                const int col = cc0 + 8 * n + 2 * t;
-                if (m0 + ql < p.q_len && col < p.head_dim) {
-                    float* dst = dq_rows + static_cast<int64_t>(ql) * p.dq_pitch + col;
+            for (int n = 0; n < Cfg::kNC; ++n) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int ql = 16 * (kMQ * mc + mq) + g + 8 * r;
+                    const int col = cc0 + 8 * n + 2 * t;
+                    if (m0 + ql < p.q_len && col < p.head_dim) {
+                        float* dst = dq_rows + static_cast<int64_t>(ql) * p.dq_pitch + col;
 #if __CUDA_ARCH__ >= 900
-                    // One 8-byte reduction instead of two 4-byte ones: the dQ additions are
-                    // what limits this kernel (ncu: L2 at ~68 %, the SMs at ~19 %).
-                    atomicAdd(reinterpret_cast<float2*>(dst),
-                              make_float2(acc_dq[n][2 * r] * p.scale, acc_dq[n][2 * r + 1] * p.scale));
+                        // One 8-byte reduction instead of two 4-byte ones: the dQ additions are
+                        // what limits this kernel (ncu: L2 at ~68 %, the SMs at ~19 %).
+                        atomicAdd(reinterpret_cast<float2*>(dst),
+                                  make_float2(acc_dq[mq][n][2 * r] * p.scale, acc_dq[mq][n][2 * r + 1] * p.scale));
 #else
-                    atomicAdd(dst, acc_dq[n][2 * r] * p.scale);
-                    atomicAdd(dst + 1, acc_dq[n][2 * r + 1] * p.scale);
+                        atomicAdd(dst, acc_dq[mq][n][2 * r] * p.scale);
+                        atomicAdd(dst + 1, acc_dq[mq][n][2 * r + 1] * p.scale);
 #endif
+                    }
                 }
             }
         }
@@ -570,20 +609,23 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     }
     cp_async_wait<0>();
 
-    // dK = scale·dK, dV: this warp's 16 keys × columns, rows past kv_len skipped.
+    // dK = scale·dK, dV: this warp's 16·kMA keys × columns, rows past kv_len skipped.
     T* dk_head = seq_head_ptr(dk, p.dk_stride, b, kvh, seq_rows.k_row0, packed_k);
     T* dv_head = seq_head_ptr(dv, p.dv_stride, b, kvh, seq_rows.k_row0, packed_k);
 #pragma unroll
-    for (int n = 0; n < Cfg::kNB; ++n) {
+    for (int ma = 0; ma < kMA; ++ma) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int key = key0 + 16 * kg + g + 8 * r;
-            const int col = cb0 + 8 * n + 2 * t;
-            if (key < p.kv_len && col < p.head_dim) {
-                *reinterpret_cast<uint32_t*>(dk_head + static_cast<int64_t>(key) * p.dk_stride[2] + col) =
-                    StorageTraits<T>::pack(acc_dk[n][2 * r] * p.scale, acc_dk[n][2 * r + 1] * p.scale);
-                *reinterpret_cast<uint32_t*>(dv_head + static_cast<int64_t>(key) * p.dv_stride[2] + col) =
-                    StorageTraits<T>::pack(acc_dv[n][2 * r], acc_dv[n][2 * r + 1]);
+        for (int n = 0; n < Cfg::kNB; ++n) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int key = key0 + 16 * (kMA * kg + ma) + g + 8 * r;
+                const int col = cb0 + 8 * n + 2 * t;
+                if (key < p.kv_len && col < p.head_dim) {
+                    *reinterpret_cast<uint32_t*>(dk_head + static_cast<int64_t>(key) * p.dk_stride[2] + col) =
+                        StorageTraits<T>::pack(acc_dk[ma][n][2 * r] * p.scale, acc_dk[ma][n][2 * r + 1] * p.scale);
+                    *reinterpret_cast<uint32_t*>(dv_head + static_cast<int64_t>(key) * p.dv_stride[2] + col) =
+                        StorageTraits<T>::pack(acc_dv[ma][n][2 * r], acc_dv[ma][n][2 * r + 1]);
+                }
             }
         }
     }
