@@ -510,7 +510,10 @@ fn validation_features_refusals_write_nothing() {
 /// per block, so it must take well under the time of the unwindowed causal problem (without
 /// the skip it would take at least as long). Four batches, so that the grid is many waves
 /// and the windowed launch is not mostly launch overhead and tail: at two batches it took
-/// 0.52× once in three runs (run 61), at four train-bench measures 0.36×.
+/// 0.52× once in three runs (run 61), at four train-bench measures 0.36×. The suite runs
+/// tests on parallel threads that share the GPU, so each side is timed five times,
+/// alternating, and the fastest of each counts (run 119 measured 0.61× from one sample of
+/// each while other tests ran).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_features_window_skips_tiles() {
@@ -539,7 +542,11 @@ fn correctness_features_window_skips_tiles() {
     };
     let causal = problem((4, 16, 16, 4096, 4096, 128), Causal::BottomRight);
     let windowed = causal.with_window(255, 0).unwrap();
-    let (full, win) = (time(&causal), time(&windowed));
+    let (mut full, mut win) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..5 {
+        full = full.min(time(&causal));
+        win = win.min(time(&windowed));
+    }
     assert!(
         win < 0.5 * full,
         "window (255, 0) took {:.1} µs, causal {:.1} µs",
