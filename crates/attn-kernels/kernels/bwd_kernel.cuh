@@ -190,8 +190,8 @@ struct BwdConfig {
     // Warp tiling. With 128 keys and D a multiple of 64 up to 128, FlashAttention-2's 2-D
     // atoms: a warp owns 32 keys (two m-tiles) in phases A/B and 32 queries in phase C, so each
     // loaded fragment feeds twice the MMAs and each warp re-reads half the Q/dO tile (run 116:
-    // one key m-tile per warp left the kernel latency-bound on LDSM -> HMMA). Otherwise one
-    // m-tile of 16 keys (queries) per warp.
+    // one key m-tile per warp left the kernel latency-bound on LDSM -> HMMA; run 118 measured
+    // 2–4 % at D = 128, nothing at D = 64). Otherwise one m-tile of 16 keys (queries) per warp.
     static constexpr bool kWide = BN == 128 && DK <= 128 && DK % 64 == 0;
     static constexpr int kMA = kWide ? 2 : 1;        // key m-tiles per warp in phases A, B
     static constexpr int kMQ = kWide ? 2 : 1;        // query m-tiles per warp in phase C
@@ -530,7 +530,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             }
         }
 
-        // Phase C: dQ_i (16 queries × this warp's columns) = dS·K_j, added into dQaccum.
+        // Phase C: dQ_i (16·kMQ queries × this warp's columns) = dS·K_j, added into dQaccum.
         float acc_dq[kMQ][Cfg::kNC][4];
 #pragma unroll
         for (int mq = 0; mq < kMQ; ++mq)
@@ -585,8 +585,9 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                     if (m0 + ql < p.q_len && col < p.head_dim) {
                         float* dst = dq_rows + static_cast<int64_t>(ql) * p.dq_pitch + col;
 #if __CUDA_ARCH__ >= 900
-                        // One 8-byte reduction instead of two 4-byte ones: the dQ additions are
-                        // what limits this kernel (ncu: L2 at ~68 %, the SMs at ~19 %).
+                        // One 8-byte reduction instead of two 4-byte ones: the dQ additions
+                        // limited this kernel at 64 keys per CTA (ncu: L2 at ~68 %, the SMs at
+                        // ~19 %); at 128 keys the L2 is at 37 % (run 116).
                         atomicAdd(reinterpret_cast<float2*>(dst),
                                   make_float2(acc_dq[mq][n][2 * r] * p.scale, acc_dq[mq][n][2 * r + 1] * p.scale));
 #else
