@@ -419,8 +419,9 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 float sc = acc_s[n][e];
                 dscore = 1.f;
                 if (capped) {
-                    sc = softcap_tanh(sc * p.feat.softcap_in);
-                    dscore = fmaf(-sc, sc, 1.f) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
+                    const float x = sc * p.feat.softcap_in;
+                    sc = softcap_tanh(x);                           // the forward's tanh: P fits its LSE
+                    dscore = softcap_dtanh(x) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
                 }
                 if (slope != 0.f) sc -= slope * fabsf(dist0 + static_cast<float>(8 * n + (e & 1) - 8 * (e >> 1)));
                 float pr = exp2f(fmaf(sc, p.scale_log2, -tLse[ql]));

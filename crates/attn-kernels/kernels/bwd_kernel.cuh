@@ -478,8 +478,9 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                         if (FEATURES) {
                             // The forward's order (score_mod.cuh): softcap, ALiBi, the mask.
                             if (p.feat.softcap_in != 0.f) {
-                                s = softcap_tanh(s * p.feat.softcap_in);
-                                dscore = fmaf(-s, s, 1.f) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
+                                const float x = s * p.feat.softcap_in;
+                                s = softcap_tanh(x); // the forward's tanh: P fits its LSE
+                                dscore = softcap_dtanh(x) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
                             }
                             if (slope != 0.f) s -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - kglob));
                             if (needs_mask) {

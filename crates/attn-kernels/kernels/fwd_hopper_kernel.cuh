@@ -524,10 +524,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 }
             }
         };
+        // The row offsets of the scores mask_tile leaves (ALiBi's row term, score_mod.cuh);
+        // constant 0 without FEATURES, so the softmax's additions fold away.
+        float row_off[2] = {0.f, 0.f};
         auto mask_tile = [&](int j) {
             const int key0 = (t_begin + j) * BN;
             if constexpr (FEATURES) {
-                features_and_mask<kNT, CAUSAL, BN>(acc_s, key0, row_base + warp_row0 + g, all_lo, all_hi, slope, p, t);
+                features_and_mask<kNT, CAUSAL, BN, true>(acc_s, key0, row_base + warp_row0 + g, all_lo, all_hi, slope,
+                                                         p, t, row_off);
             } else {
                 if (key0 + BN > lim_block) apply_mask<kNT>(acc_s, key0, lim_lo, lim_hi, t);
             }
@@ -540,7 +544,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         auto iteration = [&](int j, auto has_next) {
             constexpr bool kHasNext = decltype(has_next)::value;
             mask_tile(j);
-            softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain);
+            softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain, row_off);
             convert_p();
             if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
             issue_pv(j, pa);
@@ -572,7 +576,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 // O; O's rescale by the new maxima waits for that MMA.
                 float corr[2];
                 mask_tile(0);
-                softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain);
+                softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain, row_off);
                 convert_p();
                 for (int j = 0; j + 1 < n_tiles; ++j) {
                     if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
@@ -585,7 +589,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                     wgmma_fence_operands(acc_s);
                     release_k(j + 1);
                     mask_tile(j + 1);
-                    softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain);
+                    softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain, row_off);
                     schedule_after(softmax.l[1]); // the softmax overlaps P·V(j), see schedule_after
                     wgmma_wait<0>();
                     wgmma_fence_operands(acc_o);

@@ -285,8 +285,9 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const KV* __
                     for (int i = 0; i < 4; ++i) acc_s[mt][n][i] *= k_desc;
             }
             if constexpr (FEATURES) {
+                float unused_off[2]; // 0: this kernel takes no row offsets (score_mod.cuh)
                 features_and_mask<Cfg::kNT, CAUSAL, BN>(acc_s[mt], key0, m0 + warp_row0 + mt * 16 + g, all_lo, all_hi,
-                                                        slope, p, t);
+                                                        slope, p, t, unused_off);
             } else {
                 if (key0 + BN > lim_block) apply_mask<Cfg::kNT>(acc_s[mt], key0, lim_lo[mt], lim_hi[mt], t);
             }

@@ -86,24 +86,48 @@ __device__ __forceinline__ void apply_mask_range(float (&s)[NT][4], int key0, co
     }
 }
 
-// tanh(x) = 1 − 2 / (e^{2x} + 1) on ex2.approx and a fast division: an absolute error of a
-// few 1e-7, which the softcap c multiplies into the logit. (tanh.approx.f32, which
-// FlashAttention uses through cutlass::fast_tanh, has a relative error of 2^-11: 0.015 in
-// the logit at c = 30, far above the f16 rounding the tolerance rule allows.) ±inf and large
-// |x| saturate to ±1; NaN stays NaN. Two MUFU ops (ex2, rcp) per score on top of the
-// softmax's ex2 make softcap MUFU-bound (1.66× plain at D = 128); a reciprocal by Newton's
-// iteration on the FMA pipe instead (one MUFU op) was slower still, 2.11× (run 60,
-// docs/PERF.md): the feature entries are issue-bound too.
+// tanh on the MUFU unit's tanh.approx.f32, FlashAttention's choice (cutlass::fast_tanh in
+// FA2's softmax.h and FA3's hopper/): one MUFU op and no other instruction per score. Its
+// relative error is about 2^-11, which attn-ref's emulation models as a rounding of tanh to
+// 11 significant bits (`emulate::round_tanh`), so the tolerance rule covers it.
+// ±inf saturate to ±1; NaN stays NaN.
+// Why not an exact tanh: 1 − 2/(e^{2x} + 1) on ex2 and rcp (the code before run 121) is two
+// MUFU ops per score besides the softmax's ex2, three in all, and the MUFU pipe (16 per clock
+// per SM) then takes 1.5× the tensor cores' time at D = 128: softcap cost 1.66–1.76× the
+// plain forward. A reciprocal by Newton's iteration on the FMA pipe was slower still (2.11×,
+// run 60): the feature entries are issue-bound too. docs/PERF.md has the figures.
 __device__ __forceinline__ float softcap_tanh(float x) {
-    const float e = exp2f(x * 2.885390081777926815f); // 2·log2(e)
-    return 1.f - __fdividef(2.f, e + 1.f);
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The softcap's derivative for the backward, 1 − tanh²(x) = 4u / (1 + u)² with u = e^{−2|x|}:
+// accurate to f32 level on ex2 and rcp. The backward takes P from softcap_tanh, as the forward
+// did (so P matches the forward's LSE), but not this factor: 1 − t² from tanh.approx's t
+// loses its relative accuracy where t nears ±1 (at t = 0.99, 2^-11 in t is 5 % of 1 − t²),
+// which failed the FA3 rule on dQ (run 122). ±inf give 0; NaN stays NaN.
+__device__ __forceinline__ float softcap_dtanh(float x) {
+    const float u = exp2f(-2.885390081777926815f * fabsf(x)); // e^{−2|x|}, in (0, 1]
+    const float r = __fdividef(1.f, 1.f + u);
+    return 4.f * u * r * r;
 }
 
 // Softcap and ALiBi on the raw scores of one S fragment: rows row0 (g) and row0 + 8, keys
 // key0 + 8n + 2t + e. `slope` is ALiBi's slope in raw-score units (0: off).
-template <int NT>
+//
+// ROW_OFFSETS (the Hopper kernel): ALiBi may leave part of its bias in `off`, per row of this
+// thread, for the online softmax to add (OnlineSoftmax::update_scores): the true score is
+// s + off[r]. On a tile whose keys all lie on one side of every diagonal of the warp's 16
+// rows, −slope·|i + Sk − Sq − j| splits into a key term, ±slope·(8n + e) — one FFMA per
+// score with an immediate — and a per-thread row term, ∓slope·(diag − key0 − 2t), which the
+// softmax adds once per row: one instruction per score instead of two (a FADD for the
+// distance and an FFMA). Only the tiles the diagonal crosses take the general path. Without
+// ROW_OFFSETS, or when ALiBi is off, `off` is 0.
+template <int NT, bool ROW_OFFSETS = false>
 __device__ __forceinline__ void apply_score_mod(float (&s)[NT][4], int key0, int row0, float slope,
-                                                const FwdParams& p, int t) {
+                                                const FwdParams& p, int t, float (&off)[2]) {
+    off[0] = off[1] = 0.f;
     if (p.feat.softcap_in != 0.f) {
         const float f = p.feat.softcap_in;
 #pragma unroll
@@ -112,10 +136,34 @@ __device__ __forceinline__ void apply_score_mod(float (&s)[NT][4], int key0, int
             for (int i = 0; i < 4; ++i) s[n][i] = softcap_tanh(s[n][i] * f);
     }
     if (slope != 0.f) {
+        // The distance of row g from key0 + 2t along the bottom-right diagonal.
+        const int diag = row0 + p.kv_len - p.q_len - key0 - 2 * t;
+        if constexpr (ROW_OFFSETS) {
+            // The warp's smallest diagonal (row g = 0, t = 0) relative to key0: warp-uniform.
+            const int g = (threadIdx.x & 31) >> 2;
+            const int warp_diag = diag + 2 * t - g;
+            // +1: every key of the tile at or left of every row's diagonal (dist ≥ 0);
+            // −1: every key right of it; 0: the diagonal crosses the tile.
+            const int side = warp_diag >= NT * 8 - 1 ? 1 : (warp_diag + 15 < 0 ? -1 : 0);
+            if (side != 0) {
+                // dist = diag + 8r − 8n − e; −slope·|dist| = −ss·(diag + 8r) + ss·(8n + e).
+                const float ss = side > 0 ? slope : -slope;
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int r = 0; r < 2; ++r)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            s[n][2 * r + e] = fmaf(ss, static_cast<float>(8 * n + e), s[n][2 * r + e]);
+                off[0] = -ss * static_cast<float>(diag);
+                off[1] = -ss * static_cast<float>(diag + 8);
+                return;
+            }
+        }
         // |i + Sk − Sq − j|: the distance from the bottom-right diagonal, in float from one
         // conversion per tile: an int → float conversion per score runs on the same
         // quarter-rate pipe as ex2 (train-bench: 1.2–1.3× plain with it). Exact below 2^24.
-        const float diag0 = static_cast<float>(row0 + p.kv_len - p.q_len - key0 - 2 * t);
+        const float diag0 = static_cast<float>(diag);
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -144,11 +192,12 @@ __device__ __forceinline__ float sink_log2(int h, const P& p) {
 // Scores of one warp's S fragment (rows row0 = g and row0 + 8, keys key0..) through softcap,
 // ALiBi and the mask: what both engines run between Q·Kᵀ and the online softmax when
 // FEATURES is on. The rows' key intervals are recomputed for the tiles that need the mask
-// (the block's edge tiles), which keeps them out of the mainloop's live registers.
-template <int NT, bool CAUSAL, int BN>
+// (the block's edge tiles), which keeps them out of the mainloop's live registers. `off`:
+// the row offsets of apply_score_mod (ROW_OFFSETS), for the softmax.
+template <int NT, bool CAUSAL, int BN, bool ROW_OFFSETS = false>
 __device__ __forceinline__ void features_and_mask(float (&s)[NT][4], int key0, int row0, int all_lo, int all_hi,
-                                                  float slope, const FwdParams& p, int t) {
-    apply_score_mod<NT>(s, key0, row0, slope, p, t);
+                                                  float slope, const FwdParams& p, int t, float (&off)[2]) {
+    apply_score_mod<NT, ROW_OFFSETS>(s, key0, row0, slope, p, t, off);
     if (tile_needs_mask<BN>(key0, all_lo, all_hi)) {
         const KeyRange rows[2] = {row_key_range<CAUSAL>(row0, p), row_key_range<CAUSAL>(row0 + 8, p)};
         apply_mask_range<NT>(s, key0, rows, t);

@@ -42,24 +42,43 @@ template <int NT, int NO> struct OnlineSoftmax {
         rescale(o, corr);
     }
 
+    // update() for scores with row offsets (see update_scores).
+    template <bool BREAK_RESCALE>
+    __device__ __forceinline__ void update(float (&s)[NT][4], float (&o)[NO][4], float scale_log2, float log2_gain,
+                                           const float (&off)[2]) {
+        float corr[2];
+        update_scores<BREAK_RESCALE>(s, corr, scale_log2, log2_gain, off);
+        rescale(o, corr);
+    }
+
     // The score half of update(): new row maxima, p in place, row sums; `corr` receives the
     // factors O must be multiplied by, applied by rescale() once O is free (the Hopper kernel
     // runs this while the previous tile's P·V still accumulates into O).
     template <bool BREAK_RESCALE>
     __device__ __forceinline__ void update_scores(float (&s)[NT][4], float (&corr)[2], float scale_log2,
                                                   float log2_gain = 0.f) {
+        const float no_offsets[2] = {0.f, 0.f};
+        update_scores<BREAK_RESCALE>(s, corr, scale_log2, log2_gain, no_offsets);
+    }
+
+    // update_scores() for scores that are s + off[r] (per row of this thread; the lanes of a
+    // row may differ): ALiBi's row term (score_mod.cuh, ROW_OFFSETS), added here once per row
+    // instead of once per score. m stays the true running max.
+    template <bool BREAK_RESCALE>
+    __device__ __forceinline__ void update_scores(float (&s)[NT][4], float (&corr)[2], float scale_log2,
+                                                  float log2_gain, const float (&off)[2]) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             float mx = -INFINITY;
 #pragma unroll
             for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-            mx = quad_max(mx);
+            mx = quad_max(mx + off[r]);
             const float m_new = fmaxf(m[r], mx * scale_log2);
             // A row with every key masked so far keeps m = -inf; subtract 0 instead so that
             // exp2(-inf - (-inf)) never produces NaN.
             const float m_use = m_new == -INFINITY ? 0.f : m_new;
             corr[r] = BREAK_RESCALE ? 1.f : exp2f(m[r] - m_use);
-            const float bias = log2_gain - m_use;
+            const float bias = fmaf(off[r], scale_log2, log2_gain - m_use);
             float sum = 0.f;
 #pragma unroll
             for (int n = 0; n < NT; ++n) {

@@ -855,8 +855,8 @@ mod tests {
             let t = catalog::hopper_feature_tile(b).unwrap();
             assert!(catalog::hopper_tiles(b).contains(&t), "bucket {b}");
             assert!(
-                !t.pingpong,
-                "bucket {b}: the general feature tile runs without ping-pong"
+                !t.pingpong || b <= 64,
+                "bucket {b}: above D = 64 the general feature tile runs without ping-pong"
             );
             assert!(HopperVariant::Features.is_built(b, &t));
             if let Some(s) = catalog::hopper_seq_tile(b) {

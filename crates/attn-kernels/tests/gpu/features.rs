@@ -267,6 +267,43 @@ fn correctness_features_d128() {
     feature_matrix(128);
 }
 
+/// Softcap where it bites hardest on the kernels' `tanh.approx.f32` (about 2^-11 relative,
+/// which the emulation models as rounding tanh to 11 bits): Gemma 2's c = 50 and a c = 30
+/// whose tanh covers its whole range, so logits reach ±c and the softmax is peaked, at
+/// D = 64 and 128, both dtypes, with and without a causal mask.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_features_softcap_saturating() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for d in [64, 128] {
+        let dims = (2, 4, 2, 300, 517, d);
+        // (c, scale·√D): tanh's argument has standard deviation scale·√D / c.
+        for (c, scale) in [(30.0, 30.0), (50.0, 20.0), (30.0, 90.0)] {
+            for causal in [Causal::None, Causal::BottomRight] {
+                for dtype in [Dtype::F16, Dtype::Bf16] {
+                    let p = problem(dims, causal)
+                        .with_scale(scale / (d as f64).sqrt())
+                        .and_then(|p| p.with_softcap(c))
+                        .expect("valid softcap problem");
+                    failures.extend(check_dtype(
+                        &gpu,
+                        &p,
+                        &format!("softcap {c} scale {scale}/√D"),
+                        &mut rng,
+                        seed,
+                        dtype,
+                        &[Layout::Bshd],
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
 /// Every other head-dim bucket (at a padded D, so the zero-filled columns are in play) with
 /// all four features and with a window alone, bottom-right and top-left.
 #[test]

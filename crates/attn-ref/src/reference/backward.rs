@@ -82,7 +82,7 @@ use std::f32::consts::LOG2_E;
 
 use rayon::prelude::*;
 
-use super::emulate::{forward_emulated, Storage, EMU_BLOCK_N};
+use super::emulate::{forward_emulated, round_tanh, Storage, EMU_BLOCK_N};
 use super::forward;
 use crate::{check_len, AttnError, Element, Problem};
 
@@ -307,9 +307,11 @@ impl<T: Element> HeadInputs<'_, T> {
 /// [`forward_emulated`]:
 /// - window and causal mask: a row's keys are [`Problem::visible_range`] ∩ the tile, so
 ///   tiles are 0-aligned and may be partly masked on either side;
-/// - softcap `c`: the raw score is `t = tanh(S·scale/c)` (f32) and the softmax scale becomes
+/// - softcap `c`: the raw score is `t = tanh(S·scale/c)` (f32, through
+///   [`round_tanh`](super::emulate::round_tanh) as the forward's) and the softmax scale becomes
 ///   `c`; `dS = P·(dP − D)·(1 − t²)·(scale/c)` in f32 before its rounding (the kernel's
-///   `dtanh`), and the final factor of dQ and dK in step 5 is `c` instead of `scale`;
+///   `dtanh`), with `1 − t²` of the exact tanh, as the kernels compute it, and the final
+///   factor of dQ and dK in step 5 is `c` instead of `scale`;
 /// - ALiBi: `(slope / softmax scale)·|i + Sk − Sq − j|` subtracted from the raw f32 score;
 /// - sinks: only through LSE (from the emulated forward, which holds the sink); their
 ///   gradient `−Σ exp2(sink·log2 e − LSE₂)·D` is summed in f32 per head, batch by batch,
@@ -432,9 +434,11 @@ pub fn backward_emulated_with(
                             // before masking and multiplied into dS before its rounding.
                             let mut dtanh = 1.0f32;
                             if let Some(f) = softcap_in {
-                                let t = (x * f).tanh();
-                                x = t;
-                                dtanh = (1.0 - t * t) * f;
+                                // P from the forward's tanh (rounded as the kernels'
+                                // tanh.approx); 1 − t² exact, as the kernels' softcap_dtanh.
+                                let sech = 1.0 / f64::from(x * f).cosh();
+                                x = round_tanh((x * f).tanh());
+                                dtanh = (sech * sech) as f32 * f;
                             }
                             if let Some(slope) = alibi_h {
                                 x -= slope * p.alibi_distance(i, j) as f32;
