@@ -165,14 +165,21 @@ template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
             for (int r = 0; r < ROWS; ++r)
 #pragma unroll
                 for (int kk = 0; kk < KPG; ++kk) s[r][kk] += __shfl_xor_sync(0xffffffffu, s[r][kk], off);
-        // Softcap, scale, the tail mask, then the online softmax per row.
+        // Softcap, scale, the tail mask, then the online softmax per row. The softcap is its
+        // own uniform branch over the whole fragment: inside the loop below, ptxas if-converts
+        // the (one-instruction) tanh and the 4-row entries spill 60+ bytes more.
+        if (softcap_in != 0.f) {
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                for (int kk = 0; kk < KPG; ++kk) s[r][kk] = softcap_tanh(s[r][kk] * softcap_in);
+        }
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
             float mx = m[r];
 #pragma unroll
             for (int kk = 0; kk < KPG; ++kk) {
                 float x = s[r][kk];
-                if (softcap_in != 0.f) x = softcap_tanh(x * softcap_in);
                 x *= score_mul;
                 if (key0 + group + kk * kGroups >= key_hi) x = -INFINITY;
                 s[r][kk] = x;
