@@ -475,10 +475,16 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             named_barrier_sync(kBarVClear, kClearThreads);
         };
         // O += P·V of key tile j: k-step kk reads keys 16kk.. (16 rows of 128 bytes per sub-tile).
-        auto issue_pv = [&](int j, const uint32_t (&pa)[kKP][4]) {
+        // may_be_last (a constant at every call, folded once inlined): j can be the item's last
+        // tile, the only one whose V tail clear_v_rows may clear; the steady-state calls skip
+        // its checks (about 12 instructions per tile, run 125's ncu). (A BoolConst parameter
+        // and `if constexpr` on its type here crashed nvcc 13.0's front end.)
+        auto issue_pv = [&](int j, const uint32_t (&pa)[kKP][4], bool may_be_last) {
             const int s = (ring + j) % STAGES;
             mbar_wait(&full_v[s], ((ring + j) / STAGES) & 1);
-            if constexpr (kSeqs) clear_v_rows(j, sV + s * L::kVBytes);
+            if constexpr (kSeqs) {
+                if (may_be_last) clear_v_rows(j, sV + s * L::kVBytes);
+            }
             const uint32_t v_addr = smem_addr(sV + s * L::kVBytes);
             wgmma_fence_operands(acc_o);
             wgmma_fence();
@@ -547,7 +553,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain, row_off);
             convert_p();
             if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
-            issue_pv(j, pa);
+            issue_pv(j, pa, !kHasNext);
             if constexpr (kHasNext) issue_qk(j + 1);
             wgmma_commit();
             if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
@@ -582,7 +588,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                     if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
                     issue_qk(j + 1);
                     wgmma_commit();
-                    issue_pv(j, pa);
+                    issue_pv(j, pa, false); // j + 1 < n_tiles
                     wgmma_commit();
                     if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
                     wgmma_wait<1>(); // Q·Kᵀ(j+1) done; P·V(j) may still run
@@ -599,7 +605,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 }
                 release_q(); // every Q·Kᵀ of the item has completed
                 if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
-                issue_pv(n_tiles - 1, pa);
+                issue_pv(n_tiles - 1, pa, true);
                 wgmma_commit();
                 if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
                 wgmma_wait<0>();

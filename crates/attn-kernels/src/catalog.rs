@@ -371,9 +371,9 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
 /// The Hopper tile with the features' entry points (also the varlen / KV-cache launches)
 /// that runs every mask: at D ≤ 64 the default, the 192-row ping-pong tile (run 122: the
 /// feature entry with no feature arithmetic went from 1.12–1.14× the plain launch on the
-/// three-stage tile to 1.07–1.10× at 4,16,4096,64; it spills 8 bytes there, see
-/// ptxas-budget.json); up to D = 192 the bucket's first tile without ping-pong, which is the
-/// default. Above D = 192 the default's 80-key ping-pong tile
+/// three-stage tile to 1.07–1.10× at 4,16,4096,64, and to 1.02–1.05× once the V-tail check
+/// left the steady-state loop, run 126); up to D = 192 the bucket's first tile without
+/// ping-pong, which is the default. Above D = 192 the default's 80-key ping-pong tile
 /// also spills (8 bytes, ptxas of CUDA 13.0) with the features' state, and the 64-key overlap
 /// tile runs them. (A third stage at D = 128 did not win back the paged prefill's loss to the
 /// overlap fix: run 57, docs/PERF.md.) [`hopper_seq_tile`] is the other tile that runs sequence
