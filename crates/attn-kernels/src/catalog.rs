@@ -396,13 +396,15 @@ pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
 /// batches and KV caches without window, softcap, ALiBi or sinks; the kernel's `SEQS`): at
 /// D = 128 the dense default's wide tile ([`HOPPER_D128_WIDE`]), so that a varlen launch runs
 /// what the same dense launch runs (issue 16's target is the one's time against the
-/// other's). The features' state spills in it (52 bytes, CUDA 13.0), so it has no `_feat`
-/// entries.
+/// other's). It also has `_feat` entries: since the V-tail check left the steady-state loop
+/// (run 126) the features' state no longer spills in it (it spilled 52 bytes before, CUDA
+/// 13.0), and a non-causal feature launch then runs the tile its dense twin runs.
 pub fn hopper_seq_tile(bucket: usize) -> Option<HopperTile> {
     (bucket == 128 && hopper_tiles(bucket).contains(&HOPPER_D128_WIDE)).then_some(HOPPER_D128_WIDE)
 }
 
-/// The tile an unpinned launch with a sequence layout and no features runs: the dense
+/// The tile an unpinned launch with a sequence layout, ALiBi or sinks runs (softcap and
+/// windows always take [`hopper_feature_tile`]; `hopper::plan_hopper` says why): the dense
 /// default's rule for the wide D = 128 tile ([`hopper_default_tile`]: no mask, at least
 /// [`HOPPER_WIDE_MIN_KEYS`] keys in the longest sequence), else [`hopper_feature_tile`].
 pub fn hopper_seq_default_tile(bucket: usize, kv_len: usize, causal: bool) -> Option<HopperTile> {
@@ -449,7 +451,9 @@ impl HopperVariant {
         match self {
             HopperVariant::Dense => true,
             HopperVariant::Seqs => hopper_seq_tile(bucket) == Some(*tile),
-            HopperVariant::Features => hopper_feature_tile(bucket) == Some(*tile),
+            HopperVariant::Features => {
+                hopper_feature_tile(bucket) == Some(*tile) || hopper_seq_tile(bucket) == Some(*tile)
+            }
         }
     }
 }

@@ -250,13 +250,19 @@ pub(crate) fn plan_hopper(
     let s = problem.shape();
     let bucket = crate::config::bucket_for(s.head_dim())?;
     let causal = problem.causal() != Causal::None;
-    // A problem with features runs the bucket's feature tile, one with only a sequence layout
-    // the wide tile's `_seq` entries where the dense default would be wide; others the
-    // default for the grid's size. A pinned tile must have the entries the launch needs.
+    // A problem with a sequence layout, ALiBi or sinks runs the wide tile's `_seq` / `_feat`
+    // entries where the dense default would be wide, else the bucket's feature tile; others
+    // the default for the grid's size. Softcap and windows keep the feature tile: under the
+    // wide tile's ping-pong the softcap's extra MUFU work stalls the turns (1.33–1.44× plain
+    // against 1.27–1.28×), and a window skips less of 176-key tiles (0.29× against 0.27×;
+    // run 127, docs/PERF.md). A pinned tile must have the entries the launch needs.
     let features = !problem.features().is_empty();
+    let wide_ok = problem.features().softcap.is_none() && problem.features().window.is_none();
     let asked = match tile {
-        None if features => catalog::hopper_feature_tile(bucket),
-        None if sequences => catalog::hopper_seq_default_tile(bucket, s.kv_len(), causal),
+        None if features && !wide_ok => catalog::hopper_feature_tile(bucket),
+        None if features || sequences => {
+            catalog::hopper_seq_default_tile(bucket, s.kv_len(), causal)
+        }
         None => catalog::hopper_default_tile(
             bucket,
             s.q_len(),
@@ -740,26 +746,44 @@ mod tests {
                 .tile,
             catalog::hopper_tiles(96)[0]
         );
-        // Features keep the feature tile (the wide tile spills with their state); a
-        // sequence layout alone follows the dense rule in the wide tile's `_seq` entries.
-        let f = Problem::new(
+        // ALiBi and sinks follow the dense rule too, in the wide tile's `_feat` entries (and
+        // keep the feature tile under a mask); softcap and windows keep the feature tile; a
+        // sequence layout alone takes the wide tile's `_seq` entries.
+        let plain = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
             Causal::None,
-        )
-        .with_softcap(30.0)
-        .unwrap();
-        let plan = plan_hopper(&f, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
-        assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
-        assert_eq!(plan.variant, HopperVariant::Features);
-        assert!(plan_hopper(
+        );
+        let a = plain.with_sinks(vec![0.5; 16]).unwrap();
+        let plan = plan_hopper(&a, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Features));
+        for f in [
+            plain.with_softcap(30.0).unwrap(),
+            plain.with_window(256, 256).unwrap(),
+        ] {
+            let plan = plan_hopper(&f, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+            assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
+            assert_eq!(plan.variant, HopperVariant::Features);
+        }
+        let f = plain.with_softcap(30.0).unwrap();
+        let plan = plan_hopper(
             &f,
             Some(wide),
             232_448,
             Some(SeqLaunch::default()),
             132,
-            TileSchedule::Auto
+            TileSchedule::Auto,
         )
-        .is_err());
+        .unwrap();
+        assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Features));
+        let fc = Problem::new(
+            AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
+            Causal::BottomRight,
+        )
+        .with_softcap(30.0)
+        .unwrap();
+        let plan = plan_hopper(&fc, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
+        assert_eq!(plan.variant, HopperVariant::Features);
         let dense = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
             Causal::None,
@@ -867,8 +891,8 @@ mod tests {
                     .collect();
                 assert_eq!(
                     built,
-                    [HopperVariant::Dense, HopperVariant::Seqs],
-                    "bucket {b}: `_seq` tiles have no `_feat` entries"
+                    HopperVariant::ALL,
+                    "bucket {b}: the `_seq` tile also has `_feat` entries"
                 );
             }
             if (96..=192).contains(&b) {

@@ -175,7 +175,8 @@ fn check_features<T: StorageType + attn_ref::Element>(
                     continue;
                 }
             };
-            if !out.launch.kernel.ends_with("_feat") {
+            // `_feat`, or its split-KV twin `_feat_split` (an unmasked mma.sync launch).
+            if !out.launch.kernel.contains("_feat") {
                 failures.push(tag(&format!(
                     "{engine:?} {layout}: ran {}, not a feature entry",
                     out.launch.kernel
@@ -299,6 +300,58 @@ fn correctness_features_softcap_saturating() {
                     ));
                 }
             }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// Without a mask and from 1024 keys on, a D = 128 launch with ALiBi or sinks (no softcap, no
+/// window) runs the dense default's wide 176-key ping-pong tile (its `_feat` entries): every
+/// feature set (the others run the feature tile), both dtypes, against the f64 reference,
+/// with a tail (1100 keys = 6 tiles + 44) and GQA.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_features_wide_tile() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    let dims = (1, 4, 2, 150, 1100, 128);
+    if gpu.compute_capability() == (9, 0) {
+        let sets = feature_sets(&mut rng, 1, 4);
+        let alibi = sets
+            .iter()
+            .find(|(w, _)| *w == "alibi [Hq]")
+            .expect("an ALiBi set");
+        let p = with_features(dims, Causal::None, &alibi.1);
+        let s = p.shape();
+        let x: Vec<f16> = randn(&mut rng, s.q_elems().max(s.kv_elems()));
+        let out = gpu
+            .forward_host(
+                &p,
+                &x[..s.q_elems()],
+                &x[..s.kv_elems()],
+                &x[..s.kv_elems()],
+            )
+            .expect("launch");
+        assert!(
+            out.launch.kernel.contains("_176_") && out.launch.kernel.ends_with("_feat"),
+            "ran {}",
+            out.launch.kernel
+        );
+    }
+    for (what, features) in feature_sets(&mut rng, dims.0, dims.1) {
+        for dtype in [Dtype::F16, Dtype::Bf16] {
+            let p = with_features(dims, Causal::None, &features);
+            failures.extend(check_dtype(
+                &gpu,
+                &p,
+                what,
+                &mut rng,
+                seed,
+                dtype,
+                &[Layout::Bshd, Layout::Bhsd],
+            ));
         }
     }
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));

@@ -101,8 +101,8 @@ fn engines(gpu: &FlashAttention) -> Vec<Engine> {
 }
 
 /// [`engines`] plus, on sm_90, the Hopper tiles with `_seq` entries for head dim `d` (D = 128's
-/// wide ping-pong tile, which an unpinned launch takes only from 1024 keys on), for the cases
-/// without features.
+/// wide ping-pong tile, which an unpinned launch takes only from 1024 keys on, without a
+/// mask); it has `_feat` entries too, so the cases with features run it as well.
 fn engines_for(gpu: &FlashAttention, d: usize) -> Vec<Engine> {
     let mut v = engines(gpu);
     if gpu.compute_capability() == (9, 0) {
@@ -469,15 +469,6 @@ fn hopper_suffix(c: &SeqCase) -> &'static str {
 }
 
 fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mut Vec<String>) {
-    // A tile pinned for its `_seq` entries has no feature entries: those cases run in the
-    // other engines (`engines_for`).
-    if let Engine::Hopper(Some(t)) = c.engine {
-        let seq_only = attn_kernels::bucket_for(c.d)
-            .is_ok_and(|b| attn_kernels::catalog::hopper_seq_tile(b) == Some(t));
-        if seq_only && !c.features.is_empty() {
-            return;
-        }
-    }
     for dtype in [Dtype::F16, Dtype::Bf16] {
         let r = match dtype {
             Dtype::F16 => run_case::<f16>(gpu, c, dtype, rng),
