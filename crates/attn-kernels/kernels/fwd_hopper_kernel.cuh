@@ -198,8 +198,6 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     constexpr int kPitch = (DK + 63) / 64 * 64; // the epilogue's staging pitch (elements)
     constexpr int kKP = FP8 ? BN / 32 : BN / 16; // k-steps of P·V
     constexpr float kLog2Gain = FP8 ? 8.f : 0.f;  // P's gain before its E4M3 cast
-    // Softcap: the share of the softmax's exponentials on the FMA pipe (softmax_scores below).
-    constexpr int kSoftcapPolyNum = 1, kSoftcapPolyDen = 2;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     unsigned char* base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -545,21 +543,6 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             }
         };
 
-        // The softmax's score half (OnlineSoftmax::update_scores). With softcap on (a uniform
-        // branch of the FEATURES entries), its tanh and the softmax's ex2 are two MUFU ops per
-        // score, as much MUFU time as tensor time at D = 128, so half the exponentials run on
-        // the FMA pipe instead (exp2_fma, softmax.cuh: degree 4 for f16's P, 3 for bf16's).
-        using Exp2Softcap = Exp2Split<kSoftcapPolyNum, kSoftcapPolyDen, std::is_same<T, __half>::value ? 4 : 3>;
-        auto softmax_scores = [&](float(&corr)[2]) {
-            if constexpr (FEATURES) {
-                if (p.feat.softcap_in != 0.f) {
-                    softmax.template update_scores<false, Exp2Softcap>(acc_s, corr, scale_log2, kLog2Gain, row_off);
-                    return;
-                }
-            }
-            softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain, row_off);
-        };
-
         // One iteration: softmax of tile j, then (ordered against the other consumer under
         // PINGPONG) P·V(j) and, when HAS_NEXT, Q·Kᵀ(j+1) in one commit group. The last iteration
         // is peeled off so that no wgmma sits in a branch (ptxas serializes wgmma on divergent
@@ -567,9 +550,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         auto iteration = [&](int j, auto has_next) {
             constexpr bool kHasNext = decltype(has_next)::value;
             mask_tile(j);
-            float corr[2];
-            softmax_scores(corr);
-            OnlineSoftmax<kNT, kNO>::rescale(acc_o, corr);
+            softmax.template update<false>(acc_s, acc_o, scale_log2, kLog2Gain, row_off);
             convert_p();
             if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
             issue_pv(j, pa, !kHasNext);
@@ -601,7 +582,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 // O; O's rescale by the new maxima waits for that MMA.
                 float corr[2];
                 mask_tile(0);
-                softmax_scores(corr);
+                softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain, row_off);
                 convert_p();
                 for (int j = 0; j + 1 < n_tiles; ++j) {
                     if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
@@ -614,7 +595,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                     wgmma_fence_operands(acc_s);
                     release_k(j + 1);
                     mask_tile(j + 1);
-                    softmax_scores(corr);
+                    softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain, row_off);
                     schedule_after(softmax.l[1]); // the softmax overlaps P·V(j), see schedule_after
                     wgmma_wait<0>();
                     wgmma_fence_operands(acc_o);

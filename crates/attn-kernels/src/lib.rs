@@ -86,8 +86,6 @@ pub mod cubin;
 pub mod debug;
 pub mod decode;
 pub mod elite;
-#[cfg(test)]
-mod exp2_fma_model;
 pub mod fp8;
 pub mod hopper;
 pub mod kv_append;

@@ -117,7 +117,8 @@ fn correctness_custom_scale() {
 /// DESIGN §2: NaN inputs propagate as in the reference. One NaN element in K of head 0, at
 /// keys in different n-tiles of the first 128-key tile and one past it, and one NaN element in
 /// Q row 17 of head 1: O and LSE are NaN exactly where the reference's are, so no softmax path
-/// (masked tiles, the row max's `fmaxf`, which drops NaN) hides one.
+/// (masked tiles, the row max's `fmaxf`, which drops NaN) hides one. With softcap too (the
+/// feature entries, tanh.approx before the row max), at keys in even and odd n-tiles.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_nan_inputs_propagate() {
@@ -132,9 +133,15 @@ fn correctness_nan_inputs_propagate() {
     let gpu = gpu();
     let mut failures = Vec::new();
     for d in [64, 128] {
-        for nan_key in [5usize, 30, 61, 127, 250] {
+        for (nan_key, softcap) in [5usize, 17, 30, 61, 127, 250]
+            .into_iter()
+            .flat_map(|k| [(k, None), (k, Some(20.0))])
+        {
             for causal in [Causal::None, Causal::BottomRight] {
-                let p = crate::problem((1, 2, 2, 200, 300, d), causal);
+                let mut p = crate::problem((1, 2, 2, 200, 300, d), causal);
+                if let Some(c) = softcap {
+                    p = p.with_softcap(c).expect("a valid softcap");
+                }
                 let shape = p.shape();
                 let seed = fresh_seed();
                 let mut rng = StdRng::seed_from_u64(seed);
@@ -152,13 +159,13 @@ fn correctness_nan_inputs_propagate() {
                 let rl_nan = nan_mask(&r.lse);
                 if !r_nan.iter().any(|&x| x) {
                     failures.push(format!(
-                        "d {d} key {nan_key} {causal}: the reference has no NaN"
+                        "d {d} key {nan_key} {causal} softcap {softcap:?}: the reference has no NaN"
                     ));
                 }
                 if o_nan != r_nan || lse_nan != rl_nan {
                     let first = o_nan.iter().zip(&r_nan).position(|(a, b)| a != b);
                     failures.push(format!(
-                        "d {d} key {nan_key} {causal} seed {seed}: NaN pattern differs \
+                        "d {d} key {nan_key} {causal} softcap {softcap:?} seed {seed}: NaN pattern differs \
                          (O: first at {first:?}, ours {} NaN vs reference {}; LSE ours {} vs {})",
                         o_nan.iter().filter(|&&x| x).count(),
                         r_nan.iter().filter(|&&x| x).count(),
