@@ -372,7 +372,11 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
 /// that runs every mask: at D ≤ 64 the default, the 192-row ping-pong tile (run 122: the
 /// feature entry with no feature arithmetic went from 1.12–1.14× the plain launch on the
 /// three-stage tile to 1.07–1.10× at 4,16,4096,64, and to 1.02–1.05× once the V-tail check
-/// left the steady-state loop, run 126); up to D = 192 the bucket's first tile without
+/// left the steady-state loop, run 126); at D = 128 the 128-key tile with ping-pong and
+/// intra-warpgroup overlap (run 132, 4,16,4096,128 bf16 against the 128-key overlap tile
+/// without ping-pong: causal window 178–185 → 166 µs, causal ALiBi 530–539 → 513–519 µs,
+/// the causal entry with no feature arithmetic 501–511 → 493–495 µs, non-causal window
+/// 224 → 210 µs, softcap unchanged); otherwise up to D = 192 the bucket's first tile without
 /// ping-pong, which is the default. Above D = 192 the default's 80-key ping-pong tile
 /// also spills (8 bytes, ptxas of CUDA 13.0) with the features' state, and the 64-key overlap
 /// tile runs them. (A third stage at D = 128 did not win back the paged prefill's loss to the
@@ -388,6 +392,12 @@ pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
     }
     if bucket <= 64 {
         return tiles.first().copied();
+    }
+    if bucket == 128 {
+        return tiles
+            .iter()
+            .copied()
+            .find(|t| t.block_n == 128 && t.stages == 2 && t.pingpong && t.intra);
     }
     tiles.iter().copied().find(|t| !t.pingpong)
 }
