@@ -393,11 +393,8 @@ pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
     if bucket <= 64 {
         return tiles.first().copied();
     }
-    if bucket == 128 {
-        return tiles
-            .iter()
-            .copied()
-            .find(|t| t.block_n == 128 && t.stages == 2 && t.pingpong && t.intra);
+    if bucket == 128 && tiles.contains(&HOPPER_D128_PINGPONG) {
+        return Some(HOPPER_D128_PINGPONG);
     }
     tiles.iter().copied().find(|t| !t.pingpong)
 }
@@ -635,6 +632,13 @@ const HOPPER_192_ROW_SPEEDUP: f64 = 1.15;
 /// ping-pong and intra-warpgroup overlap.
 pub const HOPPER_D128_WIDE: HopperTile = ht(176, 2, true, true);
 
+/// The causal D = 128 default and D = 128's feature tile: 128 keys per stage, ping-pong and
+/// intra-warpgroup overlap. Against the same tile without ping-pong (plain causal, bf16/f16,
+/// three rounds each, run 134): 1,16,16384,128 1809 → 1752 µs (bf16), 1844–1863 → 1792–1809
+/// (f16); 2,16,8192,128 988–1010 → 977–979 (bf16); 8,16,2048,128 296–307 → 276–287 (bf16);
+/// never slower. Features on it: [`hopper_feature_tile`].
+pub const HOPPER_D128_PINGPONG: HopperTile = ht(128, 2, true, true);
+
 /// Keys below which a 176-key tile wastes too much of its last tile (S = 512: 3 tiles of 176
 /// for 512 keys) to be the default; the 128-key tile stays there (not timed below 2048).
 pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
@@ -652,7 +656,8 @@ pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
 /// choice for non-causal D = 128): once the softmax overlapped P·V (wgmma.cuh's
 /// `schedule_after`), it took 0.99× cuDNN's time at 1,16,16384,128 against 1.06× for the
 /// 128-key tile, and 1.02–1.03× against 1.08–1.10× at 4,16,4096,128 (run 56, two
-/// repetitions); with a causal mask both took 1.02–1.03×, so causal launches keep 128 keys.
+/// repetitions); with a causal mask both took 1.02–1.03×, so causal launches keep 128 keys,
+/// with ping-pong since run 134 ([`HOPPER_D128_PINGPONG`]).
 pub fn hopper_default_tile(
     bucket: usize,
     q_len: usize,
@@ -669,6 +674,9 @@ pub fn hopper_default_tile(
         && tiles.contains(&HOPPER_D128_WIDE)
     {
         return Some(HOPPER_D128_WIDE);
+    }
+    if bucket == 128 && causal && tiles.contains(&HOPPER_D128_PINGPONG) {
+        return Some(HOPPER_D128_PINGPONG);
     }
     let narrow = tiles
         .iter()

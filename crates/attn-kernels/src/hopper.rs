@@ -715,7 +715,7 @@ mod tests {
     }
 
     #[test]
-    fn d128_takes_176_keys_without_a_mask_over_long_keys() {
+    fn d128_takes_176_keys_without_a_mask_over_long_keys_and_pingpong_under_one() {
         let tile = |sk, causal| {
             let p = Problem::new(AttnShape::new(4, 16, 16, 4096, sk, 128).unwrap(), causal);
             plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
@@ -733,8 +733,15 @@ mod tests {
             narrow
         );
         assert_eq!(tile(512, Causal::None), narrow);
-        assert_eq!(tile(4096, Causal::TopLeft), narrow);
-        assert_eq!(tile(4096, Causal::BottomRight), narrow);
+        // A causal mask keeps 128 keys, with ping-pong (run 134).
+        let causal = catalog::HOPPER_D128_PINGPONG;
+        assert_eq!(
+            (causal.block_n, causal.pingpong, causal.intra),
+            (128, true, true)
+        );
+        assert_eq!(tile(4096, Causal::TopLeft), causal);
+        assert_eq!(tile(4096, Causal::BottomRight), causal);
+        assert_eq!(tile(512, Causal::BottomRight), causal);
         // Other buckets keep their first tile.
         let p = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 4096, 96).unwrap(),

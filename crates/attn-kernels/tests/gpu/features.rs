@@ -533,8 +533,8 @@ fn correctness_features_auto_engine_and_repeat_launches() {
     assert!(l1.iter().zip(&l2).all(|(x, y)| x.to_bits() == y.to_bits()));
 }
 
-/// What the launcher refuses with features, before anything runs: a Hopper tile other than
-/// the default, an mma.sync config without feature entries, split-KV under a causal mask
+/// What the launcher refuses with features, before anything runs: a Hopper tile without
+/// feature entries, an mma.sync config without feature entries, split-KV under a causal mask
 /// (the general entries split unmasked launches only). O stays poisoned.
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -566,8 +566,13 @@ fn validation_features_refusals_write_nothing() {
         },
     ];
     if gpu.compute_capability() == (9, 0) {
+        // A D = 128 tile without `_feat` entries.
+        let plain_only = attn_kernels::hopper_configs_for(128)
+            .into_iter()
+            .find(|t| !attn_kernels::catalog::HopperVariant::Features.is_built(128, t))
+            .expect("a D = 128 Hopper tile without feature entries");
         attempts.push(ForwardOptions {
-            engine: Engine::Hopper(Some(attn_kernels::hopper_configs_for(128)[1])),
+            engine: Engine::Hopper(Some(plain_only)),
             ..Default::default()
         });
     }
