@@ -632,10 +632,12 @@ const HOPPER_192_ROW_SPEEDUP: f64 = 1.15;
 /// ping-pong and intra-warpgroup overlap.
 pub const HOPPER_D128_WIDE: HopperTile = ht(176, 2, true, true);
 
-/// The causal D = 128 default and D = 128's feature tile: 128 keys per stage, ping-pong and
-/// intra-warpgroup overlap. Against the same tile without ping-pong (plain causal, bf16/f16,
-/// three rounds each, run 134): 1,16,16384,128 1809 → 1752 µs (bf16), 1844–1863 → 1792–1809
-/// (f16); 2,16,8192,128 988–1010 → 977–979 (bf16); 8,16,2048,128 296–307 → 276–287 (bf16);
+/// D = 128's default wherever the wide tile is not (causal launches, fewer than
+/// [`HOPPER_WIDE_MIN_KEYS`] keys) and its feature tile: 128 keys per stage, ping-pong and
+/// intra-warpgroup overlap. Against the same tile without ping-pong, bf16: causal (three
+/// rounds each, run 134) 1,16,16384,128 1809 → 1752 µs, 2,16,8192,128 988–1010 → 977–979,
+/// 8,16,2048,128 296–307 → 276–287 (f16 alike); non-causal (two rounds, run 135) 2,8,512,128
+/// 12.3–12.5 → 11.2, 8,16,512,128 49.6 → 46.9–47.2, 4,16,1000,128 73.2–73.4 → 69.4–69.6;
 /// never slower. Features on it: [`hopper_feature_tile`].
 pub const HOPPER_D128_PINGPONG: HopperTile = ht(128, 2, true, true);
 
@@ -656,8 +658,9 @@ pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
 /// choice for non-causal D = 128): once the softmax overlapped P·V (wgmma.cuh's
 /// `schedule_after`), it took 0.99× cuDNN's time at 1,16,16384,128 against 1.06× for the
 /// 128-key tile, and 1.02–1.03× against 1.08–1.10× at 4,16,4096,128 (run 56, two
-/// repetitions); with a causal mask both took 1.02–1.03×, so causal launches keep 128 keys,
-/// with ping-pong since run 134 ([`HOPPER_D128_PINGPONG`]).
+/// repetitions); with a causal mask both took 1.02–1.03×, so causal launches keep 128 keys.
+/// Every other D = 128 launch runs [`HOPPER_D128_PINGPONG`] (128 keys with ping-pong, runs
+/// 134–135).
 pub fn hopper_default_tile(
     bucket: usize,
     q_len: usize,
@@ -675,7 +678,7 @@ pub fn hopper_default_tile(
     {
         return Some(HOPPER_D128_WIDE);
     }
-    if bucket == 128 && causal && tiles.contains(&HOPPER_D128_PINGPONG) {
+    if bucket == 128 && tiles.contains(&HOPPER_D128_PINGPONG) {
         return Some(HOPPER_D128_PINGPONG);
     }
     let narrow = tiles

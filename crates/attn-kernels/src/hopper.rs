@@ -722,7 +722,7 @@ mod tests {
                 .unwrap()
                 .tile
         };
-        let narrow = catalog::hopper_tiles(128)[0];
+        let narrow = catalog::HOPPER_D128_PINGPONG;
         let wide = catalog::HOPPER_D128_WIDE;
         assert!(catalog::hopper_tiles(128).contains(&wide));
         assert_eq!((wide.block_n, wide.pingpong, wide.intra), (176, true, true));
@@ -733,15 +733,14 @@ mod tests {
             narrow
         );
         assert_eq!(tile(512, Causal::None), narrow);
-        // A causal mask keeps 128 keys, with ping-pong (run 134).
-        let causal = catalog::HOPPER_D128_PINGPONG;
+        // A causal mask keeps 128 keys, with ping-pong as every narrow launch (runs 134–135).
         assert_eq!(
-            (causal.block_n, causal.pingpong, causal.intra),
+            (narrow.block_n, narrow.pingpong, narrow.intra),
             (128, true, true)
         );
-        assert_eq!(tile(4096, Causal::TopLeft), causal);
-        assert_eq!(tile(4096, Causal::BottomRight), causal);
-        assert_eq!(tile(512, Causal::BottomRight), causal);
+        assert_eq!(tile(4096, Causal::TopLeft), narrow);
+        assert_eq!(tile(4096, Causal::BottomRight), narrow);
+        assert_eq!(tile(512, Causal::BottomRight), narrow);
         // Other buckets keep their first tile.
         let p = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 4096, 96).unwrap(),
