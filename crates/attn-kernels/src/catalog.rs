@@ -377,7 +377,8 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
 /// without ping-pong: causal window 178–185 → 166 µs, causal ALiBi 530–539 → 513–519 µs,
 /// the causal entry with no feature arithmetic 501–511 → 493–495 µs, non-causal window
 /// 224 → 210 µs, softcap unchanged); otherwise up to D = 192 the bucket's first tile without
-/// ping-pong, which is the default. Above D = 192 the default's 80-key ping-pong tile
+/// ping-pong (D = 96's default; at D = 160 / 192 the default's overlap twin without ping-pong).
+/// Above D = 192 the default's 80-key ping-pong tile
 /// also spills (8 bytes, ptxas of CUDA 13.0) with the features' state, and the 64-key overlap
 /// tile runs them. (A third stage at D = 128 did not win back the paged prefill's loss to the
 /// overlap fix: run 57, docs/PERF.md.) [`hopper_seq_tile`] is the other tile that runs sequence
@@ -601,9 +602,13 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
         ht(176, 2, false, false),
         ht(176, 2, true, true),
     ];
+    // D = 160 / 192: the 96-key ping-pong tile is the default (run 136, bf16, against the
+    // same tile without ping-pong: 4,16,4096,192 1359–1360 → 1304–1313 µs, causal 745–768 →
+    // 704–715, 2,8,512,192 16.5 → 15.4, 2,16,4096,160 591–593 → 561–578); the features run the
+    // overlap tile without it (`hopper_feature_tile`).
     const UP_TO_192: [HopperTile; 4] = [
-        ht(96, 2, false, true),
         ht(96, 2, true, true),
+        ht(96, 2, false, true),
         ht(96, 2, false, false),
         ht(112, 2, false, false),
     ];

@@ -901,7 +901,7 @@ mod tests {
                     "bucket {b}: the `_seq` tile also has `_feat` entries"
                 );
             }
-            if (96..=192).contains(&b) && b != 128 {
+            if b == 96 {
                 assert_eq!(t, catalog::hopper_tiles(b)[0], "bucket {b}: the default");
             }
         }
