@@ -629,8 +629,12 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     }
 }
 
-/// Per-row speed of the 192-row ping-pong tile over the 128-row three-stage tile at D = 64
-/// (H100, 4,16,4096,64 f16: 537 vs 621–635 µs, docs/PERF.md run 23), rounded down.
+/// Per-row speed of the 192-row ping-pong tile over the 128-row small-grid tile at D = 64, for
+/// the wave model of [`hopper_default_tile`]: measured against the three-stage tile (H100,
+/// 4,16,4096,64 f16: 537 vs 621–635 µs, docs/PERF.md run 23), rounded down. The small-grid
+/// tile is now the 128-row ping-pong tile, 5–9 % faster than the three-stage one; with 1.15
+/// the model still picks the faster tile on every shape run 138 timed (the seed shapes and
+/// 8,16,1024,64, where 192 rows win: 96.8 against 104.8 µs), so it stays.
 const HOPPER_192_ROW_SPEEDUP: f64 = 1.15;
 
 /// The non-causal D = 128 default above [`HOPPER_WIDE_MIN_KEYS`] keys: 176 keys per stage,
@@ -652,8 +656,10 @@ pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
 
 /// The Hopper tile an unpinned launch of `bucket` runs for `q_len` query rows in
 /// `batch_heads` (batch × query heads) blocks of rows on `sm_count` SMs: the bucket's default,
-/// except that at D ≤ 64 the 192-row default gives way to the 128-row three-stage tile when a
-/// wave model says its grid finishes first. One CTA runs per SM for both (registers), so
+/// except that at D ≤ 64 the 192-row default gives way to the 128-row ping-pong tile when a
+/// wave model says its grid finishes first (the three-stage tile until run 138, f16, µs:
+/// 1,8,512,64 8.7–8.8 → 8.2, causal 9.3–9.4 → 8.4–8.5, 2,8,2048,64 52.5 → 49.8–50.0, causal
+/// 47.3–47.4 → 43.3–43.7). One CTA runs per SM for both (registers), so
 /// time ∝ waves × rows per CTA ÷ per-row speed; small grids (S = 512, or 2×8×2048) lose to
 /// wave quantization with 192 rows (run 24: 1.03× cuDNN's time at S = 512 against 0.88×
 /// with 128 rows in run 5).
@@ -689,7 +695,7 @@ pub fn hopper_default_tile(
     let narrow = tiles
         .iter()
         .copied()
-        .find(|t| t.consumers == 2 && t.stages == 3 && !t.pingpong && !t.intra);
+        .find(|t| t.consumers == 2 && t.block_n == 128 && t.stages == 2 && t.pingpong && t.intra);
     let (Some(narrow), 3) = (narrow, first.consumers) else {
         return Some(first);
     };

@@ -710,8 +710,14 @@ mod tests {
         // S = 512 and 2,8,2048: both fit in the same waves; 128 rows finish first.
         for (b, h, sq) in [(1, 8, 512), (2, 8, 512), (2, 8, 2048)] {
             let t = tile(b, h, sq);
-            assert_eq!((t.consumers, t.stages), (2, 3), "{b},{h},{sq}");
+            assert_eq!(
+                (t.consumers, t.block_n, t.pingpong, t.intra),
+                (2, 128, true, true),
+                "{b},{h},{sq}"
+            );
         }
+        // 8,16,1024: 768 CTAs of 192 rows (6 waves) beat 1024 of 128 (8 waves; run 138).
+        assert_eq!(tile(8, 16, 1024), wide);
     }
 
     #[test]
