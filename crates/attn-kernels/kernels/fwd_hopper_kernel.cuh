@@ -91,12 +91,18 @@ template <bool B> struct BoolConst {
 // hopper/tile_scheduler.hpp) starts fewer CTAs, each striding over the items by gridDim.x,
 // so that the producer loads the next item's Q and K/V tiles while the consumers finish the
 // current one and write its output, and no CTA pays a launch and barrier set-up per item
-// (each item still fills and drains its own softmax/GEMM overlap). Mirrored by src/hopper.rs
-// `HopperSched`.
+// (each item still fills and drains its own softmax/GEMM overlap). Causal launches (but for
+// flat grids) order their items longest first across groups of `lpt_heads` (head, batch)
+// pairs: items w of group g = w / (lpt_heads · tiles_x) run rank x = local / n of pair
+// g·lpt_heads + local % n (n: the group's size, local: w's offset in it), so the longest
+// blocks of a whole group start first and the short ones fill the tail, while the group's
+// K/V stays in the L2 (src/hopper.rs `causal_lpt_heads` picks the size). lpt_heads = 1 is
+// the classic order. Mirrored by src/hopper.rs `HopperSched` and `item_order`.
 struct HopperSched {
-    int tiles_x; // query blocks (or flat-grid blocks) per (head, batch)
-    int heads;   // query heads
-    int items;   // tiles_x · heads · batches (≤ 2^31 − 1, checked on the host)
+    int tiles_x;   // query blocks (or flat-grid blocks) per (head, batch)
+    int heads;     // query heads
+    int items;     // tiles_x · heads · batches (≤ 2^31 − 1, checked on the host)
+    int lpt_heads; // causal: (head, batch) pairs ordered longest first together (≥ 1)
 };
 
 // One work item: its query block and head/batch, its sequence's parameters and rows, and the
@@ -113,8 +119,17 @@ template <bool CAUSAL, bool FEATURES, bool kSeqs, int kBM, int BN>
 __device__ __forceinline__ HopperItem hopper_item(int w, const HopperSched& sched, const FwdParams& p_in,
                                                   FwdParams& seq_p) {
     HopperItem it{};
-    const int x = w % sched.tiles_x;
-    const int rest = w / sched.tiles_x;
+    int x = w % sched.tiles_x;
+    int rest = w / sched.tiles_x;
+    if (CAUSAL && !(kSeqs && p_in.seqs.flat_block_m != 0)) {
+        // Longest first across a group of lpt_heads (head, batch) pairs (see HopperSched).
+        const int pairs = sched.items / sched.tiles_x;
+        const int g0 = w / (sched.lpt_heads * sched.tiles_x) * sched.lpt_heads;
+        const int n = min(sched.lpt_heads, pairs - g0);
+        const int local = w - g0 * sched.tiles_x;
+        x = local / n;
+        rest = g0 + local % n;
+    }
     it.h = rest % sched.heads;
     it.b = rest / sched.heads;
     // Causal grids run the longest query blocks first, so the short ones fill the tail.

@@ -57,16 +57,51 @@ pub enum TileSchedule {
 
 /// The kernel's `HopperSched` (kernels/fwd_hopper_kernel.cuh): work item w is query block
 /// (or flat-grid block) `w % tiles_x` of head `(w / tiles_x) % heads` of batch
-/// `w / (tiles_x · heads)`.
+/// `w / (tiles_x · heads)`; causal launches other than flat grids reorder them longest first
+/// across groups of `lpt_heads` (head, batch) pairs ([`item_order`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HopperSched {
     pub tiles_x: i32,
     pub heads: i32,
     pub items: i32,
+    pub lpt_heads: i32,
 }
 
-// SAFETY: plain old data with the layout of the kernel's `HopperSched` (three ints).
+/// The (head, batch) pairs whose causal items run longest first together
+/// ([`HopperSched::lpt_heads`]). With the 192-row D ≤ 64 tiles, 8 pairs whose K/V (2 MiB a
+/// pair at most, 16 MiB together) stay in the 50 MB L2: run 140, causal bf16 µs against one
+/// pair at a time, 4,16,4096,64 349–350 → 328–333, 2,16,8192,64 606–623 → 579–596. All the
+/// pairs at once thrashed the L2 (4,16,4096,128 475–496 → 542–555; 8,16,2048,128 273 → 424),
+/// and at D = 128 eight pairs did not gain (4,16,4096,128 488–501, 1,16,16384,128
+/// 1736 → 1775), so larger head dims and longer caches keep one pair at a time.
+pub(crate) fn causal_lpt_heads(bucket: usize, kv_len: usize, elem_bytes: usize) -> i32 {
+    const GROUP: usize = 8;
+    const PAIR_KV_BYTES: usize = 2 << 20;
+    if bucket <= 64 && 2 * kv_len * bucket * elem_bytes <= PAIR_KV_BYTES {
+        GROUP as i32
+    } else {
+        1
+    }
+}
+
+/// `hopper_item`'s order (kernels/fwd_hopper_kernel.cuh) for dense launches: item w's
+/// (rank x of its query block, 0 = the first the kernel maps, head, batch).
+#[cfg(test)]
+fn item_order(w: i32, s: &HopperSched, causal: bool) -> (i32, i32, i32) {
+    let (mut x, mut rest) = (w % s.tiles_x, w / s.tiles_x);
+    if causal {
+        let pairs = s.items / s.tiles_x;
+        let g0 = w / (s.lpt_heads * s.tiles_x) * s.lpt_heads;
+        let n = s.lpt_heads.min(pairs - g0);
+        let local = w - g0 * s.tiles_x;
+        x = local / n;
+        rest = g0 + local % n;
+    }
+    (x, rest % s.heads, rest / s.heads)
+}
+
+// SAFETY: plain old data with the layout of the kernel's `HopperSched` (four ints).
 unsafe impl DeviceRepr for HopperSched {}
 
 /// The 1-D grid and the item walk of a Hopper launch whose classic grid is `grid`
@@ -104,6 +139,7 @@ pub(crate) fn hopper_schedule(
             tiles_x: grid.0 as i32,
             heads: grid.1 as i32,
             items: items as i32,
+            lpt_heads: 1,
         },
     ))
 }
@@ -333,7 +369,10 @@ pub(crate) fn plan_hopper(
         ),
     };
     let walks = catalog::hopper_persistent(bucket, &tile, causal, variant, false);
-    let (launch_grid, sched) = hopper_schedule(grid, walks, schedule, sm_count, &tile.name())?;
+    let (launch_grid, mut sched) = hopper_schedule(grid, walks, schedule, sm_count, &tile.name())?;
+    if causal && flat_block_m == 0 {
+        sched.lpt_heads = causal_lpt_heads(bucket, s.kv_len(), 2);
+    }
     Ok(HopperPlan {
         tile,
         variant,
@@ -971,6 +1010,62 @@ mod tests {
         assert!(!auto_prefers_hopper(&prefill, &cfg, true, None, sm));
         assert!(!auto_prefers_hopper(&prefill, &cfg, false, Some(2), sm));
         assert!(auto_prefers_hopper(&prefill, &cfg, false, Some(1), sm));
+    }
+
+    #[test]
+    fn causal_items_run_longest_first_in_groups_of_heads_and_cover_every_block_once() {
+        for (tiles_x, heads, batch, lpt) in
+            [(22, 16, 4, 8), (5, 3, 3, 8), (7, 5, 1, 4), (4, 2, 2, 1)]
+        {
+            let s = HopperSched {
+                tiles_x,
+                heads,
+                items: tiles_x * heads * batch,
+                lpt_heads: lpt,
+            };
+            let mut seen = std::collections::HashSet::new();
+            let mut last_rank_of_group = vec![-1; (heads * batch) as usize];
+            for w in 0..s.items {
+                let (x, h, b) = item_order(w, &s, true);
+                assert!(
+                    (0..tiles_x).contains(&x) && (0..heads).contains(&h) && (0..batch).contains(&b)
+                );
+                assert!(
+                    seen.insert((x, h, b)),
+                    "{s:?}: item {w} repeats ({x}, {h}, {b})"
+                );
+                // Within a group ranks never decrease: every pair's longest block first.
+                let pair = (b * heads + h) as usize;
+                let g = pair / lpt as usize;
+                assert!(x >= last_rank_of_group[g], "{s:?}: item {w}");
+                last_rank_of_group[g] = x;
+            }
+            assert_eq!(seen.len(), s.items as usize);
+            // One pair at a time is the classic order.
+            if lpt == 1 {
+                for w in 0..s.items {
+                    assert_eq!(item_order(w, &s, true), item_order(w, &s, false));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn causal_lpt_groups_only_d64_tiles_whose_kv_fits_the_l2() {
+        assert_eq!(causal_lpt_heads(64, 4096, 2), 8);
+        assert_eq!(causal_lpt_heads(64, 8192, 2), 8);
+        assert_eq!(causal_lpt_heads(64, 16384, 2), 1);
+        assert_eq!(causal_lpt_heads(32, 8192, 2), 8);
+        assert_eq!(causal_lpt_heads(128, 4096, 2), 1);
+        let plan = |causal, d| {
+            let p = Problem::new(AttnShape::new(4, 16, 16, 4096, 4096, d).unwrap(), causal);
+            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
+                .unwrap()
+                .sched
+        };
+        assert_eq!(plan(Causal::BottomRight, 64).lpt_heads, 8);
+        assert_eq!(plan(Causal::None, 64).lpt_heads, 1);
+        assert_eq!(plan(Causal::BottomRight, 128).lpt_heads, 1);
     }
 
     #[test]

@@ -1255,7 +1255,8 @@ impl FlashAttention {
             .arg(&plan.sched);
         // SAFETY: the argument list matches ATTN_FWD_HOPPER_ENTRY (o, lse, three TMA
         // descriptors by value, FwdParams and HopperSched by value). The item walk covers
-        // exactly the classic grid's blocks (`hopper_schedule`), and an entry that runs one
+        // exactly the classic grid's blocks (`hopper_schedule`; the causal longest-first order
+        // is a permutation of them, checked by hopper.rs's `item_order` test), and an entry that runs one
         // item per CTA gets one CTA per item. Every tensor was checked by
         // `bind_tensors` (dims, extent inside its view, 16-byte alignment of starts and
         // strides, O names no element twice and overlaps no input, LSE holds B·Hq·Sq floats)
