@@ -121,8 +121,9 @@ __device__ __forceinline__ HopperItem hopper_item(int w, const HopperSched& sche
     HopperItem it{};
     int x = w % sched.tiles_x;
     int rest = w / sched.tiles_x;
-    if (CAUSAL && !(kSeqs && p_in.seqs.flat_block_m != 0)) {
-        // Longest first across a group of lpt_heads (head, batch) pairs (see HopperSched).
+    if (CAUSAL && sched.lpt_heads > 1 && !(kSeqs && p_in.seqs.flat_block_m != 0)) {
+        // Longest first across a group of lpt_heads (head, batch) pairs (see HopperSched);
+        // with one pair per group this is the order above, so those launches skip it.
         const int pairs = sched.items / sched.tiles_x;
         const int g0 = w / (sched.lpt_heads * sched.tiles_x) * sched.lpt_heads;
         const int n = min(sched.lpt_heads, pairs - g0);

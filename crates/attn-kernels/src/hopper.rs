@@ -85,19 +85,25 @@ pub(crate) fn causal_lpt_heads(bucket: usize, kv_len: usize, elem_bytes: usize) 
     }
 }
 
-/// `hopper_item`'s order (kernels/fwd_hopper_kernel.cuh) for dense launches: item w's
-/// (rank x of its query block, 0 = the first the kernel maps, head, batch).
+/// `hopper_item`'s regrouping (kernels/fwd_hopper_kernel.cuh): item w's (rank x of its
+/// query block, 0 = the first the kernel maps; (head, batch) pair).
+#[cfg(test)]
+fn lpt_order(w: i32, s: &HopperSched) -> (i32, i32) {
+    let pairs = s.items / s.tiles_x;
+    let g0 = w / (s.lpt_heads * s.tiles_x) * s.lpt_heads;
+    let n = s.lpt_heads.min(pairs - g0);
+    let local = w - g0 * s.tiles_x;
+    (local / n, g0 + local % n)
+}
+
+/// `hopper_item`'s order for dense launches: item w's (rank, head, batch).
 #[cfg(test)]
 fn item_order(w: i32, s: &HopperSched, causal: bool) -> (i32, i32, i32) {
-    let (mut x, mut rest) = (w % s.tiles_x, w / s.tiles_x);
-    if causal {
-        let pairs = s.items / s.tiles_x;
-        let g0 = w / (s.lpt_heads * s.tiles_x) * s.lpt_heads;
-        let n = s.lpt_heads.min(pairs - g0);
-        let local = w - g0 * s.tiles_x;
-        x = local / n;
-        rest = g0 + local % n;
-    }
+    let (x, rest) = if causal && s.lpt_heads > 1 {
+        lpt_order(w, s)
+    } else {
+        (w % s.tiles_x, w / s.tiles_x)
+    };
     (x, rest % s.heads, rest / s.heads)
 }
 
@@ -1041,10 +1047,10 @@ mod tests {
                 last_rank_of_group[g] = x;
             }
             assert_eq!(seen.len(), s.items as usize);
-            // One pair at a time is the classic order.
+            // One pair per group is the classic order, which the kernel then keeps.
             if lpt == 1 {
                 for w in 0..s.items {
-                    assert_eq!(item_order(w, &s, true), item_order(w, &s, false));
+                    assert_eq!(lpt_order(w, &s), (w % tiles_x, w / tiles_x));
                 }
             }
         }
