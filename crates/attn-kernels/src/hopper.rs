@@ -58,7 +58,7 @@ pub enum TileSchedule {
 /// The kernel's `HopperSched` (kernels/fwd_hopper_kernel.cuh): work item w is query block
 /// (or flat-grid block) `w % tiles_x` of head `(w / tiles_x) % heads` of batch
 /// `w / (tiles_x · heads)`; causal launches other than flat grids reorder them longest first
-/// across groups of `lpt_heads` (head, batch) pairs ([`item_order`]).
+/// across groups of `lpt_heads` (head, batch) pairs (`item_order` in the tests mirrors it).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HopperSched {
@@ -69,8 +69,9 @@ pub(crate) struct HopperSched {
 }
 
 /// The (head, batch) pairs whose causal items run longest first together
-/// ([`HopperSched::lpt_heads`]). With the 192-row D ≤ 64 tiles, 8 pairs whose K/V (2 MiB a
-/// pair at most, 16 MiB together) stay in the 50 MB L2: run 140, causal bf16 µs against one
+/// ([`HopperSched::lpt_heads`]). At D ≤ 64, 8 pairs whose K/V (2 MiB a pair at most, 16 MiB
+/// together) stay in the 50 MB L2 (measured on the 192-row tile; the 128-row small-grid tile
+/// takes the same rule untimed): run 140, causal bf16 µs against one
 /// pair at a time, 4,16,4096,64 349–350 → 328–333, 2,16,8192,64 606–623 → 579–596. All the
 /// pairs at once thrashed the L2 (4,16,4096,128 475–496 → 542–555; 8,16,2048,128 273 → 424),
 /// and at D = 128 eight pairs did not gain (4,16,4096,128 488–501, 1,16,16384,128
