@@ -394,8 +394,8 @@ pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
     if bucket <= 64 {
         return tiles.first().copied();
     }
-    if bucket == 128 && tiles.contains(&HOPPER_D128_PINGPONG) {
-        return Some(HOPPER_D128_PINGPONG);
+    if bucket == 128 && tiles.contains(&HOPPER_128_PINGPONG) {
+        return Some(HOPPER_128_PINGPONG);
     }
     tiles.iter().copied().find(|t| !t.pingpong)
 }
@@ -641,14 +641,15 @@ const HOPPER_192_ROW_SPEEDUP: f64 = 1.15;
 /// ping-pong and intra-warpgroup overlap.
 pub const HOPPER_D128_WIDE: HopperTile = ht(176, 2, true, true);
 
-/// D = 128's default wherever the wide tile is not (causal launches, fewer than
-/// [`HOPPER_WIDE_MIN_KEYS`] keys) and its feature tile: 128 keys per stage, ping-pong and
-/// intra-warpgroup overlap. Against the same tile without ping-pong, bf16: causal (three
+/// 128 keys per stage, two consumer warpgroups, ping-pong and intra-warpgroup overlap: D =
+/// 128's default wherever the wide tile is not (causal launches, fewer than
+/// [`HOPPER_WIDE_MIN_KEYS`] keys) and its feature tile, and D ≤ 64's small-grid tile
+/// ([`hopper_default_tile`]). Against the same tile without ping-pong, bf16: causal (three
 /// rounds each, run 134) 1,16,16384,128 1809 → 1752 µs, 2,16,8192,128 988–1010 → 977–979,
 /// 8,16,2048,128 296–307 → 276–287 (f16 alike); non-causal (two rounds, run 135) 2,8,512,128
 /// 12.3–12.5 → 11.2, 8,16,512,128 49.6 → 46.9–47.2, 4,16,1000,128 73.2–73.4 → 69.4–69.6;
 /// never slower. Features on it: [`hopper_feature_tile`].
-pub const HOPPER_D128_PINGPONG: HopperTile = ht(128, 2, true, true);
+pub const HOPPER_128_PINGPONG: HopperTile = ht(128, 2, true, true);
 
 /// Keys below which a 176-key tile wastes too much of its last tile (S = 512: 3 tiles of 176
 /// for 512 keys) to be the default; the 128-key tile stays there (not timed below 2048).
@@ -670,7 +671,7 @@ pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
 /// `schedule_after`), it took 0.99× cuDNN's time at 1,16,16384,128 against 1.06× for the
 /// 128-key tile, and 1.02–1.03× against 1.08–1.10× at 4,16,4096,128 (run 56, two
 /// repetitions); with a causal mask both took 1.02–1.03×, so causal launches keep 128 keys.
-/// Every other D = 128 launch runs [`HOPPER_D128_PINGPONG`] (128 keys with ping-pong, runs
+/// Every other D = 128 launch runs [`HOPPER_128_PINGPONG`] (128 keys with ping-pong, runs
 /// 134–135).
 pub fn hopper_default_tile(
     bucket: usize,
@@ -689,13 +690,12 @@ pub fn hopper_default_tile(
     {
         return Some(HOPPER_D128_WIDE);
     }
-    if bucket == 128 && tiles.contains(&HOPPER_D128_PINGPONG) {
-        return Some(HOPPER_D128_PINGPONG);
+    if bucket == 128 && tiles.contains(&HOPPER_128_PINGPONG) {
+        return Some(HOPPER_128_PINGPONG);
     }
     let narrow = tiles
-        .iter()
-        .copied()
-        .find(|t| t.consumers == 2 && t.block_n == 128 && t.stages == 2 && t.pingpong && t.intra);
+        .contains(&HOPPER_128_PINGPONG)
+        .then_some(HOPPER_128_PINGPONG);
     let (Some(narrow), 3) = (narrow, first.consumers) else {
         return Some(first);
     };

@@ -76,10 +76,11 @@ pub(crate) struct HopperSched {
 /// pairs at once thrashed the L2 (4,16,4096,128 475–496 → 542–555; 8,16,2048,128 273 → 424),
 /// and at D = 128 eight pairs did not gain (4,16,4096,128 488–501, 1,16,16384,128
 /// 1736 → 1775), so larger head dims and longer caches keep one pair at a time.
-pub(crate) fn causal_lpt_heads(bucket: usize, kv_len: usize, elem_bytes: usize) -> i32 {
+pub(crate) fn causal_lpt_heads(bucket: usize, kv_len: usize) -> i32 {
     const GROUP: usize = 8;
     const PAIR_KV_BYTES: usize = 2 << 20;
-    if bucket <= 64 && 2 * kv_len * bucket * elem_bytes <= PAIR_KV_BYTES {
+    // K and V of one pair, 2 bytes an element (the f16/bf16 entries; FP8 keeps one pair).
+    if bucket <= 64 && 2 * kv_len * bucket * 2 <= PAIR_KV_BYTES {
         GROUP as i32
     } else {
         1
@@ -378,7 +379,7 @@ pub(crate) fn plan_hopper(
     let walks = catalog::hopper_persistent(bucket, &tile, causal, variant, false);
     let (launch_grid, mut sched) = hopper_schedule(grid, walks, schedule, sm_count, &tile.name())?;
     if causal && flat_block_m == 0 {
-        sched.lpt_heads = causal_lpt_heads(bucket, s.kv_len(), 2);
+        sched.lpt_heads = causal_lpt_heads(bucket, s.kv_len());
     }
     Ok(HopperPlan {
         tile,
@@ -774,7 +775,7 @@ mod tests {
                 .unwrap()
                 .tile
         };
-        let narrow = catalog::HOPPER_D128_PINGPONG;
+        let narrow = catalog::HOPPER_128_PINGPONG;
         let wide = catalog::HOPPER_D128_WIDE;
         assert!(catalog::hopper_tiles(128).contains(&wide));
         assert_eq!((wide.block_n, wide.pingpong, wide.intra), (176, true, true));
@@ -1059,11 +1060,11 @@ mod tests {
 
     #[test]
     fn causal_lpt_groups_only_d64_tiles_whose_kv_fits_the_l2() {
-        assert_eq!(causal_lpt_heads(64, 4096, 2), 8);
-        assert_eq!(causal_lpt_heads(64, 8192, 2), 8);
-        assert_eq!(causal_lpt_heads(64, 16384, 2), 1);
-        assert_eq!(causal_lpt_heads(32, 8192, 2), 8);
-        assert_eq!(causal_lpt_heads(128, 4096, 2), 1);
+        assert_eq!(causal_lpt_heads(64, 4096), 8);
+        assert_eq!(causal_lpt_heads(64, 8192), 8);
+        assert_eq!(causal_lpt_heads(64, 16384), 1);
+        assert_eq!(causal_lpt_heads(32, 8192), 8);
+        assert_eq!(causal_lpt_heads(128, 4096), 1);
         let plan = |causal, d| {
             let p = Problem::new(AttnShape::new(4, 16, 16, 4096, 4096, d).unwrap(), causal);
             plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
