@@ -65,11 +65,20 @@
 namespace attn {
 
 template <int DK> struct HopperBwdLayout {
+    // D = 256 (FlashAttention-3's hdim-256 backward also drops to 64 keys): the two consumer
+    // warpgroups share one block of 64 keys, and each owns half of the head dim in dK, dV and
+    // dQ, so its accumulators are the D = 128 kernel's (64 keys × 128 columns each). Both
+    // compute the same Sᵀ and dPᵀ (64 × 64 over 256 columns): 7 GEMM units per block instead
+    // of 5, the price of keeping P and dS in registers. dQ is added from registers (vector
+    // reductions, in the workspace's tile order), because a 64 × 256 f32 staging tile per
+    // stage would not fit beside two Q/dO stages.
+    static constexpr bool kSplitD = DK == 256;
     static constexpr int kBM = 64;  // queries per inner step
-    static constexpr int kBN = 128; // keys per CTA (64 per consumer warpgroup)
+    static constexpr int kBN = kSplitD ? 64 : 128; // keys per CTA (64 per consumer warpgroup, or shared)
     static constexpr int kThreads = 384; // two consumer warpgroups, then the producer's
     // Q/dO stages (and dSᵀ tiles, dQ staging buffers): three at D = 64, where they fit (183 KB),
-    // so the consumers can run two tiles ahead of the dQ writer; two at D = 128 (231 KB).
+    // so the consumers can run two tiles ahead of the dQ writer; two at D = 128 (231 KB) and
+    // D = 256 (209 KB, no dQ staging).
     static constexpr int kStages = DK == 64 ? 3 : 2;
     // Registers after `setmaxnreg`: the launch allocates 168 per thread (64512 for 384
     // threads, __launch_bounds__(384, 1)); the producer warpgroup (a TMA warp and a dQ-writer
@@ -78,11 +87,12 @@ template <int DK> struct HopperBwdLayout {
     static constexpr int kProducerRegs = 48;
     static constexpr int kConsumerRegs = 224;
     static constexpr int kSub = DK / 64;      // 128-byte sub-tiles (64 columns) per row
-    static constexpr int kNQ = DK / 2;        // dQ columns per warpgroup
+    static constexpr int kNQ = DK / 2;        // dQ (and, split, dK/dV) columns per warpgroup
+    static constexpr int kNO = kSplitD ? DK / 2 : DK; // dK/dV columns per warpgroup
     static constexpr int kKBytes = kBN * DK * 2;
     static constexpr int kQBytes = kBM * DK * 2; // one Q (or dO) stage
     static constexpr int kDsBytes = kBN * 128;   // dSᵀ: a 128-byte row (64 queries) per key
-    static constexpr int kDqBytes = kBM * DK * 4;
+    static constexpr int kDqBytes = kSplitD ? 0 : kBM * DK * 4;
     static constexpr int kRowBytes = kBM * 4;    // LSE₂ or Δ of one query block
     static constexpr int kOffV = kKBytes;
     static constexpr int kOffQ = 2 * kKBytes;
@@ -98,7 +108,7 @@ template <int DK> struct HopperBwdLayout {
     // src/catalog.rs `bwd_hopper_smem_bytes` is this.
     static constexpr int kSmemBytes = 1024 + kOffBar + 8 * kBarriers;
     static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384, "the launch's register allocation");
-    static_assert(DK == 64 || DK == 128, "the Hopper backward covers buckets 64 and 128");
+    static_assert(DK == 64 || DK == 128 || DK == 256, "the Hopper backward covers buckets 64, 128 and 256");
     static_assert(kStages <= 3, "deterministic mode's writer per stage: producer warps 9 to 11");
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
 };
@@ -186,6 +196,65 @@ __device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, i
     return earlier + n / q_blocks;
 }
 
+// D = 256 (HopperBwdLayout::kSplitD): this warpgroup's dQ columns, dS·K[:, wg·128 + 64c ..]
+// for chunks c = 0, 1 (32 accumulator registers each, beside dK's and dV's 128), added from
+// registers into the workspace tile with 16-byte reductions, in the order the staging buffers
+// of the other buckets use (bwd_hopper_postprocess reads it back either way). After chunk 0's
+// wait every GEMM of the block has read Q/dO, so the stage is released there. Deterministic
+// mode: the CTA takes the block's turn while chunk 0 computes (thread 0 waits, the named
+// barrier holds the others), adds, fences, and passes the turn on (the mma.sync backward's
+// protocol, bwd_kernel.cuh).
+template <typename T, class L, int NO>
+__device__ __forceinline__ void bwd_hopper_dq_direct(uint32_t ds_addr, uint32_t kq_addr, float* __restrict__ dq_acc,
+                                                     unsigned int* __restrict__ sems, const BwdParams& p, int b, int h,
+                                                     int qblk, int turn, int tid, int wi, int lane,
+                                                     float (&acc_dv)[NO][4], float (&acc_dk)[NO][4], uint64_t* empty) {
+    constexpr int kBM = L::kBM, kBN = L::kBN, kTilesPerHalf = L::kNQ / 8;
+    const int64_t tile_idx = (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
+    float* tile = dq_acc + tile_idx * kBM * (2 * L::kNQ) + (tid >> 7) * kBM * L::kNQ;
+    unsigned int* sem = sems + tile_idx;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+        float acc_dq[8][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+            Wgmma16<T, 64>::ss_tt(acc_dq, wgmma_desc_mn128(ds_addr + kk * 16 * 128, kBN * 128),
+                                  wgmma_desc_mn128(kq_addr + c * kBN * 128 + kk * 16 * 128, kBN * 128), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc_dq);
+        if (c == 0) {
+            wgmma_fence_operands(acc_dv);
+            wgmma_fence_operands(acc_dk);
+            if (lane == 0) mbar_arrive(empty); // this warp is done with Q/dO stage s
+            if (p.deterministic) {
+                if (tid == 0) {
+                    unsigned int seen;
+                    do {
+                        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+                    } while (seen != static_cast<unsigned int>(turn));
+                }
+                named_barrier_sync(1, 256);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            float* dst = tile + ((wi * kTilesPerHalf + 8 * c + n) * 32 + lane) * 4;
+            atomicAdd(reinterpret_cast<float4*>(dst), make_float4(acc_dq[n][0] * p.scale, acc_dq[n][1] * p.scale,
+                                                                  acc_dq[n][2] * p.scale, acc_dq[n][3] * p.scale));
+        }
+    }
+    if (p.deterministic) {
+        __threadfence();
+        named_barrier_sync(1, 256);
+        if (tid == 0) {
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(turn + 1))
+                         : "memory");
+        }
+    }
+}
+
 template <typename T, int DK, bool CAUSAL, bool FEATURES, bool SEQS = false>
 __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const TmaDesc* tma_do, const float* __restrict__ lse2,
@@ -196,7 +265,8 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     using L = HopperBwdLayout<DK>;
     constexpr int kBM = L::kBM, kBN = L::kBN, kST = L::kStages;
     constexpr int kNS = kBM / 8;     // n-tiles of Sᵀ, dPᵀ (queries)
-    constexpr int kNO = DK / 8;      // n-tiles of dK, dV
+    constexpr bool kSplitD = L::kSplitD;
+    constexpr int kNO = L::kNO / 8;  // n-tiles of this warpgroup's dK, dV
     constexpr int kNQ = L::kNQ / 8;  // n-tiles of this warpgroup's dQ half
     constexpr int kKS = kBM / 16;    // k-steps of dV, dK (queries)
     constexpr int kConsumerWarps = 8;
@@ -301,7 +371,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 bulk_load(sLse + s * kBM, lse2 + rows, L::kRowBytes, &full[s]);
                 bulk_load(sDelta + s * kBM, delta + rows, L::kRowBytes, &full[s]);
             }
-        } else if (tid >= 288 && (tid & 31) == 0 && (tid - 288) / 32 < (p.deterministic ? kST : 1)) {
+        } else if (!kSplitD && tid >= 288 && (tid & 31) == 0 && (tid - 288) / 32 < (p.deterministic ? kST : 1)) {
             // The dQ writers: each adds a staged 64 × DK tile into the workspace in one bulk
             // reduce. Deterministic mode takes the block's turn first and passes it on once the
             // reduce has completed; the consumers never wait for either. There, one writer per
@@ -349,7 +419,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     }
 
     setmaxnreg_inc<L::kConsumerRegs>();
-    const int wg = tid >> 7;       // keys 64·wg.. of the block
+    const int wg = tid >> 7;       // keys 64·wg.. of the block (split: columns wg·DK/2..)
     const int wi = (tid >> 5) & 3; // warp in the warpgroup: rows 16·wi..
     const int lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -362,13 +432,18 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
 
     const uint32_t k_addr = smem_addr(sK);
     const uint32_t v_addr = smem_addr(sV);
-    // This warpgroup's 64 key rows start 64 rows (8 KiB) into every K/V sub-tile.
-    const uint32_t kw_addr = k_addr + wg * 64 * 128;
-    const uint32_t vw_addr = v_addr + wg * 64 * 128;
+    // This warpgroup's 64 key rows start 64 rows (8 KiB) into every K/V sub-tile (split:
+    // both warpgroups read all 64).
+    const int key_off = kSplitD ? 0 : wg * 64;
+    const uint32_t kw_addr = k_addr + key_off * 128;
+    const uint32_t vw_addr = v_addr + key_off * 128;
     // dQ's B operand: columns [wg·DK/2, +DK/2) of K, MN-major — sub-tile wg at D = 128, the
-    // half row of the one sub-tile at D = 64 (64 bytes in; the swizzle XOR leaves it aligned).
-    const uint32_t kq_addr = DK == 128 ? k_addr + wg * kBN * 128 : k_addr + wg * 64;
-    const int krow = key0 + wg * 64 + wi * 16 + g; // this thread's keys: krow, krow + 8
+    // half row of the one sub-tile at D = 64 (64 bytes in; the swizzle XOR leaves it aligned),
+    // sub-tiles 2wg and 2wg + 1 at D = 256.
+    const uint32_t kq_addr = DK == 64 ? k_addr + wg * 64 : k_addr + wg * (DK / 128) * kBN * 128;
+    // Split: dK/dV's and dO/Q's columns [wg·DK/2, +DK/2) start at Q/dO sub-tile 2wg.
+    const uint32_t qcol_off = kSplitD ? wg * 2 * kBM * 128 : 0;
+    const int krow = key0 + key_off + wi * 16 + g; // this thread's keys: krow, krow + 8
     mbar_wait(bar_kv, 0);
 
     for (int it = 0; it < n_iter; ++it) {
@@ -514,21 +589,23 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kKS; ++kk)
-            Wgmma16<T, DK>::rs(acc_dv, pa[kk], wgmma_desc_mn128(do_addr + kk * 16 * 128, kBM * 128));
+            Wgmma16<T, L::kNO>::rs(acc_dv, pa[kk], wgmma_desc_mn128(do_addr + qcol_off + kk * 16 * 128, kBM * 128));
 #pragma unroll
         for (int kk = 0; kk < kKS; ++kk)
-            Wgmma16<T, DK>::rs(acc_dk, sa[kk], wgmma_desc_mn128(q_addr + kk * 16 * 128, kBM * 128));
+            Wgmma16<T, L::kNO>::rs(acc_dk, sa[kk], wgmma_desc_mn128(q_addr + qcol_off + kk * 16 * 128, kBM * 128));
         wgmma_commit();
 
         // dSᵀ into shared memory (tile s), one 128-byte swizzled row of 64 queries per key: the
         // MN-major A operand of dQ. Rows 8 apart share no bank (chunk n ^ row). Its last
         // readers, the dQ MMAs of block it − 2, finished before either warpgroup passed the
-        // barrier of block it − 1.
+        // barrier of block it − 1. Split: both warpgroups hold the same dSᵀ; each stores
+        // alternate 16-byte chunks.
         {
             unsigned char* tile = sdS + s * L::kDsBytes;
-            const int r0 = wg * 64 + wi * 16 + g;
+            const int r0 = key_off + wi * 16 + g;
 #pragma unroll
             for (int n = 0; n < kNS; ++n) {
+                if (kSplitD && (n & 1) != wg) continue;
 #pragma unroll
                 for (int hi = 0; hi < 2; ++hi) {
                     const int r = r0 + 8 * hi;
@@ -541,6 +618,16 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         fence_proxy_async_smem();
         named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
 
+        if constexpr (kSplitD) {
+            const int qblk = qblk_of(it);
+            int turn = 0;
+            if (p.deterministic) {
+                turn = rotated ? bwd_rotated_turn(n_blk, qblk, (p.kv_len + kBN - 1) / kBN, per_head)
+                                : bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed);
+            }
+            bwd_hopper_dq_direct<T, L>(ds_addr, kq_addr, dq_acc, sems, p, b, head_of(it), qblk, turn, tid, wi,
+                                       lane, acc_dv, acc_dk, &empty[s]);
+        } else {
         // dQ[:, half wg] = dS·K[:, half wg] over the block's 128 keys (k-step: 16 keys).
         float acc_dq[kNQ][4];
         wgmma_fence();
@@ -568,6 +655,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         fence_proxy_async_smem();
         __syncwarp();
         if (lane == 0) mbar_arrive(&dq_full[s]);
+        }
     }
 
     // dK = scale·dK, dV: this thread's keys krow, krow + 8 × columns 8n + 2t.
@@ -578,7 +666,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
             const int key = krow + 8 * hi;
-            const int col = 8 * n + 2 * t;
+            const int col = (kSplitD ? wg * L::kNO : 0) + 8 * n + 2 * t;
             if (key < p.kv_len && col < p.head_dim) {
                 *reinterpret_cast<uint32_t*>(dk_head + static_cast<int64_t>(key) * p.dk_stride[2] + col) =
                     StorageTraits<T>::pack(acc_dk[n][2 * hi] * p.scale, acc_dk[n][2 * hi + 1] * p.scale);

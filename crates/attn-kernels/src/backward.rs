@@ -8,9 +8,10 @@
 //! fixed order, so two runs are bitwise equal.
 //!
 //! Two engines ([`BackwardEngine`]): the mma.sync kernel (every arch, every bucket) and, on
-//! sm_90a at head-dim buckets 64 and 128, the wgmma kernel (`kernels/bwd_hopper_kernel.cuh`:
+//! sm_90a at head-dim buckets 64, 128 and 256, the wgmma kernel (`kernels/bwd_hopper_kernel.cuh`:
 //! 128-key CTAs of two consumer warpgroups and a producer warpgroup that issues the TMA loads
-//! and adds each dQ tile with one bulk reduction), which [`BackwardEngine::Auto`] takes
+//! and adds each dQ tile with one bulk reduction; at D = 256, 64-key CTAs whose warpgroups
+//! split the head dim and add dQ from registers), which [`BackwardEngine::Auto`] takes
 //! wherever it can run. Its Δ pass also writes LSE·log2e padded to whole 64-row blocks.
 //!
 //! The forward's features (sliding window, softcap, ALiBi; sinks, whose gradient is an extra
@@ -48,7 +49,8 @@ pub struct BackwardOptions {
 /// The kernel family of a backward.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum BackwardEngine {
-    /// The wgmma kernel where it runs (sm_90a, head-dim buckets 64 and 128), else mma.sync.
+    /// The wgmma kernel where it runs (sm_90a, head-dim buckets 64, 128 and 256), else
+    /// mma.sync.
     #[default]
     Auto,
     /// The mma.sync kernel (sm_80+, every bucket): the fallback, selectable on Hopper too.
@@ -70,7 +72,7 @@ pub(crate) fn runs_hopper_backward(
         BackwardEngine::MmaSync => Ok(false),
         BackwardEngine::Hopper if can => Ok(true),
         BackwardEngine::Hopper => Err(KernelError::EngineUnavailable(format!(
-            "the wgmma backward runs on sm_90a at head dims 33-64 and 97-128 (buckets 64, 128); \
+            "the wgmma backward runs on sm_90a at head dims 33-64, 97-128 and 193-256 (buckets 64, 128, 256); \
              this is sm_{} at bucket {bucket}: use BackwardEngine::Auto or MmaSync",
             arch.nvcc_name()
         ))),
@@ -347,7 +349,7 @@ impl FlashAttention {
     /// [`FlashAttention::backward`] with packed variable-length sequences and/or the sinks'
     /// gradient ([`BackwardExtras`]). Features and packed sequences run the engines' general
     /// (`_feat`) entries: the wgmma kernel's where [`BackwardEngine::Auto`] takes it (sm_90a,
-    /// buckets 64 and 128), else the mma.sync kernel's. On the wgmma kernel, packed sequences
+    /// buckets 64, 128 and 256), else the mma.sync kernel's. On the wgmma kernel, packed sequences
     /// without features and outside deterministic mode run its `_seqs` entry instead, the plain
     /// entry's loop plus each sequence's offsets and key mask (1.22–1.25× faster on 16 packed
     /// sequences, docs/PERF.md run 95). The wgmma kernel's workspaces are padded per sequence
@@ -507,10 +509,11 @@ impl FlashAttention {
                     elem_t,
                 )
             };
+            let block_n = catalog::bwd_hopper_block_n(bucket);
             let (tq, tk, tv, tdo) = (
                 tma(&q, qp, 64)?,
-                tma(&k, kp, 128)?,
-                tma(&v, vp, 128)?,
+                tma(&k, kp, block_n)?,
+                tma(&v, vp, block_n)?,
                 tma(&d_o, dop, 64)?,
             );
             let q_pad = params.q_blocks as usize * 64;
@@ -519,7 +522,7 @@ impl FlashAttention {
             let mut delta = alloc(padded_rows)?;
             let mut dq_acc = alloc(padded_rows * bucket)?;
             let grid = (
-                s.kv_len().div_ceil(128) as u32,
+                s.kv_len().div_ceil(block_n) as u32,
                 s.kv_heads() as u32,
                 s.batch() as u32,
             );
@@ -945,10 +948,10 @@ mod tests {
     }
 
     #[test]
-    fn auto_takes_the_wgmma_backward_on_sm90a_at_buckets_64_and_128_only() {
+    fn auto_takes_the_wgmma_backward_on_sm90a_at_buckets_64_128_and_256_only() {
         for arch in Arch::ALL {
             for d in catalog::FWD_HEAD_DIM_BUCKETS {
-                let can = arch == Arch::Sm90a && (d == 64 || d == 128);
+                let can = arch == Arch::Sm90a && matches!(d, 64 | 128 | 256);
                 assert_eq!(
                     runs_hopper_backward(BackwardEngine::Auto, arch, d).unwrap(),
                     can
@@ -968,7 +971,7 @@ mod tests {
     #[test]
     fn the_wgmma_backward_units_carry_their_entries_and_fit() {
         for elem in [catalog::Elem::F16, catalog::Elem::Bf16] {
-            for d in [64, 128] {
+            for d in [64, 128, 256] {
                 let unit = UnitKey {
                     family: Family::Bwd,
                     arch: Arch::Sm90a,

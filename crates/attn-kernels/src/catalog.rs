@@ -1220,23 +1220,34 @@ pub fn bwd_entry_name(unit: &UnitKey, causal: bool, features: bool) -> String {
 /// The sinks' gradient pass of a backward unit (type-independent).
 pub const BWD_DSINKS_ENTRY: &str = "attn_bwd_dsinks";
 
-/// Whether a backward unit carries the Hopper (wgmma) backward: sm_90a, buckets 64 and 128
-/// (`kernels/bwd_hopper_kernel.cuh`); other buckets run the mma.sync backward everywhere.
+/// Whether a backward unit carries the Hopper (wgmma) backward: sm_90a, buckets 64, 128 and
+/// 256 (`kernels/bwd_hopper_kernel.cuh`); other buckets run the mma.sync backward everywhere.
 pub fn bwd_hopper_bucket(arch: Arch, bucket: usize) -> bool {
-    arch == Arch::Sm90a && matches!(bucket, 64 | 128)
+    arch == Arch::Sm90a && matches!(bucket, 64 | 128 | 256)
 }
 
-/// Shared memory of the Hopper backward (`HopperBwdLayout::kSmemBytes`): K and V (128 keys),
-/// and per stage (three at D = 64, two at D = 128): Q and dO (64 rows), a dSᵀ tile, an f32 dQ
-/// staging buffer, the LSE₂ and Δ rows; one mbarrier plus four per stage; and 1024 bytes to
-/// align the swizzled tiles.
+/// Keys per CTA of the Hopper backward (`HopperBwdLayout::kBN`): 128 (64 per consumer
+/// warpgroup), or 64 at D = 256, where both warpgroups share the keys and split the head dim.
+pub const fn bwd_hopper_block_n(bucket: usize) -> usize {
+    if bucket == 256 {
+        64
+    } else {
+        128
+    }
+}
+
+/// Shared memory of the Hopper backward (`HopperBwdLayout::kSmemBytes`): K and V
+/// ([`bwd_hopper_block_n`] keys), and per stage (three at D = 64, two above): Q and dO
+/// (64 rows), a dSᵀ tile, an f32 dQ staging buffer (none at D = 256, which adds dQ from
+/// registers), the LSE₂ and Δ rows; one mbarrier plus four per stage; and 1024 bytes to align
+/// the swizzled tiles.
 pub const fn bwd_hopper_smem_bytes(bucket: usize) -> usize {
-    let k = 128 * bucket * 2;
+    let block_n = bwd_hopper_block_n(bucket);
+    let k = block_n * bucket * 2;
     let q = 64 * bucket * 2;
+    let dq = if bucket == 256 { 0 } else { 64 * bucket * 4 };
     let stages = if bucket == 64 { 3 } else { 2 };
-    1024 + 2 * k
-        + stages * (2 * q + 128 * 128 + 64 * bucket * 4 + 2 * 64 * 4)
-        + (1 + 4 * stages) * 8
+    1024 + 2 * k + stages * (2 * q + block_n * 128 + dq + 2 * 64 * 4) + (1 + 4 * stages) * 8
 }
 
 /// Which main entry of the Hopper backward a launch runs.
@@ -1559,7 +1570,13 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             let _ = writeln!(s, "ATTN_BWD_DSINKS_ENTRY({BWD_DSINKS_ENTRY})");
             if bwd_hopper_bucket(unit.arch, d) {
                 s.push_str("\n#include \"bwd_hopper_kernel.cuh\"\n\nnamespace attn {\n");
-                let mut ns = vec![64, d, d / 2];
+                // Sᵀ/dPᵀ (64 queries), dK/dV (the warpgroup's columns), dQ (half the columns;
+                // D = 256: 64-column chunks).
+                let mut ns = if d == 256 {
+                    vec![64, 128]
+                } else {
+                    vec![64, d, d / 2]
+                };
                 ns.sort_unstable();
                 ns.dedup();
                 for n in ns {

@@ -124,9 +124,12 @@ fn check_backward<T: StorageType + attn_ref::Element>(
 }
 
 /// The engines a head dim runs on: the default, and the mma.sync kernel too where the default
-/// may be the wgmma one (buckets 64 and 128), so an H100 run checks both.
+/// may be the wgmma one (buckets 64, 128 and 256), so an H100 run checks both.
 fn engines_for(head_dim: usize) -> Vec<BackwardEngine> {
-    if (33..=64).contains(&head_dim) || (97..=128).contains(&head_dim) {
+    if (33..=64).contains(&head_dim)
+        || (97..=128).contains(&head_dim)
+        || (193..=256).contains(&head_dim)
+    {
         vec![BackwardEngine::Auto, BackwardEngine::MmaSync]
     } else {
         vec![BackwardEngine::Auto]
@@ -171,6 +174,9 @@ fn correctness_backward_seed_shapes_and_masks() {
             cases.push(((2, 4, 4, 512, 512, d), causal, Layout::Bhsd));
             cases.push(((1, 8, 2, 384, 640, d), causal, Layout::Bshd));
         }
+        // D = 256: the wgmma kernel's split-column CTAs (64 keys), GQA, both layouts.
+        cases.push(((1, 4, 2, 384, 640, 256), causal, Layout::Bshd));
+        cases.push(((2, 2, 2, 320, 320, 256), causal, Layout::Bhsd));
     }
     run_cases(&cases);
 }
@@ -202,6 +208,9 @@ fn determinism_backward_deterministic_mode_is_bitwise_reproducible() {
         ((2, 8, 2, 1000, 1000, 128), Causal::None),
         ((1, 4, 2, 200, 1500, 64), Causal::None),
         ((1, 4, 4, 1500, 300, 64), Causal::None),
+        // D = 256: the consumers take the turns themselves (no dQ writer).
+        ((1, 4, 2, 500, 700, 256), Causal::None),
+        ((1, 4, 2, 700, 700, 256), Causal::BottomRight),
     ];
     let mut failures = Vec::new();
     for (dims, causal) in cases {
@@ -289,7 +298,7 @@ fn validation_backward_refusals_write_nothing() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn validation_backward_hopper_engine_refuses_other_buckets() {
-    let p = problem((1, 2, 2, 64, 64, 256), Causal::None);
+    let p = problem((1, 2, 2, 64, 64, 192), Causal::None);
     let options = BackwardOptions {
         engine: BackwardEngine::Hopper,
         ..Default::default()
@@ -310,12 +319,25 @@ fn sanitize_backward_small() {
     let mut rng = StdRng::seed_from_u64(1);
     let t: Vec<f16> = randn(&mut rng, shape.q_elems());
     let kv: Vec<f16> = randn(&mut rng, shape.kv_elems());
+    let p256 = problem((1, 2, 1, 77, 130, 256), Causal::BottomRight);
     for engine in engines_for(64) {
         let o = BackwardOptions {
             engine,
             ..Default::default()
         };
         check_backward::<f16>(&p, attn_ref::Dtype::F16, Layout::Bshd, o).unwrap();
+        // D = 256 (the wgmma kernel's dQ reductions from registers), default and deterministic.
+        check_backward::<f16>(&p256, attn_ref::Dtype::F16, Layout::Bshd, o).unwrap();
+        check_backward::<f16>(
+            &p256,
+            attn_ref::Dtype::F16,
+            Layout::Bhsd,
+            BackwardOptions {
+                deterministic: true,
+                engine,
+            },
+        )
+        .unwrap();
         run_backward(
             &gpu(),
             &p,

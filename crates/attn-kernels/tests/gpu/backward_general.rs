@@ -449,6 +449,23 @@ fn correctness_backward_features_every_bucket_and_deterministic() {
             &mut failures,
             &mut runs,
         );
+        if d == 256 {
+            // The wgmma kernel's D = 256 entries take their deterministic turns in the
+            // consumers.
+            let o = BackwardOptions {
+                deterministic: true,
+                ..BackwardOptions::default()
+            };
+            both_types(
+                &p,
+                Layout::Bshd,
+                None,
+                o,
+                "all four, deterministic",
+                &mut failures,
+                &mut runs,
+            );
+        }
     }
     for causal in CAUSALS {
         for (name, f) in [
@@ -493,7 +510,7 @@ fn correctness_backward_varlen() {
     let lk = [50usize, 20, 0, 1, 200, 129];
     let (mut failures, mut runs) = (Vec::new(), 0);
     let mut rng = StdRng::seed_from_u64(fresh_seed());
-    for d in [64, 128] {
+    for d in [64, 128, 256] {
         let dims = (lq.len(), 4, 2, 200, 200, d);
         for causal in CAUSALS {
             let sets: Vec<(&str, Features)> = vec![
@@ -647,8 +664,8 @@ fn refused(p: &Problem, options: BackwardOptions, with_dsinks: bool, kind: Layou
 #[ignore = "needs a CUDA GPU"]
 fn validation_backward_general_refusals_write_nothing() {
     let p = problem((2, 4, 2, 64, 64, 64), Causal::None);
-    // The wgmma engine's general entries exist at buckets 64 and 128 only.
-    let wide = problem((1, 2, 2, 64, 64, 256), Causal::None)
+    // The wgmma engine's general entries exist at buckets 64, 128 and 256 only.
+    let wide = problem((1, 2, 2, 64, 64, 192), Causal::None)
         .with_window(8, 0)
         .unwrap();
     let hopper = BackwardOptions {
