@@ -9,6 +9,7 @@
 //! (kernels/decode_tc.cuh) — reads f16/bf16 or E4M3 caches, dense, packed or paged, and
 //! splits the keys until the chip is full.
 
+use attn_ref::reference::emulate::KeyStates;
 use attn_ref::{Causal, Problem};
 
 use crate::{
@@ -110,6 +111,24 @@ pub(crate) fn decode_choice(
 /// Keys per ring stage of a decode entry (`DecodeConfig::kKeys`).
 pub fn decode_keys_per_stage(bucket: usize, kv8: bool) -> usize {
     crate::catalog::decode_geometry(bucket, kv8).1
+}
+
+/// How a decode launch spreads a row's keys over online-softmax states, for attn-ref's
+/// emulation (the FA3 rule's `emu` must round P in the kernel's frames). The tensor-core stage
+/// of an E4M3 cache (buckets 32, 64, 128; kernels/decode_tc.cuh) gives each of its four warps
+/// a quarter of every ring stage of its split, and each warp rounds P to f16 against its own
+/// running max. The FMA stage keeps P in f32, so the frames round nothing there: one state,
+/// whose emulated P rounding only widens the bound.
+pub fn decode_key_states(bucket: usize, kv8: bool, splits: usize) -> KeyStates {
+    if kv8 && matches!(bucket, 32 | 64 | 128) {
+        KeyStates::Split {
+            tile: decode_keys_per_stage(bucket, kv8),
+            splits: splits.max(1),
+            workers: 4,
+        }
+    } else {
+        KeyStates::One
+    }
 }
 
 /// CTAs of a decode entry one SM holds: four (48 KiB rings, ≤ 128 registers by their launch
@@ -236,6 +255,24 @@ mod tests {
                 assert!(decode_smem_bytes(bucket, kv8, 8) <= 99 * 1024);
             }
         }
+    }
+
+    #[test]
+    fn key_states_follow_the_tensor_core_stage() {
+        // 64 keys per stage at D = 128 (16 per warp), 128 at 64, 256 at 32.
+        for (bucket, tile) in [(128, 64), (64, 128), (32, 256)] {
+            assert_eq!(
+                decode_key_states(bucket, true, 5),
+                KeyStates::Split {
+                    tile,
+                    splits: 5,
+                    workers: 4
+                }
+            );
+        }
+        assert_eq!(decode_key_states(128, false, 5), KeyStates::One);
+        assert_eq!(decode_key_states(96, true, 1), KeyStates::One);
+        assert_eq!(decode_key_states(256, true, 3), KeyStates::One);
     }
 
     #[test]

@@ -272,6 +272,7 @@ pub fn fp8_rounding_model(variant: Fp8Variant, out: Dtype, block_n: usize) -> Em
         },
         out,
         block_n,
+        states: attn_ref::reference::emulate::KeyStates::One,
     }
 }
 

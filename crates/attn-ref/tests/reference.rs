@@ -823,6 +823,7 @@ fn fp8_p_rounding_and_spec() {
         p: e4,
         out: Storage::F16,
         block_n: 128,
+        states: attn_ref::reference::emulate::KeyStates::One,
     };
     let fp8 = forward_emulated_spec(&p, &x, &x, &x, &spec).unwrap();
     let err = |o: &[f64]| {
@@ -838,4 +839,61 @@ fn fp8_p_rounding_and_spec() {
     assert!(err(&fp8.o) < 0.05, "{}", err(&fp8.o));
     let zero = EmuSpec { block_n: 0, ..spec };
     assert!(forward_emulated_spec(&p, &x, &x, &x, &zero).is_err());
+}
+
+/// `KeyStates::Split`: one split of one worker is the single state over the same tiles, bit
+/// for bit; several splits and workers round P in other frames (a different result) that is
+/// as close to the f64 reference; empty states (more splits than tiles) add nothing; a tile
+/// that the workers cannot share is refused.
+#[test]
+fn split_key_states() {
+    use attn_ref::reference::emulate::{forward_emulated_spec, EmuSpec, KeyStates};
+    let shape = AttnShape::new(2, 4, 2, 3, 333, 64).unwrap();
+    let p = Problem::new(shape, Causal::BottomRight);
+    let q = normal_f32(shape.q_elems(), 11);
+    let k = normal_f32(shape.kv_elems(), 12);
+    let v = normal_f32(shape.kv_elems(), 13);
+    let exact = attn_ref::reference::forward(&p, &q, &k, &v).unwrap();
+    let one = EmuSpec {
+        block_n: 64,
+        ..EmuSpec::storage(Storage::F16)
+    };
+    let split = |tile, splits, workers| EmuSpec {
+        states: KeyStates::Split {
+            tile,
+            splits,
+            workers,
+        },
+        ..one
+    };
+    let base = forward_emulated_spec(&p, &q, &k, &v, &one).unwrap();
+    let same = forward_emulated_spec(&p, &q, &k, &v, &split(64, 1, 1)).unwrap();
+    assert!(base
+        .o
+        .iter()
+        .zip(&same.o)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(base
+        .lse
+        .iter()
+        .zip(&same.lse)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    let err = |o: &[f64]| max_abs_diff(o, &exact.o);
+    for (tile, splits, workers) in [(64, 5, 4), (128, 3, 4), (64, 40, 2)] {
+        let other = forward_emulated_spec(&p, &q, &k, &v, &split(tile, splits, workers)).unwrap();
+        assert!(
+            other.o != base.o,
+            "({tile}, {splits}, {workers}) rounds in other frames"
+        );
+        assert!(
+            err(&other.o) < 2.0 * err(&base.o) + 1e-5,
+            "{} vs {}",
+            err(&other.o),
+            err(&base.o)
+        );
+        // The merge moves LSE only at f32 level (the inputs' f16 rounding moves it ~1e-4).
+        assert!(max_abs_diff(&other.lse, &base.lse) < 1e-5);
+    }
+    assert!(forward_emulated_spec(&p, &q, &k, &v, &split(64, 2, 3)).is_err());
+    assert!(forward_emulated_spec(&p, &q, &k, &v, &split(64, 0, 4)).is_err());
 }

@@ -426,9 +426,25 @@ fn run_case<T: StorageType + Element>(
         }
         let p = template.sequence(i, sq, sk).map_err(|e| e.to_string())?;
         let r = reference::forward(&p, &s.q, &s.k, &s.v).map_err(|e| e.to_string())?;
-        let emu =
-            emulate::forward_emulated(&p, &to_f32s(&s.q), &to_f32s(&s.k), &to_f32s(&s.v), dtype)
-                .map_err(|e| e.to_string())?;
+        // The decode kernel's tensor-core stage rounds P per (split, warp) state.
+        let states = if launch.kernel.starts_with("attn_dec_") {
+            let bucket = attn_kernels::bucket_for(d).map_err(|e| e.to_string())?;
+            attn_kernels::decode::decode_key_states(bucket, c.kv8.is_some(), launch.splits)
+        } else {
+            emulate::KeyStates::One
+        };
+        let spec = emulate::EmuSpec {
+            states,
+            ..emulate::EmuSpec::storage(dtype)
+        };
+        let emu = emulate::forward_emulated_spec(
+            &p,
+            &to_f32s(&s.q),
+            &to_f32s(&s.k),
+            &to_f32s(&s.v),
+            &spec,
+        )
+        .map_err(|e| e.to_string())?;
         if let Err(e) = check_output(&p, &oi, &li, &r, &emu, dtype.into()) {
             failures.push(format!("sequence {i} ({sq}×{sk}): {e}"));
         }

@@ -121,6 +121,32 @@ impl PRounding {
     }
 }
 
+/// How a kernel spreads one query row's keys over independent online-softmax states, whose
+/// (acc, m, l) it merges in f32 before rounding O. Each state rounds P relative to its own
+/// running max, so the split decides which P values round alike: an emulation that walks the
+/// keys in a different order rounds them in other frames, and its error is no longer the
+/// kernel's (a one-row decode output has few elements, and a single O value rounding the
+/// other way then exceeds twice the emulation's error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyStates {
+    /// One state walks the key tiles in order (the prefill kernels).
+    #[default]
+    One,
+    /// Split-KV over workers (kernels/decode_kernel.cuh's tensor-core stage): the visible
+    /// keys `[lo, hi)` in tiles of `tile` keys from `lo`; split `s` of `splits` takes tiles
+    /// `[s·per, (s + 1)·per)` with `per = ⌈tiles / splits⌉`; inside each tile, worker `w` of
+    /// `workers` takes the `w`-th of `workers` equal slices, and each (split, worker) pair is
+    /// a state whose running max moves once per slice.
+    Split {
+        /// Keys per tile (a ring stage).
+        tile: usize,
+        /// Key splits.
+        splits: usize,
+        /// States per split (warps), each taking a `tile / workers` slice of every tile.
+        workers: usize,
+    },
+}
+
 /// The rounding points of an emulated kernel; [`EmuSpec::storage`] is the FP16/BF16 kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EmuSpec {
@@ -131,8 +157,10 @@ pub struct EmuSpec {
     pub p: PRounding,
     /// Rounding of O.
     pub out: Storage,
-    /// Keys per tile of the online softmax (the kernel's BLOCK_N).
+    /// Keys per tile of the online softmax (the kernel's BLOCK_N), for [`KeyStates::One`].
     pub block_n: usize,
+    /// How the keys are spread over online-softmax states.
+    pub states: KeyStates,
 }
 
 impl EmuSpec {
@@ -143,6 +171,7 @@ impl EmuSpec {
             p: PRounding::Storage(storage),
             out: storage,
             block_n: EMU_BLOCK_N,
+            states: KeyStates::One,
         }
     }
 }
@@ -174,6 +203,19 @@ pub fn forward_emulated_spec(
             "block_n must be at least 1".into(),
         ));
     }
+    if let KeyStates::Split {
+        tile,
+        splits,
+        workers,
+    } = spec.states
+    {
+        if splits == 0 || workers == 0 || tile == 0 || tile % workers != 0 {
+            return Err(AttnError::InvalidArgument(format!(
+                "KeyStates::Split needs splits, workers ≥ 1 and tile a multiple of workers \
+                 (tile {tile}, splits {splits}, workers {workers})"
+            )));
+        }
+    }
     let round_all = |x: &[f32]| -> Vec<f32> {
         match spec.inputs {
             Some(st) => x.par_iter().map(|&y| st.round(y)).collect(),
@@ -192,14 +234,18 @@ pub fn forward_emulated_spec(
     let scale_log2 = (scale_softmax * std::f64::consts::LOG2_E) as f32;
     let (sq, d) = (shape.q_len(), shape.head_dim());
 
+    let max_block = match spec.states {
+        KeyStates::One => block_n,
+        KeyStates::Split { tile, workers, .. } => tile / workers,
+    };
     let mut o = vec![0.0; shape.o_elems()];
     let mut lse = vec![0.0; shape.lse_elems()];
     o.par_chunks_mut(d)
         .zip(lse.par_iter_mut())
         .enumerate()
         .for_each_init(
-            || (vec![0.0f32; d], vec![0.0f32; block_n]),
-            |(acc, s), (row_index, (out, lse_out))| {
+            || (vec![0.0f32; d], vec![0.0f32; d], vec![0.0f32; max_block]),
+            |(acc, part, s), (row_index, (out, lse_out))| {
                 let bh = row_index / sq;
                 let (b, h, i) = (bh / shape.q_heads(), bh % shape.q_heads(), row_index % sq);
                 let kvh = shape.kv_head_of(h);
@@ -209,45 +255,97 @@ pub fn forward_emulated_spec(
                     .alibi
                     .as_ref()
                     .map(|a| (f64::from(a.slope(b, h, shape.q_heads())) / scale_softmax) as f32);
-                acc.fill(0.0);
-                let mut m = f32::NEG_INFINITY;
-                let mut l = 0.0f32;
                 let range = p.visible_range(i);
-                // Key tiles are aligned to multiples of block_n, as the kernel's are; the
-                // masked part of a tile is left out (−∞ scores add nothing).
-                let mut tile = range.start / block_n * block_n;
-                while tile < range.end {
-                    let c0 = tile.max(range.start);
-                    let cols = (tile + block_n).min(range.end) - c0;
-                    tile += block_n;
-                    for (c, sc) in s[..cols].iter_mut().enumerate() {
-                        let j = c0 + c;
-                        let mut x = dot_f32(qi, &k[shape.kv_offset(b, kvh, j)..][..d]);
-                        if let Some(f) = softcap_in {
-                            x = round_tanh((x * f).tanh());
+                // One online softmax over `blocks` (each a key range whose scores move the
+                // running max once), accumulating into `acc`, returning (m, l).
+                let mut walk =
+                    |acc: &mut [f32], blocks: &mut dyn Iterator<Item = (usize, usize)>| {
+                        acc.fill(0.0);
+                        let mut m = f32::NEG_INFINITY;
+                        let mut l = 0.0f32;
+                        for (c0, cols) in blocks {
+                            for (c, sc) in s[..cols].iter_mut().enumerate() {
+                                let j = c0 + c;
+                                let mut x = dot_f32(qi, &k[shape.kv_offset(b, kvh, j)..][..d]);
+                                if let Some(f) = softcap_in {
+                                    x = round_tanh((x * f).tanh());
+                                }
+                                if let Some(slope) = alibi {
+                                    x -= slope * p.alibi_distance(i, j) as f32;
+                                }
+                                *sc = x;
+                            }
+                            let m_new = max_f32(m, max_f32_slice(&s[..cols]));
+                            if m_new == f32::NEG_INFINITY {
+                                continue; // every score so far is −∞: nothing to add yet
+                            }
+                            let alpha = ((m - m_new) * scale_log2).exp2();
+                            let m_scaled = m_new * scale_log2;
+                            l *= alpha;
+                            acc.iter_mut().for_each(|a| *a *= alpha);
+                            for (c, &sc) in s[..cols].iter().enumerate() {
+                                let pc = sc.mul_add(scale_log2, -m_scaled).exp2();
+                                l += pc;
+                                let pr = spec.p.round(pc);
+                                let vj = &v[shape.kv_offset(b, kvh, c0 + c)..][..d];
+                                acc.iter_mut().zip(vj).for_each(|(a, &x)| *a += pr * x);
+                            }
+                            m = m_new;
                         }
-                        if let Some(slope) = alibi {
-                            x -= slope * p.alibi_distance(i, j) as f32;
+                        (m, l)
+                    };
+                let (m, mut l) = match spec.states {
+                    KeyStates::One => {
+                        // Key tiles are aligned to multiples of block_n, as the kernel's are;
+                        // the masked part of a tile is left out (−∞ scores add nothing).
+                        let first = range.start / block_n * block_n;
+                        let mut blocks = (first..range.end).step_by(block_n).map(|tile| {
+                            let c0 = tile.max(range.start);
+                            (c0, (tile + block_n).min(range.end) - c0)
+                        });
+                        walk(acc, &mut blocks)
+                    }
+                    KeyStates::Split {
+                        tile,
+                        splits,
+                        workers,
+                    } => {
+                        // Each (split, worker) state separately, merged in f32 at the
+                        // largest max (as the kernel's group merge and split combine).
+                        let slice = tile / workers;
+                        let tiles = range.len().div_ceil(tile);
+                        let per = tiles.div_ceil(splits);
+                        let mut states = Vec::with_capacity(splits * workers);
+                        for split in 0..splits {
+                            let (t0, t1) =
+                                ((split * per).min(tiles), ((split + 1) * per).min(tiles));
+                            for w in 0..workers {
+                                let mut blocks = (t0..t1).filter_map(|t| {
+                                    let c0 = range.start + t * tile + w * slice;
+                                    (c0 < range.end).then(|| (c0, (c0 + slice).min(range.end) - c0))
+                                });
+                                let (ms, ls) = walk(part, &mut blocks);
+                                states.push((ms, ls, part.clone()));
+                            }
                         }
-                        *sc = x;
+                        let m = states
+                            .iter()
+                            .fold(f32::NEG_INFINITY, |a, st| max_f32(a, st.0));
+                        acc.fill(0.0);
+                        let mut l = 0.0f32;
+                        if m != f32::NEG_INFINITY {
+                            for (ms, ls, a) in &states {
+                                if *ms == f32::NEG_INFINITY {
+                                    continue;
+                                }
+                                let w = ((ms - m) * scale_log2).exp2();
+                                l += w * ls;
+                                acc.iter_mut().zip(a).for_each(|(x, &y)| *x += w * y);
+                            }
+                        }
+                        (m, l)
                     }
-                    let m_new = max_f32(m, max_f32_slice(&s[..cols]));
-                    if m_new == f32::NEG_INFINITY {
-                        continue; // every score so far is −∞: nothing to add yet
-                    }
-                    let alpha = ((m - m_new) * scale_log2).exp2();
-                    let m_scaled = m_new * scale_log2;
-                    l *= alpha;
-                    acc.iter_mut().for_each(|a| *a *= alpha);
-                    for (c, &sc) in s[..cols].iter().enumerate() {
-                        let pc = sc.mul_add(scale_log2, -m_scaled).exp2();
-                        l += pc;
-                        let pr = spec.p.round(pc);
-                        let vj = &v[shape.kv_offset(b, kvh, c0 + c)..][..d];
-                        acc.iter_mut().zip(vj).for_each(|(a, &x)| *a += pr * x);
-                    }
-                    m = m_new;
-                }
+                };
                 // The running max in log2 units.
                 let mut m_log2 = m * scale_log2;
                 if let (Some(sink), false) = (p.sink(h), range.is_empty()) {

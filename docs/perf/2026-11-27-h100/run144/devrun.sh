@@ -1,0 +1,9 @@
+#!/bin/bash
+# run 144: the D = 256 wgmma backward (split-column CTAs of 64 keys, dQ from registers): the backward GPU tests, then train-bench at D = 256 against SDPA.
+set -u
+N=144; R=/tmp/r$N; P=/tmp/p$N
+mkdir -p $R $P; tar xJf target/pack$N.txz -C $P; cd $P
+date -u > $R/date.txt; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >> $R/date.txt
+timeout 300 N/gpu --ignored backward > $R/tests.log 2>&1; echo "rc=$?" >> $R/tests.log
+timeout 200 N/xtask train-bench --shapes "4,16,4096,256;2,16,8192,256" --python python3 --iters 10 --varlen-seqs 0 --json $R/train256.json > $R/train256.log 2>&1; echo "rc=$?" >> $R/train256.log
+tar czf $OUT/logs$N.tgz -C /tmp r$N
