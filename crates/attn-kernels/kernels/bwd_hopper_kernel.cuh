@@ -69,9 +69,11 @@ template <int DK> struct HopperBwdLayout {
     // warpgroups share one block of 64 keys, and each owns half of the head dim in dK, dV and
     // dQ, so its accumulators are the D = 128 kernel's (64 keys × 128 columns each). Both
     // compute the same Sᵀ and dPᵀ (64 × 64 over 256 columns): 7 GEMM units per block instead
-    // of 5, the price of keeping P and dS in registers. dQ is added from registers (vector
-    // reductions, in the workspace's tile order), because a 64 × 256 f32 staging tile per
-    // stage would not fit beside two Q/dO stages.
+    // of 5, the price of keeping P and dS in registers. A 64 × 256 f32 dQ staging tile per
+    // stage would not fit beside two Q/dO stages, so the consumer warps add dQ themselves:
+    // each stages 2 KiB (four n-tiles of its 16 rows, in the workspace's tile order) at a time
+    // and adds it with one bulk reduction (cp.reduce.async.bulk); 16-byte reductions from
+    // registers were slower (docs/PERF.md, runs 144–147).
     static constexpr bool kSplitD = DK == 256;
     static constexpr int kBM = 64;  // queries per inner step
     static constexpr int kBN = kSplitD ? 64 : 128; // keys per CTA (64 per consumer warpgroup, or shared)
@@ -101,7 +103,9 @@ template <int DK> struct HopperBwdLayout {
     static constexpr int kOffDq = kOffDs + kStages * kDsBytes;
     static constexpr int kOffLse = kOffDq + kStages * kDqBytes;
     static constexpr int kOffDelta = kOffLse + kStages * kRowBytes;
-    static constexpr int kOffBar = kOffDelta + kStages * kRowBytes;
+    static constexpr int kWarpDqBytes = kSplitD ? 2048 : 0; // per consumer warp
+    static constexpr int kOffDqWarp = kOffDelta + kStages * kRowBytes;
+    static constexpr int kOffBar = kOffDqWarp + 8 * kWarpDqBytes;
     // K/V loaded; per stage: Q/dO full, Q/dO empty, dQ staged (full), dQ reduced (empty).
     static constexpr int kBarriers = 1 + 4 * kStages;
     // 1024 bytes of slack to align the base (swizzled tiles start on 1024-byte boundaries);
@@ -197,18 +201,21 @@ __device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, i
 }
 
 // D = 256 (HopperBwdLayout::kSplitD): this warpgroup's dQ columns, dS·K[:, wg·128 + 64c ..]
-// for chunks c = 0, 1 (32 accumulator registers each, beside dK's and dV's 128), added from
-// registers into the workspace tile with 16-byte reductions, in the order the staging buffers
-// of the other buckets use (bwd_hopper_postprocess reads it back either way). After chunk 0's
-// wait every GEMM of the block has read Q/dO, so the stage is released there. Deterministic
-// mode: the CTA takes the block's turn while chunk 0 computes (thread 0 waits, the named
-// barrier holds the others), adds, fences, and passes the turn on (the mma.sync backward's
-// protocol, bwd_kernel.cuh).
+// for chunks c = 0, 1 (32 accumulator registers each, beside dK's and dV's 128), added into
+// the workspace tile in the order the staging buffers of the other buckets use
+// (bwd_hopper_postprocess reads it back either way): per half chunk, the warp writes its four
+// n-tiles (2 KiB, contiguous in that order) into its staging buffer `wstage` and lane 0 adds
+// them with one bulk reduction, once the previous one has read the buffer. After chunk 0's
+// wait every GEMM of the block has read Q/dO, so the stage is released there.
+// Deterministic mode (the mma.sync backward's turns, bwd_kernel.cuh): the CTA takes the
+// block's turn while chunk 0 computes (thread 0 waits, the named barrier holds the others),
+// adds, waits for its reductions to complete, and passes the turn on.
 template <typename T, class L, int NO>
 __device__ __forceinline__ void bwd_hopper_dq_direct(uint32_t ds_addr, uint32_t kq_addr, float* __restrict__ dq_acc,
-                                                     unsigned int* __restrict__ sems, const BwdParams& p, int b, int h,
-                                                     int qblk, int turn, int tid, int wi, int lane,
-                                                     float (&acc_dv)[NO][4], float (&acc_dk)[NO][4], uint64_t* empty) {
+                                                     float* wstage, unsigned int* __restrict__ sems,
+                                                     const BwdParams& p, int b, int h, int qblk, int turn, int tid,
+                                                     int wi, int lane, float (&acc_dv)[NO][4],
+                                                     float (&acc_dk)[NO][4], uint64_t* empty) {
     constexpr int kBM = L::kBM, kBN = L::kBN, kTilesPerHalf = L::kNQ / 8;
     const int64_t tile_idx = (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
     float* tile = dq_acc + tile_idx * kBM * (2 * L::kNQ) + (tid >> 7) * kBM * L::kNQ;
@@ -239,13 +246,28 @@ __device__ __forceinline__ void bwd_hopper_dq_direct(uint32_t ds_addr, uint32_t 
             }
         }
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-            float* dst = tile + ((wi * kTilesPerHalf + 8 * c + n) * 32 + lane) * 4;
-            atomicAdd(reinterpret_cast<float4*>(dst), make_float4(acc_dq[n][0] * p.scale, acc_dq[n][1] * p.scale,
-                                                                  acc_dq[n][2] * p.scale, acc_dq[n][3] * p.scale));
+        for (int half = 0; half < 2; ++half) {
+            if (lane == 0) bulk_wait_read<0>(); // the previous reduction has read the buffer
+            __syncwarp();
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                const float* a = acc_dq[4 * half + n];
+                *reinterpret_cast<float4*>(wstage + (n * 32 + lane) * 4) =
+                    make_float4(a[0] * p.scale, a[1] * p.scale, a[2] * p.scale, a[3] * p.scale);
+            }
+            fence_proxy_async_smem();
+            __syncwarp();
+            if (lane == 0) {
+                bulk_reduce_add_f32(tile + (wi * kTilesPerHalf + 8 * c + 4 * half) * 32 * 4, wstage, 2048);
+                bulk_commit();
+            }
         }
     }
     if (p.deterministic) {
+        if (lane == 0) {
+            bulk_wait<0>();
+            fence_proxy_async_global();
+        }
         __threadfence();
         named_barrier_sync(1, 256);
         if (tid == 0) {
@@ -281,6 +303,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     float* sdQ = reinterpret_cast<float*>(base + L::kOffDq);
     float* sLse = reinterpret_cast<float*>(base + L::kOffLse);
     float* sDelta = reinterpret_cast<float*>(base + L::kOffDelta);
+    float* sDqWarp = reinterpret_cast<float*>(base + L::kOffDqWarp); // D = 256: per consumer warp
     uint64_t* bar_kv = reinterpret_cast<uint64_t*>(base + L::kOffBar);
     uint64_t* full = bar_kv + 1;        // Q/dO stage loaded (TMA bytes)
     uint64_t* empty = full + kST;       // Q/dO stage read (consumer warps)
@@ -625,8 +648,8 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 turn = rotated ? bwd_rotated_turn(n_blk, qblk, (p.kv_len + kBN - 1) / kBN, per_head)
                                 : bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed);
             }
-            bwd_hopper_dq_direct<T, L>(ds_addr, kq_addr, dq_acc, sems, p, b, head_of(it), qblk, turn, tid, wi,
-                                       lane, acc_dv, acc_dk, &empty[s]);
+            bwd_hopper_dq_direct<T, L>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4), sems,
+                                       p, b, head_of(it), qblk, turn, tid, wi, lane, acc_dv, acc_dk, &empty[s]);
         } else {
         // dQ[:, half wg] = dS·K[:, half wg] over the block's 128 keys (k-step: 16 keys).
         float acc_dq[kNQ][4];
@@ -658,6 +681,8 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         }
     }
 
+    // D = 256: the warp's last bulk reduction must read its staging before the CTA exits.
+    if (kSplitD && lane == 0) bulk_wait<0>();
     // dK = scale·dK, dV: this thread's keys krow, krow + 8 × columns 8n + 2t.
     T* dk_head = seq_head_ptr(dk, p.dk_stride, b, kvh, seq_rows.k_row0, packed_k);
     T* dv_head = seq_head_ptr(dv, p.dv_stride, b, kvh, seq_rows.k_row0, packed_k);

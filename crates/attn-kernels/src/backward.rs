@@ -11,7 +11,7 @@
 //! sm_90a at head-dim buckets 64, 128 and 256, the wgmma kernel (`kernels/bwd_hopper_kernel.cuh`:
 //! 128-key CTAs of two consumer warpgroups and a producer warpgroup that issues the TMA loads
 //! and adds each dQ tile with one bulk reduction; at D = 256, 64-key CTAs whose warpgroups
-//! split the head dim and add dQ from registers), which [`BackwardEngine::Auto`] takes
+//! split the head dim and add dQ in 2 KiB bulk reductions per warp), which [`BackwardEngine::Auto`] takes
 //! wherever it can run. Its Δ pass also writes LSE·log2e padded to whole 64-row blocks.
 //!
 //! The forward's features (sliding window, softcap, ALiBi; sinks, whose gradient is an extra

@@ -1238,16 +1238,21 @@ pub const fn bwd_hopper_block_n(bucket: usize) -> usize {
 
 /// Shared memory of the Hopper backward (`HopperBwdLayout::kSmemBytes`): K and V
 /// ([`bwd_hopper_block_n`] keys), and per stage (three at D = 64, two above): Q and dO
-/// (64 rows), a dSᵀ tile, an f32 dQ staging buffer (none at D = 256, which adds dQ from
-/// registers), the LSE₂ and Δ rows; one mbarrier plus four per stage; and 1024 bytes to align
-/// the swizzled tiles.
+/// (64 rows), a dSᵀ tile, an f32 dQ staging buffer (at D = 256 instead 2 KiB per consumer
+/// warp, outside the stages), the LSE₂ and Δ rows; one mbarrier plus four per stage; and
+/// 1024 bytes to align the swizzled tiles.
 pub const fn bwd_hopper_smem_bytes(bucket: usize) -> usize {
     let block_n = bwd_hopper_block_n(bucket);
     let k = block_n * bucket * 2;
     let q = 64 * bucket * 2;
     let dq = if bucket == 256 { 0 } else { 64 * bucket * 4 };
+    // D = 256: 2 KiB of dQ staging per consumer warp instead.
+    let dq_warps = if bucket == 256 { 8 * 2048 } else { 0 };
     let stages = if bucket == 64 { 3 } else { 2 };
-    1024 + 2 * k + stages * (2 * q + block_n * 128 + dq + 2 * 64 * 4) + (1 + 4 * stages) * 8
+    1024 + 2 * k
+        + stages * (2 * q + block_n * 128 + dq + 2 * 64 * 4)
+        + dq_warps
+        + (1 + 4 * stages) * 8
 }
 
 /// Which main entry of the Hopper backward a launch runs.
