@@ -12,7 +12,7 @@
 //! - on both FP16/BF16 engines, the serving features of [`attn_ref::Features`]: sliding
 //!   windows (the key tiles a window masks are skipped), softcap, ALiBi and attention sinks
 //!   (the FP8 forward refuses them with [`KernelError::UnsupportedFeature`]);
-//! - the backward pass ([`backward`]: dQ, dK, dV on wgmma on sm_90a at buckets 64/128 and on
+//! - the backward pass ([`backward`]: dQ, dK, dV on wgmma on sm_90a at buckets 64/128/256 and on
 //!   `mma.sync` elsewhere; the same serving features, packed varlen batches and the sinks'
 //!   gradient; a deterministic mode) and the LSE merge of partial results ([`merge`], which
 //!   ring attention in attn-dist uses).
