@@ -236,13 +236,10 @@ __device__ __forceinline__ void bwd_hopper_dq_direct(uint32_t ds_addr, uint32_t 
             wgmma_fence_operands(acc_dk);
             if (lane == 0) mbar_arrive(empty); // this warp is done with Q/dO stage s
             if (p.deterministic) {
-                if (tid == 0) {
-                    unsigned int seen;
-                    do {
-                        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-                    } while (seen != static_cast<unsigned int>(turn));
-                }
+                if (tid == 0) bwd_wait_turn(sem, turn);
                 named_barrier_sync(1, 256);
+                // The bulk reductions below (async proxy) after the earlier adders' writes.
+                if (lane == 0) fence_proxy_async_global();
             }
         }
 #pragma unroll
@@ -270,10 +267,7 @@ __device__ __forceinline__ void bwd_hopper_dq_direct(uint32_t ds_addr, uint32_t 
         }
         __threadfence();
         named_barrier_sync(1, 256);
-        if (tid == 0) {
-            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(turn + 1))
-                         : "memory");
-        }
+        if (tid == 0) bwd_pass_turn(sem, turn);
     }
 }
 
@@ -416,10 +410,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                                     : bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed);
                 }
                 if (p.deterministic) {
-                    unsigned int seen;
-                    do {
-                        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-                    } while (seen != static_cast<unsigned int>(turn));
+                    bwd_wait_turn(sem, turn);
                     fence_proxy_async_global();
                 }
                 bulk_reduce_add_f32(dst, sdQ + s * (kBM * DK), L::kDqBytes);
@@ -428,9 +419,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                     bulk_wait<0>();
                     fence_proxy_async_global();
                     __threadfence();
-                    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem),
-                                 "r"(static_cast<unsigned int>(turn + 1))
-                                 : "memory");
+                    bwd_pass_turn(sem, turn);
                 } else {
                     bulk_wait_read<0>();
                 }

@@ -181,6 +181,24 @@ __device__ __forceinline__ int bwd_turn(const BwdParams& p, int n, int qblk, boo
     return n_max - n;
 }
 
+// Deterministic mode's turns, in both engines: the CTAs adding into one query block's dQ
+// take them through a per-block semaphore, in bwd_turn's (or bwd_rotated_turn's) order.
+// Waits until the semaphore reaches `turn` (acquire: the earlier adders' writes are visible).
+__device__ __forceinline__ void bwd_wait_turn(const unsigned int* sem, int turn) {
+    unsigned int seen;
+    do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+    } while (seen != static_cast<unsigned int>(turn));
+}
+
+// Passes the turn on (release). The caller has made its additions visible first: a
+// __threadfence by every adding thread, and for bulk reductions their completion and a proxy
+// fence.
+__device__ __forceinline__ void bwd_pass_turn(unsigned int* sem, int turn) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(turn + 1))
+                 : "memory");
+}
+
 constexpr float kBwdLog2e = 1.4426950408889634f;
 
 template <int DK, int BM, int BN, int WARPS, int QSTAGES>
@@ -566,12 +584,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         const int turn = p.deterministic ? bwd_turn<CAUSAL, FEATURES, BM, BN>(p, n_blk, qblk, reversed) : 0;
         if (p.deterministic) {
             // Wait for the key blocks that add before this one (bwd_turn's order).
-            if (tid == 0) {
-                unsigned int seen;
-                do {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-                } while (seen != static_cast<unsigned int>(turn));
-            }
+            if (tid == 0) bwd_wait_turn(sem, turn);
             __syncthreads();
         }
         float* dq_rows = dq_acc + (row_base + m0) * p.dq_pitch;
@@ -602,10 +615,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         if (p.deterministic) {
             __threadfence();
             __syncthreads();
-            if (tid == 0) {
-                asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(turn + 1))
-                             : "memory");
-            }
+            if (tid == 0) bwd_pass_turn(sem, turn);
         }
         __syncthreads(); // the next iteration overwrites Pᵀ, dSᵀ and this buffer
     }
