@@ -613,30 +613,52 @@ fn check_gradient(out: &[f32], emu: &[f64], want: &[f64], dt: DType, what: &str)
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gradients_match_the_cpu_path_and_the_tolerance_rule() -> R<()> {
+    check_gradients(D, &SHAPES, &LAYOUTS)
+}
+
+/// D = 256: on sm_90 the backward runs the wgmma kernel's split-column CTAs (64 keys, each
+/// warpgroup half the head dim), through candle's autograd like every other head dim.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gradients_at_head_dim_256_match_the_cpu_path() -> R<()> {
+    check_gradients(
+        256,
+        &[(1, 150, 200, 4, 2)],
+        &[Layout::Contiguous, Layout::Transposed],
+    )
+}
+
+/// The body of the gradient tests: every shape, dtype, layout and causal mode at head dim `d`.
+fn check_gradients(
+    d: usize,
+    shapes: &[(usize, usize, usize, usize, usize)],
+    layouts: &[Layout],
+) -> R<()> {
     use attn_ref::reference::backward::backward_emulated;
     use attn_ref::{AttnShape, Problem};
     let dev = gpu();
     let stream = dev.as_cuda_device()?.cuda_stream();
-    let scale = 1.0 / (D as f32).sqrt();
-    for (si, &(b, sq, sk, hq, hkv)) in SHAPES.iter().enumerate() {
+    let scale = 1.0 / (d as f32).sqrt();
+    for (si, &(b, sq, sk, hq, hkv)) in shapes.iter().enumerate() {
         for dt in DTYPES {
             let storage = if dt == DType::F16 {
                 attn_ref::Dtype::F16
             } else {
                 attn_ref::Dtype::Bf16
             };
-            for layout in LAYOUTS {
+            for &layout in layouts {
                 for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
                     let seed = 500 + 10 * si as u64;
-                    let what =
-                        format!("{dt:?} {layout:?} {causal:?} b{b} sq{sq} sk{sk} hq{hq} hkv{hkv}");
-                    let [(qg, q), (qc, qcv)] = var_views((b, sq, hq, D), dt, layout, seed, &dev)?;
+                    let what = format!(
+                        "{dt:?} {layout:?} {causal:?} b{b} sq{sq} sk{sk} hq{hq} hkv{hkv} d{d}"
+                    );
+                    let [(qg, q), (qc, qcv)] = var_views((b, sq, hq, d), dt, layout, seed, &dev)?;
                     let [(kg, k), (kc, kcv)] =
-                        var_views((b, sk, hkv, D), dt, layout, seed + 1, &dev)?;
+                        var_views((b, sk, hkv, d), dt, layout, seed + 1, &dev)?;
                     let [(vg, v), (vc, vcv)] =
-                        var_views((b, sk, hkv, D), dt, layout, seed + 2, &dev)?;
+                        var_views((b, sk, hkv, d), dt, layout, seed + 2, &dev)?;
                     // dO: random, representable in `dt`.
-                    let w = tensor((b, sq, hq, D), dt, Layout::Contiguous, seed + 3, &dev)?;
+                    let w = tensor((b, sq, hq, d), dt, Layout::Contiguous, seed + 3, &dev)?;
                     let op = FlashAttn::new(scale).causal(causal);
                     let grads = |out: Tensor,
                                  w: &Tensor,
@@ -686,7 +708,7 @@ fn gradients_match_the_cpu_path_and_the_tolerance_rule() -> R<()> {
                         [&qcv, &kcv, &vcv],
                     )?;
 
-                    let p = Problem::new(AttnShape::new(b, hq, hkv, sq, sk, D)?, causal)
+                    let p = Problem::new(AttnShape::new(b, hq, hkv, sq, sk, d)?, causal)
                         .with_scale(f64::from(scale))?;
                     let (qh, kh, vh, doh) = (bhsd(&q)?, bhsd(&k)?, bhsd(&v)?, bhsd(&w)?);
                     let r = attn_ref::reference::backward(&p, &qh, &kh, &vh, &doh)?;

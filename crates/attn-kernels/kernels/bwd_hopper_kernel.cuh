@@ -65,7 +65,8 @@
 namespace attn {
 
 template <int DK> struct HopperBwdLayout {
-    // D = 256 (FlashAttention-3's hdim-256 backward also drops to 64 keys): the two consumer
+    // D = 256 (FlashAttention-3's hdim-256 backward also takes small blocks there, 64 queries
+    // × 80 keys, and splits S/dP between its warpgroups instead): the two consumer
     // warpgroups share one block of 64 keys, and each owns half of the head dim in dK, dV and
     // dQ, so its accumulators are the D = 128 kernel's (64 keys × 128 columns each). Both
     // compute the same Sᵀ and dPᵀ (64 × 64 over 256 columns): 7 GEMM units per block instead
@@ -80,7 +81,7 @@ template <int DK> struct HopperBwdLayout {
     static constexpr int kThreads = 384; // two consumer warpgroups, then the producer's
     // Q/dO stages (and dSᵀ tiles, dQ staging buffers): three at D = 64, where they fit (183 KB),
     // so the consumers can run two tiles ahead of the dQ writer; two at D = 128 (231 KB) and
-    // D = 256 (209 KB, no dQ staging).
+    // D = 256 (230 KB, with the warps' dQ staging instead of a tile per stage).
     static constexpr int kStages = DK == 64 ? 3 : 2;
     // Registers after `setmaxnreg`: the launch allocates 168 per thread (64512 for 384
     // threads, __launch_bounds__(384, 1)); the producer warpgroup (a TMA warp and a dQ-writer
