@@ -72,7 +72,7 @@ pub(crate) fn runs_hopper_backward(
         BackwardEngine::MmaSync => Ok(false),
         BackwardEngine::Hopper if can => Ok(true),
         BackwardEngine::Hopper => Err(KernelError::EngineUnavailable(format!(
-            "the wgmma backward runs on sm_90a at head dims 33-64, 97-128 and 193-256 (buckets 64, 128, 256); \
+            "the wgmma backward runs on sm_90a at head dims 33-64, 97-128 and 225-256 (buckets 64, 128, 256); \
              this is sm_{} at bucket {bucket}: use BackwardEngine::Auto or MmaSync",
             arch.nvcc_name()
         ))),

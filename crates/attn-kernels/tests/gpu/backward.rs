@@ -126,10 +126,9 @@ fn check_backward<T: StorageType + attn_ref::Element>(
 /// The engines a head dim runs on: the default, and the mma.sync kernel too where the default
 /// may be the wgmma one (buckets 64, 128 and 256), so an H100 run checks both.
 fn engines_for(head_dim: usize) -> Vec<BackwardEngine> {
-    if (33..=64).contains(&head_dim)
-        || (97..=128).contains(&head_dim)
-        || (193..=256).contains(&head_dim)
-    {
+    use attn_kernels::catalog::{bwd_hopper_bucket, Arch};
+    let bucket = attn_kernels::bucket_for(head_dim).expect("a catalog head dim");
+    if bwd_hopper_bucket(Arch::Sm90a, bucket) {
         vec![BackwardEngine::Auto, BackwardEngine::MmaSync]
     } else {
         vec![BackwardEngine::Auto]
