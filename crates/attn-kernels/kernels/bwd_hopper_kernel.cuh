@@ -212,7 +212,7 @@ __device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, i
 // block's turn while chunk 0 computes (thread 0 waits, the named barrier holds the others),
 // adds, waits for its reductions to complete, and passes the turn on.
 template <typename T, class L, int NO>
-__device__ __forceinline__ void bwd_hopper_dq_direct(uint32_t ds_addr, uint32_t kq_addr, float* __restrict__ dq_acc,
+__device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_t kq_addr, float* __restrict__ dq_acc,
                                                      float* wstage, unsigned int* __restrict__ sems,
                                                      const BwdParams& p, int b, int h, int qblk, int turn, int tid,
                                                      int wi, int lane, float (&acc_dv)[NO][4],
@@ -343,6 +343,12 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     const int rotation = rotated && per_head > 0 ? n_blk % per_head : 0;
     auto head_of = [&](int it) { return kvh * p.group + it / per_head; };
     auto qblk_of = [&](int it) { return i_begin + (it % per_head + per_head - rotation) % per_head; };
+    // This key block's deterministic turn on query block qblk (0 in the default mode).
+    auto turn_of = [&](int qblk) {
+        if (!p.deterministic) return 0;
+        return rotated ? bwd_rotated_turn(n_blk, qblk, (p.kv_len + kBN - 1) / kBN, per_head)
+                       : bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed);
+    };
 
     if (tid == 0) {
         mbar_init(bar_kv, 1);
@@ -405,11 +411,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 mbar_wait(&dq_full[s], (it / kST) & 1);
                 float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
                 unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
-                int turn = 0;
-                if (p.deterministic) {
-                    turn = rotated ? bwd_rotated_turn(n_blk, qblk, (p.kv_len + kBN - 1) / kBN, per_head)
-                                    : bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed);
-                }
+                const int turn = turn_of(qblk);
                 if (p.deterministic) {
                     bwd_wait_turn(sem, turn);
                     fence_proxy_async_global();
@@ -633,41 +635,37 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
 
         if constexpr (kSplitD) {
             const int qblk = qblk_of(it);
-            int turn = 0;
-            if (p.deterministic) {
-                turn = rotated ? bwd_rotated_turn(n_blk, qblk, (p.kv_len + kBN - 1) / kBN, per_head)
-                                : bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed);
-            }
-            bwd_hopper_dq_direct<T, L>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4), sems,
-                                       p, b, head_of(it), qblk, turn, tid, wi, lane, acc_dv, acc_dk, &empty[s]);
+            bwd_hopper_dq_by_warps<T, L>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4),
+                                         sems, p, b, head_of(it), qblk, turn_of(qblk), tid, wi, lane, acc_dv,
+                                         acc_dk, &empty[s]);
         } else {
-        // dQ[:, half wg] = dS·K[:, half wg] over the block's 128 keys (k-step: 16 keys).
-        float acc_dq[kNQ][4];
-        wgmma_fence();
+            // dQ[:, half wg] = dS·K[:, half wg] over the block's 128 keys (k-step: 16 keys).
+            float acc_dq[kNQ][4];
+            wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk)
-            Wgmma16<T, L::kNQ>::ss_tt(acc_dq, wgmma_desc_mn128(ds_addr + kk * 16 * 128, kBN * 128),
-                                      wgmma_desc_mn128(kq_addr + kk * 16 * 128, kBN * 128), kk > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc_dq);
-        wgmma_fence_operands(acc_dv);
-        wgmma_fence_operands(acc_dk);
-        if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with Q/dO stage s
+            for (int kk = 0; kk < kBN / 16; ++kk)
+                Wgmma16<T, L::kNQ>::ss_tt(acc_dq, wgmma_desc_mn128(ds_addr + kk * 16 * 128, kBN * 128),
+                                          wgmma_desc_mn128(kq_addr + kk * 16 * 128, kBN * 128), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc_dq);
+            wgmma_fence_operands(acc_dv);
+            wgmma_fence_operands(acc_dk);
+            if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with Q/dO stage s
 
-        // Stage dQ in the workspace's tile order (16 bytes per n-tile and thread) for the
-        // writer, once its reduce of block it − 2 has read the buffer.
-        mbar_wait(&dq_empty[s], phase ^ 1);
-        float* stage = sdQ + s * (kBM * DK) + wg * kBM * L::kNQ;
+            // Stage dQ in the workspace's tile order (16 bytes per n-tile and thread) for the
+            // writer, once its reduce of block it − 2 has read the buffer.
+            mbar_wait(&dq_empty[s], phase ^ 1);
+            float* stage = sdQ + s * (kBM * DK) + wg * kBM * L::kNQ;
 #pragma unroll
-        for (int n = 0; n < kNQ; ++n) {
-            *reinterpret_cast<float4*>(stage + ((wi * kNQ + n) * 32 + lane) * 4) =
-                make_float4(acc_dq[n][0] * p.scale, acc_dq[n][1] * p.scale, acc_dq[n][2] * p.scale,
-                            acc_dq[n][3] * p.scale);
-        }
-        fence_proxy_async_smem();
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&dq_full[s]);
+            for (int n = 0; n < kNQ; ++n) {
+                *reinterpret_cast<float4*>(stage + ((wi * kNQ + n) * 32 + lane) * 4) =
+                    make_float4(acc_dq[n][0] * p.scale, acc_dq[n][1] * p.scale, acc_dq[n][2] * p.scale,
+                                acc_dq[n][3] * p.scale);
+            }
+            fence_proxy_async_smem();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&dq_full[s]);
         }
     }
 

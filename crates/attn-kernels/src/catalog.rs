@@ -1245,9 +1245,12 @@ pub const fn bwd_hopper_smem_bytes(bucket: usize) -> usize {
     let block_n = bwd_hopper_block_n(bucket);
     let k = block_n * bucket * 2;
     let q = 64 * bucket * 2;
-    let dq = if bucket == 256 { 0 } else { 64 * bucket * 4 };
-    // D = 256: 2 KiB of dQ staging per consumer warp instead.
-    let dq_warps = if bucket == 256 { 8 * 2048 } else { 0 };
+    // A dQ tile per stage, or (D = 256, the split-column CTAs) 2 KiB per consumer warp.
+    let (dq, dq_warps) = if bucket == 256 {
+        (0, 8 * 2048)
+    } else {
+        (64 * bucket * 4, 0)
+    };
     let stages = if bucket == 64 { 3 } else { 2 };
     1024 + 2 * k
         + stages * (2 * q + block_n * 128 + dq + 2 * 64 * 4)
