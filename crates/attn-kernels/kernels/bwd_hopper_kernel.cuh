@@ -599,23 +599,22 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         acc_to_a_frags<T, kNS>(sa, acc_dp);
 
         // dV += Pᵀ·dO, dK += dSᵀ·Q (k-step kk: queries 16kk.., 16 rows of 128 bytes).
-        wgmma_fence_operands(acc_dv);
-        wgmma_fence_operands(acc_dk);
-        wgmma_fence();
+        auto issue_dv = [&] {
 #pragma unroll
-        for (int kk = 0; kk < kKS; ++kk)
-            Wgmma16<T, L::kNO>::rs(acc_dv, pa[kk], wgmma_desc_mn128(do_addr + qcol_off + kk * 16 * 128, kBM * 128));
+            for (int kk = 0; kk < kKS; ++kk)
+                Wgmma16<T, L::kNO>::rs(acc_dv, pa[kk], wgmma_desc_mn128(do_addr + qcol_off + kk * 16 * 128, kBM * 128));
+        };
+        auto issue_dk = [&] {
 #pragma unroll
-        for (int kk = 0; kk < kKS; ++kk)
-            Wgmma16<T, L::kNO>::rs(acc_dk, sa[kk], wgmma_desc_mn128(q_addr + qcol_off + kk * 16 * 128, kBM * 128));
-        wgmma_commit();
-
+            for (int kk = 0; kk < kKS; ++kk)
+                Wgmma16<T, L::kNO>::rs(acc_dk, sa[kk], wgmma_desc_mn128(q_addr + qcol_off + kk * 16 * 128, kBM * 128));
+        };
         // dSᵀ into shared memory (tile s), one 128-byte swizzled row of 64 queries per key: the
         // MN-major A operand of dQ. Rows 8 apart share no bank (chunk n ^ row). Its last
         // readers, the dQ MMAs of block it − 2, finished before either warpgroup passed the
         // barrier of block it − 1. Split: both warpgroups hold the same dSᵀ; each stores
         // alternate 16-byte chunks.
-        {
+        auto store_ds = [&] {
             unsigned char* tile = sdS + s * L::kDsBytes;
             const int r0 = key_off + wi * 16 + g;
 #pragma unroll
@@ -629,29 +628,45 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                     *reinterpret_cast<uint32_t*>(tile + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = word;
                 }
             }
-        }
-        fence_proxy_async_smem();
-        named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
+            fence_proxy_async_smem();
+        };
 
         if constexpr (kSplitD) {
+            wgmma_fence_operands(acc_dv);
+            wgmma_fence_operands(acc_dk);
+            wgmma_fence();
+            issue_dv();
+            issue_dk();
+            wgmma_commit();
+            store_ds();
+            named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
             const int qblk = qblk_of(it);
             bwd_hopper_dq_by_warps<T, L>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4),
                                          sems, p, b, head_of(it), qblk, turn_of(qblk), tid, wi, lane, acc_dv,
                                          acc_dk, &empty[s]);
         } else {
+            // FlashAttention-3's order (mainloop_bwd_sm90_tma_gmma_ws.hpp): dSᵀ stored, dV
+            // queued, the barrier, then dQ ahead of dK, so dQ's staging for the writer runs
+            // while dK is still in the tensor cores.
+            store_ds();
+            wgmma_fence_operands(acc_dv);
+            wgmma_fence_operands(acc_dk);
+            wgmma_fence();
+            issue_dv();
+            wgmma_commit();
+            named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
+
             // dQ[:, half wg] = dS·K[:, half wg] over the block's 128 keys (k-step: 16 keys).
             float acc_dq[kNQ][4];
-            wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < kBN / 16; ++kk)
                 Wgmma16<T, L::kNQ>::ss_tt(acc_dq, wgmma_desc_mn128(ds_addr + kk * 16 * 128, kBN * 128),
                                           wgmma_desc_mn128(kq_addr + kk * 16 * 128, kBN * 128), kk > 0);
             wgmma_commit();
-            wgmma_wait<0>();
+            issue_dk();
+            wgmma_commit();
+            wgmma_wait<1>(); // dV and dQ
             wgmma_fence_operands(acc_dq);
-            wgmma_fence_operands(acc_dv);
-            wgmma_fence_operands(acc_dk);
-            if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with Q/dO stage s
 
             // Stage dQ in the workspace's tile order (16 bytes per n-tile and thread) for the
             // writer, once its reduce of block it − 2 has read the buffer.
@@ -666,6 +681,10 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             fence_proxy_async_smem();
             __syncwarp();
             if (lane == 0) mbar_arrive(&dq_full[s]);
+            wgmma_wait<0>(); // dK
+            wgmma_fence_operands(acc_dv);
+            wgmma_fence_operands(acc_dk);
+            if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with Q/dO stage s
         }
     }
 
