@@ -201,31 +201,6 @@ __device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, i
     return earlier + n / q_blocks;
 }
 
-// Causal launches: the order the grid's CTAs take their (key block, KV head, batch), longest
-// first, after FlashAttention-3's SingleTileBwdLPTScheduler (hopper/tile_scheduler.hpp). Key
-// block n walks the query blocks from its diagonal on, so block 0 has the most work; the
-// grid's own order (key blocks fastest) starts each head's shortest blocks before the next
-// head's longest, and the last wave ends on long blocks. The CTAs are taken in groups of S
-// heads (S a power of two, so that S heads' Q, dO and dQ workspace, `bytes_per_row` per query
-// row and head, fit in 40 MB of L2), key block major within a group: every head of a group
-// starts its block 0 before any starts block 1. A list-scheduling model of 4,16,4096,128
-// (64 heads × 32 key blocks on 132 SMs) ends 7 % sooner (548 → 512 block-steps).
-// Deterministic launches keep their turn order: a CTA still launches after every CTA of its
-// head whose turn comes before its own (reversed walks count the blocks from the last).
-__device__ __forceinline__ void bwd_lpt_order(const BwdParams& p, int bytes_per_row, int& n, int& kvh, int& b) {
-    const int n_blocks = gridDim.x, heads = gridDim.y, hb_count = gridDim.y * gridDim.z;
-    const int lin = blockIdx.x + n_blocks * (blockIdx.y + gridDim.y * blockIdx.z);
-    const int64_t head_bytes = static_cast<int64_t>(p.q_len) * p.group * bytes_per_row;
-    int group = 1;
-    while (2 * group <= hb_count && 2 * group * head_bytes <= (int64_t{40} << 20)) group *= 2;
-    const int g = lin / (group * n_blocks), r = lin % (group * n_blocks);
-    const int in_group = g < hb_count / group ? group : hb_count % group; // the last group may be short
-    n = r / in_group;
-    const int hb = g * group + r % in_group;
-    kvh = hb % heads;
-    b = hb / heads;
-}
-
 // D = 256 (HopperBwdLayout::kSplitD): this warpgroup's dQ columns, dS·K[:, wg·128 + 64c ..]
 // for chunks c = 0, 1 (32 accumulator registers each, beside dK's and dV's 128), added into
 // the workspace tile in the order the staging buffers of the other buckets use
