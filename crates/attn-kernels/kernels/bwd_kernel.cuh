@@ -370,9 +370,18 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     // the grid is walked in that order too, so every block waited for was dispatched earlier
     // (FlashAttention-3's deterministic backward reverses the key blocks the same way).
     const bool reversed = CAUSAL && p_launch.deterministic;
-    int n_lin = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
-    if constexpr (CAUSAL) bwd_lpt_order(p_launch, 8 * DK, n_lin, kvh, b);
-    const int n_blk = reversed ? gridDim.x - 1 - n_lin : n_lin;
+    // Not in the FEATURES entries, which keep the grid's order: reading the block index
+    // through variables there made the causal entries spill more on sm_80 and sm_90a (ptxas
+    // --check; even without the remapping), and no run timed them.
+    constexpr bool kLpt = CAUSAL && !FEATURES;
+    int lpt_n = 0, lpt_kvh = 0, lpt_b = 0;
+    if constexpr (kLpt) {
+        lpt_n = blockIdx.x, lpt_kvh = blockIdx.y, lpt_b = blockIdx.z;
+        bwd_lpt_order(p_launch, 8 * DK, lpt_n, lpt_kvh, lpt_b);
+    }
+    const int n_blk = kLpt ? (reversed ? gridDim.x - 1 - lpt_n : lpt_n) : (reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+    const int kvh = kLpt ? lpt_kvh : blockIdx.y;
+    const int b = kLpt ? lpt_b : blockIdx.z;
     // FEATURES: this sequence's lengths, alignment and row offsets (seqs.cuh); a key block
     // past its keys has nothing to do (the grid is sized by the longest sequence).
     BwdParams p = p_launch;
