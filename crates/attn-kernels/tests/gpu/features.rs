@@ -268,10 +268,10 @@ fn correctness_features_d128() {
     feature_matrix(128);
 }
 
-/// Softcap where it bites hardest on the kernels' `tanh.approx.f32` (about 2^-11 relative,
-/// which the emulation models as rounding tanh to 11 bits): Gemma 2's c = 50 and a c = 30
-/// whose tanh covers its whole range, so logits reach ±c and the softmax is peaked, at
-/// D = 64 and 128, both dtypes, with and without a causal mask.
+/// Softcap where it bites hardest on the kernels' `tanh.approx.f32` (2^-11 relative by PTX's
+/// bound, 2^-16.5 as measured on the H100; the emulation takes f32 tanh): Gemma 2's c = 50
+/// and a c = 30 whose tanh covers its whole range, so logits reach ±c and the softmax is
+/// peaked, at D = 64 and 128, both dtypes, with and without a causal mask.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_features_softcap_saturating() {

@@ -82,7 +82,7 @@ use std::f32::consts::LOG2_E;
 
 use rayon::prelude::*;
 
-use super::emulate::{forward_emulated, round_tanh, Storage, EMU_BLOCK_N};
+use super::emulate::{forward_emulated, Storage, EMU_BLOCK_N};
 use super::forward;
 use crate::{check_len, AttnError, Element, Problem};
 
@@ -307,8 +307,8 @@ impl<T: Element> HeadInputs<'_, T> {
 /// [`forward_emulated`]:
 /// - window and causal mask: a row's keys are [`Problem::visible_range`] ∩ the tile, so
 ///   tiles are 0-aligned and may be partly masked on either side;
-/// - softcap `c`: the raw score is `t = tanh(S·scale/c)` (f32, through
-///   [`round_tanh`] as the forward's) and the softmax scale becomes
+/// - softcap `c`: the raw score is `t = tanh(S·scale/c)` (f32, as the forward's) and the
+///   softmax scale becomes
 ///   `c`; `dS = P·(dP − D)·(1 − t²)·(scale/c)` in f32 before its rounding (the kernel's
 ///   `dtanh`), with `1 − t²` of the exact tanh, as the kernels compute it, and the final
 ///   factor of dQ and dK in step 5 is `c` instead of `scale`;
@@ -434,10 +434,10 @@ pub fn backward_emulated_with(
                             // before masking and multiplied into dS before its rounding.
                             let mut dtanh = 1.0f32;
                             if let Some(f) = softcap_in {
-                                // P from the forward's tanh (rounded as the kernels'
-                                // tanh.approx); 1 − t² exact, as the kernels' softcap_dtanh.
+                                // P from the forward's tanh; 1 − t² exact, as the kernels'
+                                // softcap_dtanh.
                                 let sech = 1.0 / f64::from(x * f).cosh();
-                                x = round_tanh((x * f).tanh());
+                                x = (x * f).tanh();
                                 dtanh = (sech * sech) as f32 * f;
                             }
                             if let Some(slope) = alibi_h {
