@@ -308,10 +308,9 @@ impl<T: Element> HeadInputs<'_, T> {
 /// - window and causal mask: a row's keys are [`Problem::visible_range`] ∩ the tile, so
 ///   tiles are 0-aligned and may be partly masked on either side;
 /// - softcap `c`: the raw score is `t = tanh(S·scale/c)` (f32, as the forward's) and the
-///   softmax scale becomes
-///   `c`; `dS = P·(dP − D)·(1 − t²)·(scale/c)` in f32 before its rounding (the kernel's
-///   `dtanh`), with `1 − t²` of the exact tanh, as the kernels compute it, and the final
-///   factor of dQ and dK in step 5 is `c` instead of `scale`;
+///   softmax scale becomes `c`; `dS = P·(dP − D)·(1 − t²)·(scale/c)` in f32 before its
+///   rounding (the kernel's `dtanh`), with `1 − t²` of the exact tanh, as the kernels
+///   compute it, and the final factor of dQ and dK in step 5 is `c` instead of `scale`;
 /// - ALiBi: `(slope / softmax scale)·|i + Sk − Sq − j|` subtracted from the raw f32 score;
 /// - sinks: only through LSE (from the emulated forward, which holds the sink); their
 ///   gradient `−Σ exp2(sink·log2 e − LSE₂)·D` is summed in f32 per head, batch by batch,
