@@ -188,7 +188,11 @@ __device__ __forceinline__ void acc_to_a_frags(uint32_t (&a)[NT / 2][4], const f
 // the key block before it, one step ahead; without the rotation all key blocks of a head start
 // on query block 0 together, and the last of 32 starts 31 turns late. Rotating the other way
 // (block n starting at query block n) makes the previous adder key block n + 1, which the grid
-// launches later: run 112 measured that, 6–9 % slower at 2,16,8192,64.
+// launches later: run 112 measured that, 6–9 % slower at 2,16,8192,64. Spacing the starts
+// k = Q / n_blocks apart (k steps of slack per turn) measured within noise (runs 164–165).
+// Deadlock: the first adder on a query block can be a later-launched key block (the wrap), so
+// every key block of a head must be able to be resident at once; the host rotates only then
+// (BwdParams::det_rotated; src/backward.rs `rotated_turns`, whose test simulates the walk).
 // n_blocks is the number of key blocks. This count equals sorting by (step, n) for all
 // n_blocks, Q < 40 (checked exhaustively when written; docs/PERF.md, run 113).
 __device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, int q_blocks) {
@@ -208,15 +212,41 @@ __device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, i
 // n-tiles (2 KiB, contiguous in that order) into its staging buffer `wstage` and lane 0 adds
 // them with one bulk reduction, once the previous one has read the buffer. After chunk 0's
 // wait every GEMM of the block has read Q/dO, so the stage is released there.
-// Deterministic mode (the mma.sync backward's turns, bwd_kernel.cuh): the CTA takes the
-// block's turn while chunk 0 computes (thread 0 waits, the named barrier holds the others),
-// adds, waits for its reductions to complete, and passes the turn on.
-template <typename T, class L, int NO>
+// Deterministic mode (the mma.sync backward's turns, bwd_kernel.cuh): after chunk 0 the CTA
+// takes this block's turn (thread 0 waits, the named barrier holds the others) and adds.
+// Passing a turn on needs the block's reductions to have completed. With DEFER (causal
+// launches, whose turns run in reversed key order) that waits until the next block's chunk 0,
+// which leaves the reductions a block's GEMMs to complete in (run 163, 4,16,4096,256 causal:
+// 1.46× → 1.36–1.41× the default); the turn is passed there, before the next one is waited
+// for, so a CTA never holds a turn while it waits for one. Non-causal walks pass at once:
+// the rotated walk's next adder needs the turn one block later, and deferring cost that chain
+// its slack (run 163: 1.27–1.30× → 1.47×). The caller passes the last pending turn with
+// bwd_hopper_pass_turn after its walk.
+struct PendingTurn {
+    unsigned int* sem = nullptr; // null: nothing to pass
+    int turn = 0;
+};
+
+// Passes `pending` on once this warpgroup pair's bulk reductions have completed (all 256
+// consumer threads call it).
+__device__ __forceinline__ void bwd_hopper_pass_turn(PendingTurn& pending, int tid, int lane) {
+    if (pending.sem == nullptr) return;
+    if (lane == 0) {
+        bulk_wait<0>();
+        fence_proxy_async_global();
+    }
+    __threadfence();
+    named_barrier_sync(1, 256);
+    if (tid == 0) bwd_pass_turn(pending.sem, pending.turn);
+    pending.sem = nullptr;
+}
+
+template <typename T, class L, bool DEFER, int NO>
 __device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_t kq_addr, float* __restrict__ dq_acc,
                                                      float* wstage, unsigned int* __restrict__ sems,
                                                      const BwdParams& p, int b, int h, int qblk, int turn, int tid,
                                                      int wi, int lane, float (&acc_dv)[NO][4],
-                                                     float (&acc_dk)[NO][4], uint64_t* empty) {
+                                                     float (&acc_dk)[NO][4], uint64_t* empty, PendingTurn& pending) {
     constexpr int kBM = L::kBM, kBN = L::kBN, kTilesPerHalf = L::kNQ / 8;
     const int64_t tile_idx = (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
     float* tile = dq_acc + tile_idx * kBM * (2 * L::kNQ) + (tid >> 7) * kBM * L::kNQ;
@@ -237,6 +267,7 @@ __device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_
             wgmma_fence_operands(acc_dk);
             if (lane == 0) mbar_arrive(empty); // this warp is done with Q/dO stage s
             if (p.deterministic) {
+                if constexpr (DEFER) bwd_hopper_pass_turn(pending, tid, lane);
                 if (tid == 0) bwd_wait_turn(sem, turn);
                 named_barrier_sync(1, 256);
                 // The bulk reductions below (async proxy) after the earlier adders' writes.
@@ -262,13 +293,17 @@ __device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_
         }
     }
     if (p.deterministic) {
-        if (lane == 0) {
-            bulk_wait<0>();
-            fence_proxy_async_global();
+        if constexpr (DEFER) {
+            pending = PendingTurn{sem, turn};
+        } else {
+            if (lane == 0) {
+                bulk_wait<0>();
+                fence_proxy_async_global();
+            }
+            __threadfence();
+            named_barrier_sync(1, 256);
+            if (tid == 0) bwd_pass_turn(sem, turn);
         }
-        __threadfence();
-        named_barrier_sync(1, 256);
-        if (tid == 0) bwd_pass_turn(sem, turn);
     }
 }
 
@@ -339,7 +374,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     // query block (non-causal entries without features: see bwd_rotated_turn). The default
     // mode keeps the plain walk, where all key blocks of a head read the same Q/dO block from
     // the L2 at about the same time (run 113 measured it within noise, 0–3 % slower, rotated).
-    const bool rotated = !CAUSAL && !FEATURES && p.deterministic;
+    const bool rotated = !CAUSAL && !FEATURES && p.deterministic && p.det_rotated;
     const int rotation = rotated && per_head > 0 ? n_blk % per_head : 0;
     auto head_of = [&](int it) { return kvh * p.group + it / per_head; };
     auto qblk_of = [&](int it) { return i_begin + (it % per_head + per_head - rotation) % per_head; };
@@ -461,6 +496,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     const int krow = key0 + key_off + wi * 16 + g; // this thread's keys: krow, krow + 8
     mbar_wait(bar_kv, 0);
 
+    PendingTurn pending; // D = 256, deterministic: the turn the last block took, not yet passed on
     for (int it = 0; it < n_iter; ++it) {
         const int s = it % kST;
         const uint32_t phase = (it / kST) & 1;
@@ -641,9 +677,9 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             store_ds();
             named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
             const int qblk = qblk_of(it);
-            bwd_hopper_dq_by_warps<T, L>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4),
+            bwd_hopper_dq_by_warps<T, L, CAUSAL>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4),
                                          sems, p, b, head_of(it), qblk, turn_of(qblk), tid, wi, lane, acc_dv,
-                                         acc_dk, &empty[s]);
+                                         acc_dk, &empty[s], pending);
         } else {
             // FlashAttention-3's order (mainloop_bwd_sm90_tma_gmma_ws.hpp): dSᵀ stored, dV
             // queued, the barrier, then dQ ahead of dK, so dQ's staging for the writer runs
@@ -688,7 +724,9 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         }
     }
 
-    // D = 256: the warp's last bulk reduction must read its staging before the CTA exits.
+    // D = 256: the last block's turn, and the warp's last bulk reduction must read its staging
+    // before the CTA exits.
+    if constexpr (kSplitD && CAUSAL) bwd_hopper_pass_turn(pending, tid, lane);
     if (kSplitD && lane == 0) bulk_wait<0>();
     // dK = scale·dK, dV: this thread's keys krow, krow + 8 × columns 8n + 2t.
     T* dk_head = seq_head_ptr(dk, p.dk_stride, b, kvh, seq_rows.k_row0, packed_k);

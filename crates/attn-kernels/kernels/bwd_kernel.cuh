@@ -56,6 +56,8 @@ struct BwdParams {
     int dq_pitch;      // row pitch of dQaccum (the bucket)
     int q_blocks;      // ceil(q_len / BM): semaphores per (batch, head)
     int deterministic; // take turns on dQaccum
+    int det_rotated;   // deterministic Hopper non-causal walk: rotated turns (bwd_rotated_turn); the host
+                       // sets it only when a head's key blocks can all be resident at once
     float scale_log2;  // softmax scale · log2 e
     float scale;       // softmax scale
     int64_t q_stride[3];

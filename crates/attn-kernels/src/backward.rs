@@ -154,6 +154,7 @@ pub(crate) struct BwdParams {
     dq_pitch: i32,
     q_blocks: i32,
     deterministic: i32,
+    det_rotated: i32,
     scale_log2: f32,
     scale: f32,
     q_stride: [i64; 3],
@@ -188,6 +189,26 @@ pub(crate) struct BwdPlan {
     pub packed: bool,
     /// Rows of LSE, Δ and the dQ workspace: B·Hq·Sq, or Hq·total_q for packed queries.
     pub rows: usize,
+}
+
+/// Whether a deterministic Hopper backward walks its query blocks rotated
+/// (kernels/bwd_hopper_kernel.cuh `bwd_rotated_turn`): non-causal launches of the plain entry
+/// whose `key_blocks` per head all fit on the GPU's `sm_count` SMs at once (one CTA per SM).
+/// Rotated, the first adder on a query block can be a key block the grid launches after the
+/// one that waits for it, so a head whose key blocks cannot all be resident would hang (a
+/// non-causal S ≥ 16 896 at D ≤ 128 on an H100's 132 SMs, S ≥ 8 448 at D = 256); those launches
+/// take the turns in key-block order, where every CTA waits only for ones launched before it.
+pub(crate) fn rotated_turns(
+    deterministic: bool,
+    causal: bool,
+    variant: catalog::BwdHopperVariant,
+    key_blocks: usize,
+    sm_count: usize,
+) -> bool {
+    deterministic
+        && !causal
+        && variant == catalog::BwdHopperVariant::Plain
+        && key_blocks <= sm_count
 }
 
 fn st(s: Strides) -> [i64; 3] {
@@ -304,6 +325,8 @@ pub(crate) fn plan_backward(
         dq_pitch: bucket as i32,
         q_blocks: s.q_len().div_ceil(tile.block_m) as i32,
         deterministic: i32::from(deterministic),
+        // The Hopper launch decides (`rotated_turns`); the mma.sync kernel ignores it.
+        det_rotated: 0,
         // The softmax runs at the forward's scale (the softcap c when there is one).
         scale_log2: (softmax_scale(problem) * std::f64::consts::LOG2_E) as f32,
         // dQ and dK's final factor: the softmax scale, or c with a softcap, whose scale/c
@@ -526,6 +549,13 @@ impl FlashAttention {
                 s.kv_heads() as u32,
                 s.batch() as u32,
             );
+            params.det_rotated = i32::from(rotated_turns(
+                options.deterministic,
+                causal,
+                variant,
+                grid.0 as usize,
+                self.sm_count(),
+            ));
 
             let mut b = stream.launch_builder(&pre);
             b.arg(&op)
@@ -1010,5 +1040,93 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// kernels/bwd_hopper_kernel.cuh's `bwd_rotated_turn`, mirrored: key block n's turn on
+    /// query block q when `n_blocks` rotated key blocks walk `q_blocks` query blocks.
+    fn rotated_turn(n: usize, q: usize, n_blocks: usize, q_blocks: usize) -> usize {
+        let step = (q + n) % q_blocks;
+        let below = |r: usize| (n_blocks / q_blocks) * r + r.min(n_blocks % q_blocks);
+        let a = (q_blocks - q) % q_blocks;
+        let earlier = if a + step <= q_blocks {
+            below(a + step) - below(a)
+        } else {
+            n_blocks - below(a) + below(a + step - q_blocks)
+        };
+        earlier + n / q_blocks
+    }
+
+    /// Runs one head's deterministic walk with `resident` CTA slots filled in launch order, each
+    /// CTA adding when the query block's count reaches its turn; false if it stalls for good.
+    fn walk_completes(n_blocks: usize, q_blocks: usize, resident: usize) -> bool {
+        let mut added = vec![0usize; q_blocks];
+        let mut running: Vec<(usize, usize)> = Vec::new(); // (key block, step)
+        let (mut next, mut done) = (0, 0);
+        while next < n_blocks && running.len() < resident {
+            running.push((next, 0));
+            next += 1;
+        }
+        while done < n_blocks {
+            let mut progress = false;
+            let mut i = 0;
+            while i < running.len() {
+                let (n, step) = running[i];
+                let q = (step + q_blocks - n % q_blocks) % q_blocks;
+                if added[q] == rotated_turn(n, q, n_blocks, q_blocks) {
+                    added[q] += 1;
+                    progress = true;
+                    if step + 1 == q_blocks {
+                        running.swap_remove(i);
+                        done += 1;
+                        if next < n_blocks {
+                            running.push((next, 0));
+                            next += 1;
+                        }
+                        continue;
+                    }
+                    running[i].1 += 1;
+                }
+                i += 1;
+            }
+            if !progress {
+                return false;
+            }
+        }
+        true
+    }
+
+    #[test]
+    fn rotated_turns_are_a_bijection_and_need_the_whole_head_resident() {
+        for n_blocks in 1..=24 {
+            for q_blocks in 1..=40 {
+                // Every query block's turns are 0..n_blocks, each once.
+                for q in 0..q_blocks {
+                    let mut turns: Vec<usize> = (0..n_blocks)
+                        .map(|n| rotated_turn(n, q, n_blocks, q_blocks))
+                        .collect();
+                    turns.sort_unstable();
+                    assert!(
+                        turns.iter().copied().eq(0..n_blocks),
+                        "{n_blocks} {q_blocks} {q}"
+                    );
+                }
+                // All resident: the walk completes.
+                assert!(
+                    walk_completes(n_blocks, q_blocks, n_blocks),
+                    "{n_blocks} {q_blocks}"
+                );
+            }
+        }
+        assert!(walk_completes(132, 264, 132));
+        // More key blocks than slots: the rotated walk hangs, so the host does not rotate.
+        assert!(!walk_completes(133, 266, 132));
+        assert!(!walk_completes(256, 256, 132));
+        assert!(!walk_completes(313, 16, 132));
+        use catalog::BwdHopperVariant as V;
+        assert!(rotated_turns(true, false, V::Plain, 132, 132));
+        assert!(!rotated_turns(true, false, V::Plain, 133, 132));
+        assert!(!rotated_turns(true, true, V::Plain, 8, 132));
+        assert!(!rotated_turns(true, false, V::Features, 8, 132));
+        assert!(!rotated_turns(false, false, V::Plain, 8, 132));
     }
 }
