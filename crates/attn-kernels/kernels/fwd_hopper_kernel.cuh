@@ -43,8 +43,12 @@ namespace attn {
 // FP8: Q and K are E4M3 rows of DK bytes in sub-tiles of one 64- or 128-byte swizzle span
 // (D = 256: two of 128), and V arrives as fp8_prep.cuh's Vᵀ (DK rows of BN key bytes), because
 // 8-bit wgmma has no transposed B.
-template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2> struct HopperFwdLayout {
-    static constexpr int kBM = 64 * CONSUMERS;          // 64 rows per consumer warpgroup
+// KVSPLIT: the two consumers share one 64-row query block and split its key tiles (see
+// fwd_hopper_kernel), so the block is 64 rows and an exchange buffer holds the second
+// consumer's softmax state for the merge.
+template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2, bool KVSPLIT = false>
+struct HopperFwdLayout {
+    static constexpr int kBM = KVSPLIT ? 64 : 64 * CONSUMERS; // 64 rows per consumer warpgroup
     static constexpr int kThreads = 128 * (CONSUMERS + 1); // producer + consumers
     // Registers per thread after `setmaxnreg`: the producer keeps 24, the consumers share the
     // rest of the 64K-register file (multiples of 8: 240 for two, 160 for three).
@@ -57,13 +61,22 @@ template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2> struc
     static constexpr int kQBytes = kBM * kSubTiles * kRowBytes;
     static constexpr int kKBytes = BN * kSubTiles * kRowBytes; // one K stage
     static constexpr int kVBytes = FP8 ? DK * BN : kKBytes;    // one V (FP8: Vᵀ) stage
-    static constexpr int kBarOffset = kQBytes + STAGES * (kKBytes + kVBytes);
+    // KVSPLIT: per thread of a consumer warpgroup, its O accumulator (DK / 2 floats) and m, l
+    // of its two rows, stored float-major so that both warpgroups' threads i meet at one
+    // conflict-free address.
+    static constexpr int kXFloats = KVSPLIT ? DK / 2 + 4 : 0;
+    static constexpr int kXOffset = kQBytes + STAGES * (kKBytes + kVBytes);
+    static constexpr int kBarOffset = kXOffset + kXFloats * 128 * 4;
     // Q full, Q empty; K full, V full, K empty, V empty per stage.
     static constexpr int kBarriers = 2 + 4 * STAGES;
     // 1024 bytes of slack for aligning the base; the launcher's size (src/catalog.rs
     // `hopper_smem_bytes`) is this.
     static constexpr int kSmemBytes = 1024 + kBarOffset + 8 * kBarriers;
     static constexpr int kConsumerWarps = 4 * CONSUMERS;
+    // Warps that read (and release) each K/V stage: every consumer's, or one warpgroup's
+    // under KVSPLIT.
+    static constexpr int kTileWarps = KVSPLIT ? 4 : kConsumerWarps;
+    static_assert(!KVSPLIT || (CONSUMERS == 2 && !FP8), "KVSPLIT: two f16/bf16 consumer warpgroups");
     static_assert(CONSUMERS == 2 || CONSUMERS == 3, "two or three consumer warpgroups");
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets are multiples of 32 up to 256");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and TMA box rows");
@@ -199,7 +212,7 @@ __device__ __forceinline__ HopperItem hopper_item(int w, const HopperSched& sche
 // item's Q loads under the last P·V and the epilogue, which in these entries stores O from
 // registers rather than staging it in the Q tile.
 template <typename T, int DK, int BN, int STAGES, bool CAUSAL, bool PINGPONG, bool INTRA, bool FP8,
-          bool FEATURES = false, int CONSUMERS = 2, bool SEQS = false, bool PERSISTENT = false>
+          bool FEATURES = false, int CONSUMERS = 2, bool SEQS = false, bool PERSISTENT = false, bool KVSPLIT = false>
 __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __restrict__ lse, const TmaDesc* tma_q,
                                                   const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const float* __restrict__ q_scale,
@@ -207,7 +220,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                                                   const float* __restrict__ v_scale, const FwdParams& p_in,
                                                   const HopperSched& sched) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using L = HopperFwdLayout<DK, BN, STAGES, FP8, CONSUMERS>;
+    using L = HopperFwdLayout<DK, BN, STAGES, FP8, CONSUMERS, KVSPLIT>;
     constexpr int kBM = L::kBM;
     constexpr int kNT = BN / 8;
     constexpr int kNO = DK / 8;
@@ -240,6 +253,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     // bytes), so that causal grids keep the hardware's dynamic order of their uneven blocks.
     constexpr bool kPersistent = PERSISTENT;
     static_assert(!(PERSISTENT && kSeqs), "sequence and feature entries run one item per CTA");
+    // KVSPLIT (small grids, where a CTA's chain of key tiles is the launch's critical path):
+    // both consumers take the block's 64 query rows, consumer c the key tiles j ≡ c (mod 2),
+    // each with its own O, m and l, so a block's chain of dependent tiles is half as long and
+    // the grid has twice the CTAs; at the end the second consumer hands its state to the first
+    // through shared memory, which merges the two as split-KV's combine does (FlashAttention's
+    // split-KV, here inside one CTA) and writes the output. Dense launches only, no ping-pong
+    // (the consumers' GEMMs are independent).
+    static_assert(!KVSPLIT || (!kSeqs && !PINGPONG && !PERSISTENT), "KVSPLIT: dense, one item per CTA, no ping-pong");
     const int warpgroup = threadIdx.x >> 7;
     if (static_cast<int>(blockIdx.x) >= sched.items) return; // no work (an empty launch's one CTA)
     FwdParams seq_p = p_in;
@@ -261,8 +282,8 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full_k[s], 1);
             mbar_init(&full_v[s], 1);
-            mbar_init(&empty_k[s], L::kConsumerWarps);
-            mbar_init(&empty_v[s], L::kConsumerWarps);
+            mbar_init(&empty_k[s], L::kTileWarps);
+            mbar_init(&empty_v[s], L::kTileWarps);
         }
         mbar_fence_init();
     }
@@ -408,7 +429,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     const int warp_row0 = ((threadIdx.x >> 5) & 3) * 16; // this warp's rows within its 64
     const int g = lane >> 2;
     const int t = lane & 3;
-    const uint32_t q_addr = smem_addr(sQ) + cw * 64 * L::kRowBytes;
+    const uint32_t q_addr = smem_addr(sQ) + (KVSPLIT ? 0 : cw * 64 * L::kRowBytes);
     // PINGPONG: consumer cw waits for its turn on my_bar and hands it to the next one.
     const int my_bar = kBarSchedBase + cw;
     const int other_bar = kBarSchedBase + (cw + 1 == CONSUMERS ? 0 : cw + 1);
@@ -423,7 +444,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         const SeqRows rows = item.rows;
         const int q_batch = kSeqs && p.seqs.cu_q != nullptr ? 0 : b; // packed: one batch of rows
         const int kvh = h / p.group;
-        const int row_base = m0 + cw * 64;
+        const int row_base = KVSPLIT ? m0 : m0 + cw * 64;
         const int lim_block = visible_keys<CAUSAL>(m0, p);
         const int lim_lo = visible_keys<CAUSAL>(row_base + warp_row0 + g, p);
         const int lim_hi = visible_keys<CAUSAL>(row_base + warp_row0 + g + 8, p);
@@ -559,8 +580,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             }
         };
 
+        // This consumer's key tiles j = J(i), i < my_tiles: all of the item's, or under KVSPLIT
+        // every second one from j = cw.
+        constexpr int kJStep = KVSPLIT ? 2 : 1;
+        const int my_tiles = KVSPLIT ? (n_tiles > cw ? (n_tiles - cw + 1) / 2 : 0) : n_tiles;
+        auto J = [&](int i) { return (KVSPLIT ? cw : 0) + i * kJStep; };
+
         // One iteration: softmax of tile j, then (ordered against the other consumer under
-        // PINGPONG) P·V(j) and, when HAS_NEXT, Q·Kᵀ(j+1) in one commit group. The last iteration
+        // PINGPONG) P·V(j) and, when HAS_NEXT, Q·Kᵀ of the next tile in one commit group. The last iteration
         // is peeled off so that no wgmma sits in a branch (ptxas serializes wgmma on divergent
         // paths, C7520).
         auto iteration = [&](int j, auto has_next) {
@@ -570,47 +597,48 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             convert_p();
             if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
             issue_pv(j, pa, !kHasNext);
-            if constexpr (kHasNext) issue_qk(j + 1);
+            if constexpr (kHasNext) issue_qk(j + kJStep);
             wgmma_commit();
             if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
             wgmma_wait<0>();
             wgmma_fence_operands(acc_o);
             wgmma_fence_operands(acc_s);
             release_v(j);
-            if constexpr (kHasNext) release_k(j + 1);
+            if constexpr (kHasNext) release_k(j + kJStep);
         };
 
         mbar_wait(bar_q, n_items & 1);
-        if (n_tiles > 0) {
+        if (my_tiles > 0) {
             if constexpr (PINGPONG) {
                 if (cw == CONSUMERS - 1) named_barrier_arrive(kBarSchedBase, 256); // consumer 0 goes first
                 named_barrier_sync(my_bar, 256);
             }
-            issue_qk(0);
+            issue_qk(J(0));
             wgmma_commit();
             if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
             wgmma_wait<0>();
             wgmma_fence_operands(acc_s);
-            release_k(0);
+            release_k(J(0));
             if constexpr (INTRA) {
                 // FA3's intra-warpgroup overlap (§3.2): Q·Kᵀ(j+1) and P·V(j) are issued
                 // together and the softmax of tile j+1 runs while P·V(j) still accumulates into
                 // O; O's rescale by the new maxima waits for that MMA.
                 float corr[2];
-                mask_tile(0);
+                mask_tile(J(0));
                 softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain, row_off);
                 convert_p();
-                for (int j = 0; j + 1 < n_tiles; ++j) {
+                for (int i = 0; i + 1 < my_tiles; ++i) {
+                    const int j = J(i), next = j + kJStep;
                     if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
-                    issue_qk(j + 1);
+                    issue_qk(next);
                     wgmma_commit();
-                    issue_pv(j, pa, false); // j + 1 < n_tiles
+                    issue_pv(j, pa, false); // not the item's last tile
                     wgmma_commit();
                     if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
-                    wgmma_wait<1>(); // Q·Kᵀ(j+1) done; P·V(j) may still run
+                    wgmma_wait<1>(); // Q·Kᵀ(next) done; P·V(j) may still run
                     wgmma_fence_operands(acc_s);
-                    release_k(j + 1);
-                    mask_tile(j + 1);
+                    release_k(next);
+                    mask_tile(next);
                     softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain, row_off);
                     schedule_after(softmax.l[1]); // the softmax overlaps P·V(j), see schedule_after
                     wgmma_wait<0>();
@@ -621,16 +649,16 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 }
                 release_q(); // every Q·Kᵀ of the item has completed
                 if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
-                issue_pv(n_tiles - 1, pa, true);
+                issue_pv(J(my_tiles - 1), pa, true);
                 wgmma_commit();
                 if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
                 wgmma_wait<0>();
                 wgmma_fence_operands(acc_o);
-                release_v(n_tiles - 1);
+                release_v(J(my_tiles - 1));
             } else {
-                for (int j = 0; j + 1 < n_tiles; ++j) iteration(j, BoolConst<true>{});
+                for (int i = 0; i + 1 < my_tiles; ++i) iteration(J(i), BoolConst<true>{});
                 release_q(); // every Q·Kᵀ of the item has completed
-                iteration(n_tiles - 1, BoolConst<false>{});
+                iteration(J(my_tiles - 1), BoolConst<false>{});
             }
             // The last consumer's arrivals outnumber consumer 0's waits by the one before the
             // first GEMM: consume it, so no barrier is left half-arrived.
@@ -644,7 +672,49 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         // Every consumer is done reading Q (its last wgmma has completed) before any stages its
         // output in the Q tile. A walking entry stores O from registers instead (below): the Q
         // tile already went back to the producer for the next item.
+        // KVSPLIT: the second consumer leaves its O, m and l for the first around that barrier.
+        float* xbuf = reinterpret_cast<float*>(base + L::kXOffset) + (threadIdx.x & 127);
+        if constexpr (KVSPLIT) {
+            if (cw == 1) {
+#pragma unroll
+                for (int n = 0; n < kNO; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) xbuf[(4 * n + e) * 128] = acc_o[n][e];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    xbuf[(4 * kNO + r) * 128] = softmax.m[r];
+                    xbuf[(4 * kNO + 2 + r) * 128] = softmax.l[r];
+                }
+            }
+        }
         if constexpr (!kPersistent) named_barrier_sync(kBarEpilogue, 128 * CONSUMERS);
+        if constexpr (KVSPLIT) {
+            if (cw == 1) {
+                ring += n_tiles;
+                ++n_items;
+                return;
+            }
+            // Both states scaled to the larger maximum (m is base 2, the same on a row's four
+            // threads; l is this thread's partial sum, reduced by write_output). A consumer
+            // without keys has m = −∞, l = 0 and O = 0, so its factor is 0.
+            float a0[2], a1[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float m1 = xbuf[(4 * kNO + r) * 128];
+                const float l1 = xbuf[(4 * kNO + 2 + r) * 128];
+                const float m_new = fmaxf(softmax.m[r], m1);
+                const float m_use = m_new == -INFINITY ? 0.f : m_new;
+                a0[r] = exp2f(softmax.m[r] - m_use);
+                a1[r] = exp2f(m1 - m_use);
+                softmax.l[r] = softmax.l[r] * a0[r] + l1 * a1[r];
+                softmax.m[r] = m_new;
+            }
+#pragma unroll
+            for (int n = 0; n < kNO; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    acc_o[n][e] = fmaf(acc_o[n][e], a0[e >> 1], xbuf[(4 * n + e) * 128] * a1[e >> 1]);
+        }
         // Packed Q/O: the sequence's rows of batch 0, LSE [Hq, total_q] (seqs.cuh's layouts).
         T* o_head = head_ptr(o, p.o_stride, q_batch, h) + static_cast<int64_t>(rows.q_row0) * p.o_stride[2];
         float* lse_head = nullptr;
@@ -678,13 +748,13 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
 // One extern "C" entry per (dtype, bucket, tile, mode), generated by src/catalog.rs. The three
 // TMA descriptors are __grid_constant__ parameters (TMA reads them from parameter space).
-#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, FEATURES, CONSUMERS, SEQS, PERSIST) \
+#define ATTN_FWD_HOPPER_ENTRY(NAME, T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, FEATURES, CONSUMERS, SEQS, PERSIST, KVSPLIT) \
     extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                              \
         NAME(T* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,   \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v, \
              const attn::FwdParams p, const attn::HopperSched sched) {                                  \
         attn::fwd_hopper_kernel<T, DK, BN, ST, CAUSAL, PINGPONG, INTRA, false, FEATURES, CONSUMERS, SEQS,   \
-                                PERSIST>(                                                               \
+                                PERSIST, KVSPLIT>(                                                      \
             o, lse, &tma_q, &tma_k, &tma_v, nullptr, nullptr, nullptr, p, sched);                       \
     }
 

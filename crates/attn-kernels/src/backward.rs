@@ -790,7 +790,8 @@ mod tests {
         assert_eq!(plan.params.feat, FwdFeatures::OFF);
         assert_eq!(
             std::mem::size_of::<BwdParams>(),
-            56 + 8 * 24 + std::mem::size_of::<FwdFeatures>() + std::mem::size_of::<FwdSeqs>()
+            // 13 ints and 2 floats, padded to the strides' 8-byte alignment.
+            64 + 8 * 24 + std::mem::size_of::<FwdFeatures>() + std::mem::size_of::<FwdSeqs>()
         );
     }
 

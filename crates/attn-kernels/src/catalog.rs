@@ -492,6 +492,10 @@ pub struct HopperTile {
     /// Consumer warpgroups of 64 query rows: 2, or 3 where their accumulators fit 160
     /// registers (FlashAttention-3's 192-row blocks at D ≤ 64).
     pub consumers: usize,
+    /// The two consumers share one block of 64 query rows and split its key tiles, merging
+    /// their softmax states at the end (`KVSPLIT` in kernels/fwd_hopper_kernel.cuh): half the
+    /// chain of dependent tiles per CTA and twice the CTAs, for grids that leave SMs idle.
+    pub kv_split: bool,
 }
 
 const fn ht(block_n: usize, stages: usize, pingpong: bool, intra: bool) -> HopperTile {
@@ -501,6 +505,16 @@ const fn ht(block_n: usize, stages: usize, pingpong: bool, intra: bool) -> Hoppe
         pingpong,
         intra,
         consumers: 2,
+        kv_split: false,
+    }
+}
+
+/// A key-split tile (`HopperTile::kv_split`): two consumers, intra-warpgroup overlap, no
+/// ping-pong.
+const fn htkv(block_n: usize, stages: usize) -> HopperTile {
+    HopperTile {
+        kv_split: true,
+        ..ht(block_n, stages, false, true)
     }
 }
 
@@ -513,9 +527,13 @@ const fn ht3(block_n: usize, stages: usize, pingpong: bool, intra: bool) -> Hopp
 }
 
 impl HopperTile {
-    /// Query rows per CTA: 64 per consumer warpgroup.
+    /// Query rows per CTA: 64 per consumer warpgroup (64 in all for a key-split tile).
     pub const fn block_m(&self) -> usize {
-        64 * self.consumers
+        if self.kv_split {
+            64
+        } else {
+            64 * self.consumers
+        }
     }
 
     /// Threads per CTA: the producer warpgroup and the consumers.
@@ -523,16 +541,18 @@ impl HopperTile {
         128 * (self.consumers + 1)
     }
 
-    /// `wg{block_m}_{block_n}_s{stages}` plus `_pp` for ping-pong and `_ia` for
-    /// intra-warpgroup overlap (e.g. `wg128_128_s2_pp_ia`, `wg192_128_s3`).
+    /// `wg{block_m}_{block_n}_s{stages}` plus `_pp` for ping-pong, `_ia` for
+    /// intra-warpgroup overlap and `_kv` for a key split (e.g. `wg128_128_s2_pp_ia`,
+    /// `wg192_128_s3`, `wg64_128_s4_ia_kv`).
     pub fn name(&self) -> String {
         format!(
-            "wg{}_{}_s{}{}{}",
+            "wg{}_{}_s{}{}{}{}",
             self.block_m(),
             self.block_n,
             self.stages,
             if self.pingpong { "_pp" } else { "" },
-            if self.intra { "_ia" } else { "" }
+            if self.intra { "_ia" } else { "" },
+            if self.kv_split { "_kv" } else { "" }
         )
     }
 }
@@ -553,7 +573,7 @@ pub fn hopper_persistent(
     variant: HopperVariant,
     fp8: bool,
 ) -> bool {
-    if causal || variant != HopperVariant::Dense || tile.consumers != 2 {
+    if causal || variant != HopperVariant::Dense || tile.consumers != 2 || tile.kv_split {
         return false;
     }
     if fp8 {
@@ -572,7 +592,9 @@ pub fn hopper_persistent(
 /// compares: ping-pong, overlap, a third stage, FlashAttention-3's wider tiles (176 keys at
 /// D ≤ 128, 112 at D ≤ 192). A wgmma's N must be a multiple of 8, P·V's k-steps take 16 keys.
 pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
-    const UP_TO_64: [HopperTile; 12] = [
+    // The last: the key-split tile for grids of at most half the SMs (`hopper_default_tile`);
+    // four stages, so that a block of 512 keys loads all its tiles at once.
+    const UP_TO_64: [HopperTile; 13] = [
         ht3(128, 2, true, true),
         ht3(128, 3, false, false),
         ht(128, 3, false, false),
@@ -585,6 +607,7 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
         ht(128, 3, false, true),
         ht(176, 2, false, false),
         ht(176, 2, true, true),
+        htkv(128, 4),
     ];
     const D96: [HopperTile; 4] = [
         ht(128, 2, false, true),
@@ -592,7 +615,9 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
         ht(128, 2, false, false),
         ht(128, 3, false, false),
     ];
-    const D128: [HopperTile; 8] = [
+    // The key-split tiles (`hopper_default_tile`'s small grids): 128 keys in two stages, or 64
+    // keys in four (so that 256 keys load at once); smem does not fit 128 keys in four.
+    const D128: [HopperTile; 10] = [
         ht(128, 2, false, true),
         ht(128, 2, true, true),
         ht(128, 2, false, false),
@@ -601,6 +626,8 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
         ht(128, 3, false, true),
         ht(176, 2, false, false),
         ht(176, 2, true, true),
+        htkv(128, 2),
+        htkv(64, 4),
     ];
     // D = 160 / 192: the 96-key ping-pong tile is the default (run 136, bf16, against the
     // same tile without ping-pong: 4,16,4096,192 1359–1360 → 1304–1313 µs, causal 745–768 →
@@ -651,6 +678,17 @@ pub const HOPPER_D128_WIDE: HopperTile = ht(176, 2, true, true);
 /// never slower. Features on it: [`hopper_feature_tile`].
 pub const HOPPER_128_PINGPONG: HopperTile = ht(128, 2, true, true);
 
+/// The key-split tile of D ≤ 64 ([`HopperTile::kv_split`]): 128 keys in four stages. Against
+/// the 128-row ping-pong tile (H100, f16, CUDA graphs, run 166): 1,8,512,64 8.08 → 5.72 µs
+/// (0.87–0.89× → 0.62× cuDNN's time), causal 8.48 → 6.19; 2,8,512,64 8.21 → 6.23, causal
+/// 8.82 → 6.98.
+pub const HOPPER_KV_SPLIT_64: HopperTile = htkv(128, 4);
+
+/// The bucket's key-split tile, if it has one.
+pub fn hopper_kv_split_tile(bucket: usize) -> Option<HopperTile> {
+    hopper_tiles(bucket).iter().copied().find(|t| t.kv_split)
+}
+
 /// Keys below which a 176-key tile wastes too much of its last tile (S = 512: 3 tiles of 176
 /// for 512 keys) to be the default; the 128-key tile stays there (not timed below 2048).
 pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
@@ -683,6 +721,15 @@ pub fn hopper_default_tile(
 ) -> Option<HopperTile> {
     let tiles = hopper_tiles(bucket);
     let first = *tiles.first()?;
+    let sm = sm_count.max(1);
+    // A grid of 128-row blocks that fills at most half the SMs leaves each block's chain of
+    // key tiles as the launch's critical path: the key-split tile halves the chain and
+    // doubles the CTAs.
+    if let Some(kv) = hopper_kv_split_tile(bucket) {
+        if 2 * q_len.div_ceil(128) * batch_heads <= sm {
+            return Some(kv);
+        }
+    }
     if bucket == 128
         && !causal
         && kv_len >= HOPPER_WIDE_MIN_KEYS
@@ -699,7 +746,6 @@ pub fn hopper_default_tile(
     let (Some(narrow), 3) = (narrow, first.consumers) else {
         return Some(first);
     };
-    let sm = sm_count.max(1);
     let cost = |t: &HopperTile, speed: f64| {
         let ctas = q_len.div_ceil(t.block_m()) * batch_heads;
         ctas.div_ceil(sm) as f64 * t.block_m() as f64 / speed
@@ -720,7 +766,13 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
     let sub_tiles = bucket.div_ceil(64);
     let q = tile.block_m() * sub_tiles * 128;
     let kv = tile.block_n * sub_tiles * 128;
-    1024 + q + 2 * tile.stages * kv + 8 * (2 + 4 * tile.stages)
+    // A key split's exchange buffer: O (bucket / 2 floats) and m, l per consumer thread.
+    let exchange = if tile.kv_split {
+        (bucket / 2 + 4) * 128 * 4
+    } else {
+        0
+    };
+    1024 + q + 2 * tile.stages * kv + exchange + 8 * (2 + 4 * tile.stages)
 }
 
 /// The Hopper engine's FP8 (E4M3 in, f16/bf16 out) configs for head dim 64, 128 or 256, the
@@ -1502,10 +1554,11 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                 // The launcher sizes shared memory from the catalog's mirror of the layout.
                 let _ = writeln!(
                     s,
-                    "static_assert(attn::HopperFwdLayout<{d}, {}, {}, false, {}>::kSmemBytes == {}, \"src/catalog.rs hopper_smem_bytes\");",
+                    "static_assert(attn::HopperFwdLayout<{d}, {}, {}, false, {}, {}>::kSmemBytes == {}, \"src/catalog.rs hopper_smem_bytes\");",
                     t.block_n,
                     t.stages,
                     t.consumers,
+                    t.kv_split,
                     hopper_smem_bytes(t, d)
                 );
                 for variant in HopperVariant::ALL.into_iter().filter(|v| v.is_built(d, t)) {
@@ -1514,14 +1567,15 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     for causal in [false, true] {
                         let _ = writeln!(
                             s,
-                            "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {features}, {}, {seqs}, {})",
+                            "ATTN_FWD_HOPPER_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {features}, {}, {seqs}, {}, {})",
                             hopper_entry_name(unit, t, causal, variant),
                             t.block_n,
                             t.stages,
                             t.pingpong,
                             t.intra,
                             t.consumers,
-                            hopper_persistent(d, t, causal, variant, false)
+                            hopper_persistent(d, t, causal, variant, false),
+                            t.kv_split
                         );
                     }
                 }

@@ -743,7 +743,7 @@ mod tests {
     }
 
     #[test]
-    fn small_d64_grids_take_the_128_row_tile() {
+    fn small_d64_grids_take_the_128_row_or_the_key_split_tile() {
         let tile = |b, h, sq| {
             let p = Problem::new(AttnShape::new(b, h, h, sq, sq, 64).unwrap(), Causal::None);
             plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
@@ -754,15 +754,31 @@ mod tests {
         assert_eq!(wide.consumers, 3);
         // 4,16,4096: 1408 CTAs of 192 rows (11 waves) beat 2048 of 128 (16 waves).
         assert_eq!(tile(4, 16, 4096), wide);
-        // S = 512 and 2,8,2048: both fit in the same waves; 128 rows finish first.
-        for (b, h, sq) in [(1, 8, 512), (2, 8, 512), (2, 8, 2048)] {
+        // 2,8,2048 and 4,8,512: both fit in the same waves; 128 rows finish first.
+        for (b, h, sq) in [(2, 8, 2048), (4, 8, 512)] {
             let t = tile(b, h, sq);
             assert_eq!(
-                (t.consumers, t.block_n, t.pingpong, t.intra),
-                (2, 128, true, true),
+                (t.consumers, t.block_n, t.pingpong, t.intra, t.kv_split),
+                (2, 128, true, true, false),
                 "{b},{h},{sq}"
             );
         }
+        // S = 512 at up to 66 blocks of 128 rows (half the SMs): the key-split tile, 64 rows.
+        for (b, h, sq) in [(1, 8, 512), (2, 8, 512), (1, 33, 256)] {
+            let t = tile(b, h, sq);
+            assert_eq!(t, catalog::HOPPER_KV_SPLIT_64, "{b},{h},{sq}");
+            assert_eq!(t.block_m(), 64);
+        }
+        assert!(!tile(1, 67, 128).kv_split);
+        // Its plan: 64-row blocks; Q, four stages of 128-key K and V, the exchange buffer (O's
+        // 32 floats and m, l per consumer thread) and the barriers.
+        let p = Problem::new(AttnShape::new(1, 8, 8, 512, 512, 64).unwrap(), Causal::None);
+        let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        assert_eq!(plan.grid(), (8, 8, 1));
+        assert_eq!(
+            plan.smem_bytes as usize,
+            1024 + 64 * 128 + 2 * 4 * 128 * 128 + 36 * 128 * 4 + 8 * 18
+        );
         // 8,16,1024: 768 CTAs of 192 rows (6 waves) beat 1024 of 128 (8 waves; run 138).
         assert_eq!(tile(8, 16, 1024), wide);
     }
