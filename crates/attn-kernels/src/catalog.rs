@@ -615,9 +615,10 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
         ht(128, 2, false, false),
         ht(128, 3, false, false),
     ];
-    // The key-split tiles (`hopper_default_tile`'s small grids): 128 keys in two stages, or 64
-    // keys in four (so that 256 keys load at once); smem does not fit 128 keys in four.
-    const D128: [HopperTile; 10] = [
+    // The last: the key-split tile (`hopper_default_tile`'s small grids), 64 keys in four
+    // stages: 128 keys fit only two, one per consumer, and each tile's load then waited for
+    // that consumer's previous tile (run 167: 1,8,1024,128 21.9 µs against 13.6).
+    const D128: [HopperTile; 9] = [
         ht(128, 2, false, true),
         ht(128, 2, true, true),
         ht(128, 2, false, false),
@@ -626,7 +627,6 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
         ht(128, 3, false, true),
         ht(176, 2, false, false),
         ht(176, 2, true, true),
-        htkv(128, 2),
         htkv(64, 4),
     ];
     // D = 160 / 192: the 96-key ping-pong tile is the default (run 136, bf16, against the
@@ -681,10 +681,16 @@ pub const HOPPER_128_PINGPONG: HopperTile = ht(128, 2, true, true);
 /// The key-split tile of D ≤ 64 ([`HopperTile::kv_split`]): 128 keys in four stages. Against
 /// the 128-row ping-pong tile (H100, f16, CUDA graphs, run 166): 1,8,512,64 8.08 → 5.72 µs
 /// (0.87–0.89× → 0.62× cuDNN's time), causal 8.48 → 6.19; 2,8,512,64 8.21 → 6.23, causal
-/// 8.82 → 6.98.
+/// 8.82 → 6.98; 1,8,1024,64 13.1 → 8.8 (run 167). Past the rule's bound it loses:
+/// 4,8,512,64 (128 blocks of 128 rows) 9.6 → 12.7.
 pub const HOPPER_KV_SPLIT_64: HopperTile = htkv(128, 4);
 
-/// The bucket's key-split tile, if it has one.
+/// The key-split tile of D = 128: 64 keys in four stages (run 167, CUDA graphs: 1,8,512,128
+/// 7.9–8.1 µs, 0.66–0.69× cuDNN's time; 2,8,512,128 9.4–9.6, 0.71–0.76×; 1,8,1024,128 13.6;
+/// the 128-key two-stage key split took 9.0, 10.9 and 21.9).
+pub const HOPPER_KV_SPLIT_128: HopperTile = htkv(64, 4);
+
+/// The bucket's key-split tile, if it has one (buckets 32, 64 and 128).
 pub fn hopper_kv_split_tile(bucket: usize) -> Option<HopperTile> {
     hopper_tiles(bucket).iter().copied().find(|t| t.kv_split)
 }

@@ -770,6 +770,10 @@ mod tests {
             assert_eq!(t.block_m(), 64);
         }
         assert!(!tile(1, 67, 128).kv_split);
+        assert_eq!(
+            catalog::hopper_kv_split_tile(128),
+            Some(catalog::HOPPER_KV_SPLIT_128)
+        );
         // Its plan: 64-row blocks; Q, four stages of 128-key K and V, the exchange buffer (O's
         // 32 floats and m, l per consumer thread) and the barriers.
         let p = Problem::new(AttnShape::new(1, 8, 8, 512, 512, 64).unwrap(), Causal::None);
