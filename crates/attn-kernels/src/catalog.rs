@@ -700,9 +700,11 @@ pub fn hopper_kv_split_tile(bucket: usize) -> Option<HopperTile> {
 pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
 
 /// The Hopper tile an unpinned launch of `bucket` runs for `q_len` query rows in
-/// `batch_heads` (batch × query heads) blocks of rows on `sm_count` SMs: the bucket's default,
-/// except that at D ≤ 64 the 192-row default gives way to the 128-row ping-pong tile when a
-/// wave model says its grid finishes first (the three-stage tile until run 138, f16, µs:
+/// `batch_heads` (batch × query heads) blocks of rows on `sm_count` SMs: the bucket's key-split
+/// tile ([`hopper_kv_split_tile`], D ≤ 64 and D = 128) when a grid of 128-row blocks would
+/// fill at most half the SMs (run 166–167; past that bound it lost, 4,8,512,64 9.6 → 12.7 µs);
+/// else the bucket's default, except that at D ≤ 64 the 192-row default gives way to the
+/// 128-row ping-pong tile when a wave model says its grid finishes first (the three-stage tile until run 138, f16, µs:
 /// 1,8,512,64 8.7–8.8 → 8.2, causal 9.3–9.4 → 8.4–8.5, 2,8,2048,64 52.5 → 49.8–50.0, causal
 /// 47.3–47.4 → 43.3–43.7). One CTA runs per SM for both (registers), so
 /// time ∝ waves × rows per CTA ÷ per-row speed; small grids (S = 512, or 2×8×2048) lose to
