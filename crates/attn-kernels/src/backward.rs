@@ -196,7 +196,7 @@ pub(crate) struct BwdPlan {
 /// whose `key_blocks` per head all fit on the GPU's `sm_count` SMs at once (one CTA per SM).
 /// Rotated, the first adder on a query block can be a key block the grid launches after the
 /// one that waits for it, so a head whose key blocks cannot all be resident would hang (a
-/// non-causal S ≥ 16 896 at D ≤ 128 on an H100's 132 SMs, S ≥ 8 448 at D = 256); those launches
+/// non-causal S > 16 896 at D ≤ 128 on an H100's 132 SMs, S > 8 448 at D = 256); those launches
 /// take the turns in key-block order, where every CTA waits only for ones launched before it.
 pub(crate) fn rotated_turns(
     deterministic: bool,
