@@ -755,10 +755,9 @@ fn run_sdpa(
         .collect();
     let spec_path = args.out_dir.join("sdpa_spec.json");
     std::fs::write(&spec_path, serde_json::to_string_pretty(&spec)?)?;
-    let script = args.out_dir.join("sdpa_bench.py");
-    std::fs::write(&script, SDPA_SCRIPT)?;
-    let status = Command::new("python3")
-        .arg(&script)
+    // The script goes in on stdin (`python3 -`), so the output directory holds results only.
+    let mut child = Command::new("python3")
+        .arg("-")
         .arg("--spec")
         .arg(&spec_path)
         .arg("--out-dir")
@@ -767,8 +766,17 @@ fn run_sdpa(
         .arg(args.warmup.to_string())
         .arg("--samples")
         .arg(args.samples.to_string())
-        .status()
+        .stdin(std::process::Stdio::piped())
+        .spawn()
         .context("running python3 (the SDPA baseline needs python3 with torch)")?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().context("python3's stdin")?;
+        stdin
+            .write_all(SDPA_SCRIPT.as_bytes())
+            .context("writing the SDPA script to python3")?;
+    }
+    let status = child.wait().context("waiting for python3")?;
     if !status.success() {
         bail!("the SDPA baseline script failed ({status})");
     }
