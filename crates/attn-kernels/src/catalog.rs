@@ -607,7 +607,7 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
         ht(128, 3, false, true),
         ht(176, 2, false, false),
         ht(176, 2, true, true),
-        htkv(128, 4),
+        HOPPER_KV_SPLIT_64,
     ];
     const D96: [HopperTile; 4] = [
         ht(128, 2, false, true),
@@ -627,7 +627,7 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
         ht(128, 3, false, true),
         ht(176, 2, false, false),
         ht(176, 2, true, true),
-        htkv(64, 4),
+        HOPPER_KV_SPLIT_128,
     ];
     // D = 160 / 192: the 96-key ping-pong tile is the default (run 136, bf16, against the
     // same tile without ping-pong: 4,16,4096,192 1359–1360 → 1304–1313 µs, causal 745–768 →
@@ -734,7 +734,7 @@ pub fn hopper_default_tile(
     // key tiles as the launch's critical path: the key-split tile halves the chain and
     // doubles the CTAs.
     if let Some(kv) = hopper_kv_split_tile(bucket) {
-        if 2 * q_len.div_ceil(128) * batch_heads <= sm {
+        if 2 * q_len.div_ceil(HOPPER_128_PINGPONG.block_m()) * batch_heads <= sm {
             return Some(kv);
         }
     }
