@@ -10,9 +10,9 @@
 // flight; four CTAs per SM (128 threads, 48 KiB of shared memory, ≤ 128 registers up to 4
 // rows) keep ~128 KiB per SM in flight, several times what hides DRAM latency.
 //
-// The per-stage math is a policy: DecodeFma below (f16/bf16 caches, and E4M3 caches at
-// buckets 96 and 160-256), or decode_tc.cuh's DecodeTc — both GEMMs on tensor cores — for an
-// E4M3 cache at D = 32/64/128, where the FMA stage was issue-bound (docs/PERF.md).
+// The per-stage math is a policy: DecodeFma below (buckets 96 and 160-256), or decode_tc.cuh's
+// tensor-core stages — both GEMMs on mma.sync — at D = 32/64/128: DecodeTc for an E4M3 cache,
+// DecodeTc16 for an f16/bf16 one. The FMA stage was issue-bound there (docs/PERF.md).
 //
 // KV8: K/V are E4M3 codes (an FP8 KV cache, kv_fp8.cuh's format): half the bytes per stage,
 // widened exactly in registers (sm_89+'s cvt.f16x2.e4m3x2; fp8.cuh's integer trick on
@@ -44,7 +44,11 @@ struct DecodeConfig {
     // ~16 KiB of K and V per stage (8 KiB each), a whole number of keys per group.
     static constexpr int kKeysPerGroupRaw = 8192 / kRowBytes / kGroups;
     static constexpr int kKeysPerGroup = kKeysPerGroupRaw < 1 ? 1 : kKeysPerGroupRaw;
-    static constexpr int kKeys = kKeysPerGroup * kGroups;
+    // The tensor-core stages (decode_tc.cuh) at D = 32/64/128: each of the four warps takes
+    // whole 16-key blocks of a stage, so a stage holds at least 64 keys (32 KiB of f16 K and V
+    // at D = 128); their ring rows are chunk-swizzled.
+    static constexpr bool kTensorCores = DK == 32 || DK == 64 || DK == 128;
+    static constexpr int kKeys = kTensorCores && kKeysPerGroup * kGroups < 64 ? 64 : kKeysPerGroup * kGroups;
     static constexpr int kStages = 3;
     static constexpr int kStageBytes = 2 * kKeys * kRowBytes;
     // The copies of one stage's K (or V) tile per thread.
@@ -54,14 +58,13 @@ struct DecodeConfig {
     static constexpr int kMergeBytes = (kGroups * ROWS * DK + 3 * kGroups * ROWS) * 4;
     static constexpr int kSmemBytes =
         kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes;
-    // The tensor-core stage (decode_tc.cuh) for E4M3 caches where a warp's share of a stage
-    // is whole 16-key blocks; its ring rows are chunk-swizzled.
-    static constexpr bool kTensorCores = KV8 && (DK == 32 || DK == 64 || DK == 128);
-    static constexpr int kSwizzle = kTensorCores ? (DK / 16 < 8 ? DK / 16 : 8) - 1 : 0; // DecodeTc's
+    static constexpr int kSwizzle = kTensorCores ? (kChunks < 8 ? kChunks : 8) - 1 : 0; // DecodeTc's, DecodeTc16's
     static_assert(!kTensorCores || kKeys % 64 == 0, "whole 16-key blocks per warp");
     // CTAs per SM the launch bounds promise: four (128 registers), except the FMA stage's
-    // eight-row entries, whose Q and O alone are 128 f32 registers (catalog.rs mirrors this).
-    static constexpr int kMinBlocks = kTensorCores || ROWS <= 4 ? 4 : 2;
+    // eight-row entries, whose Q and O alone are 128 f32 registers, and the f16/bf16
+    // tensor-core entries at D = 128, whose 96 KiB ring lets only two fit anyway (at 128
+    // registers their copies' page lookups spilled) (catalog.rs mirrors this).
+    static constexpr int kMinBlocks = kTensorCores ? (!KV8 && DK == 128 ? 2 : 4) : ROWS <= 4 ? 4 : 2;
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets");
     static_assert(ROWS >= 1 && ROWS <= 8, "decode rows");
     static_assert(!KV8 || DK % 16 == 0, "E4M3 rows are read in 16-byte chunks");
@@ -231,11 +234,14 @@ template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
     }
 };
 
-// DecodeTc (decode_tc.cuh) behind DecodeFma's interface: one group per warp, 16-key blocks.
-template <typename T, int DK, int ROWS> struct DecodeTcStage : DecodeTc<T, DK, ROWS> {
-    using Base = DecodeTc<T, DK, ROWS>;
+// A tensor-core stage (decode_tc.cuh: DecodeTc, or DecodeTc16) behind DecodeFma's interface:
+// one group per warp, 16-key blocks.
+template <typename T, bool KV8, int DK, int ROWS>
+struct DecodeTcStage : std::conditional_t<KV8, DecodeTc<T, DK, ROWS>, DecodeTc16<T, DK, ROWS>> {
+    using Base = std::conditional_t<KV8, DecodeTc<T, DK, ROWS>, DecodeTc16<T, DK, ROWS>>;
     static constexpr int kGroups = 4; // warps of the 128-thread CTA
-    static constexpr int kBlocks = DecodeConfig<T, true, DK, ROWS>::kKeys / (16 * kGroups);
+    static constexpr int kBlocks = DecodeConfig<T, KV8, DK, ROWS>::kKeys / (16 * kGroups);
+    static_assert(Base::kSwizzle == DecodeConfig<T, KV8, DK, ROWS>::kSwizzle, "the ring's swizzle");
     static __device__ __forceinline__ int group_of(int tid) { return tid / 32; }
 
     __device__ __forceinline__ float load_q(const T* q_head, int64_t row_stride, int q_len, int head_dim, int tid) {
@@ -260,7 +266,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
                                               const FwdParams& launch_p) {
     using Cfg = DecodeConfig<T, KV8, DK, ROWS>;
     using KV = typename Cfg::KV;
-    using Stage = std::conditional_t<Cfg::kTensorCores, DecodeTcStage<T, DK, ROWS>, DecodeFma<T, KV8, DK, ROWS>>;
+    using Stage = std::conditional_t<Cfg::kTensorCores, DecodeTcStage<T, KV8, DK, ROWS>, DecodeFma<T, KV8, DK, ROWS>>;
     constexpr int kGroups = Stage::kGroups;
     constexpr int kKeys = Cfg::kKeys;
     constexpr int kStages = Cfg::kStages;

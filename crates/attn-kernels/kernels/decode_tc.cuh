@@ -25,6 +25,13 @@
 //   in the scores).
 // The ring's rows are stored with their 16-byte chunks XOR-swizzled by the row (kSwizzle), so
 // the eight rows an lds.128 phase reads land in distinct bank groups at D = 128.
+//
+// DecodeTc16 is the same stage for f16/bf16 caches: the same two MMAs in the cache's type,
+// with K's A fragments by `ldmatrix` and Vᵀ's by `ldmatrix.trans` (no permutation of D, no
+// widening, no Q scale). The FMA stage spent ~75 warp instructions per key of a 4-row GQA
+// group there, and the H200 ran it at 3.3 TB/s against cuDNN's 4.4 (docs/PERF.md, run 170).
+// Both stages share DecodeTcSoftmax: the online softmax of the Sᵀ fragments and Pᵀ's B
+// fragments.
 #pragma once
 #include "fp8.cuh"
 #include "score_mod.cuh"
@@ -55,9 +62,89 @@ template <int BYTES> __device__ __forceinline__ void lds_words(uint32_t* w, cons
     }
 }
 
-// The tensor-core decode state of one warp: Q in B-fragment form, Oᵀ accumulators and the
-// online-softmax state of rows 2c and 2c+1 (c = lane % 4).
-template <typename T, int DK, int ROWS> struct DecodeTc {
+// The online-softmax state both tensor-core stages keep per warp: Oᵀ accumulators (kMmas
+// m16 tiles of D × the 8 query rows) and (m, l) of rows 2c and 2c+1 (c = lane % 4).
+template <int kMmas> struct DecodeTcSoftmax {
+    float acc[kMmas][4]; // Oᵀ tile j: [16 rows of D][rows 2c, 2c+1]
+    float m[2], l[2];    // rows 2c, 2c+1; l is this lane's partial sum until sum_l()
+
+    __device__ __forceinline__ void init() {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            m[r] = -INFINITY;
+            l[r] = 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < kMmas; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+    }
+
+    // Sᵀ fragments s[b][i] (key 16b + g + 8·(i >> 1), row 2c + (i & 1)) of BLOCKS 16-key blocks
+    // from key0: softcap, scale (log2 units), the tail mask at key_hi; the running max and the
+    // rescale of l and O. Returns the max to subtract in m_use (0 for a row with no key yet).
+    template <int BLOCKS>
+    __device__ __forceinline__ void update(float (&s)[BLOCKS][4], int key0, int key_hi, float softcap_in,
+                                           float score_mul, float (&m_use)[2], int lane) {
+        const int g = lane >> 2;
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int b = 0; b < BLOCKS; ++b)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float x = s[b][i];
+                if (softcap_in != 0.f) x = softcap_tanh(x * softcap_in);
+                x *= score_mul;
+                if (key0 + 16 * b + g + 8 * (i >> 1) >= key_hi) x = -INFINITY;
+                s[b][i] = x;
+                mx[i & 1] = fmaxf(mx[i & 1], x);
+            }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], off));
+            m_use[r] = mx[r] == -INFINITY ? 0.f : mx[r];
+            corr[r] = exp2f(m[r] - m_use[r]);
+            m[r] = mx[r];
+            l[r] *= corr[r];
+        }
+#pragma unroll
+        for (int j = 0; j < kMmas; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[j][i] *= corr[i & 1];
+    }
+
+    // Pᵀ of one block as the B fragments of Oᵀ += Vᵀ·Pᵀ, rounded to P (the MMA's type): the
+    // C layout [key][rows 2c, 2c+1] turned into [row][keys] by `movmatrix.trans`.
+    template <typename P>
+    __device__ __forceinline__ void p_frags(const float (&s)[4], const float (&m_use)[2], uint32_t& b0, uint32_t& b1) {
+        float p[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            p[i] = exp2f(s[i] - m_use[i & 1]);
+            l[i & 1] += p[i];
+        }
+        b0 = movmatrix_trans(StorageTraits<P>::pack(p[0], p[1])); // [key g][rows 2c, 2c+1]
+        b1 = movmatrix_trans(StorageTraits<P>::pack(p[2], p[3])); // [key g+8][rows 2c, 2c+1]
+    }
+
+    // l summed over the eight lanes that share a row.
+    __device__ __forceinline__ void sum_l() {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1) l[r] += __shfl_xor_sync(0xffffffffu, l[r], off);
+    }
+};
+
+// The tensor-core decode state of one warp for an E4M3 cache: Q in B-fragment form and the
+// shared softmax state.
+template <typename T, int DK, int ROWS> struct DecodeTc : DecodeTcSoftmax<DK / 16> {
+    using Softmax = DecodeTcSoftmax<DK / 16>;
+    using Softmax::acc;
+    using Softmax::l;
+    using Softmax::m;
     static_assert(DK == 32 || DK == 64 || DK == 128, "tensor-core decode buckets");
     static_assert(ROWS <= 8, "the query rows are the MMA's N = 8");
     static constexpr int kRowBytes = DK;          // E4M3 codes
@@ -70,8 +157,7 @@ template <typename T, int DK, int ROWS> struct DecodeTc {
     static constexpr int kVLoad = kVBytes < 16 ? kVBytes : 16;
 
     uint32_t q[DK / 8];      // Q[row g][c·D/4 + 2i, +1] as f16x2 (the B fragments, in order)
-    float acc[kMmas][4];     // Oᵀ tile j: [g·D/8 + 2j (+1 for 2,3)][rows 2c, 2c+1]
-    float m[2], l[2];        // rows 2c, 2c+1; l is this lane's partial sum until finish()
+    // acc: Oᵀ tile j holds D rows g·D/8 + 2j (+1 for registers 2, 3), a permutation of D.
 
     // Byte offset of logical byte `off` of stage row `row` (its chunk XOR-swizzled).
     static __device__ __forceinline__ int swz(int row, int off) {
@@ -110,15 +196,7 @@ template <typename T, int DK, int ROWS> struct DecodeTc {
             const __half2 h = __floats2half2_rn(qf[2 * i] * mul, qf[2 * i + 1] * mul);
             q[i] = *reinterpret_cast<const uint32_t*>(&h);
         }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            m[r] = -INFINITY;
-            l[r] = 0.f;
-        }
-#pragma unroll
-        for (int j = 0; j < kMmas; ++j)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+        Softmax::init();
         return __int_as_float((127 - e) << 23);
     }
 
@@ -150,46 +228,13 @@ template <typename T, int DK, int ROWS> struct DecodeTc {
                 mma_f16(s[b], a, q[2 * j], q[2 * j + 1]);
             }
         }
-        // Softcap, scale and the tail mask; s[b][i]: row 2c + (i & 1), key 16b + g + 8·(i >> 1).
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int b = 0; b < BLOCKS; ++b)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float x = s[b][i];
-                if (softcap_in != 0.f) x = softcap_tanh(x * softcap_in);
-                x *= score_mul;
-                if (key0 + 16 * b + g + 8 * (i >> 1) >= key_hi) x = -INFINITY;
-                s[b][i] = x;
-                mx[i & 1] = fmaxf(mx[i & 1], x);
-            }
-        float corr[2], m_use[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-#pragma unroll
-            for (int off = 4; off < 32; off <<= 1) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], off));
-            m_use[r] = mx[r] == -INFINITY ? 0.f : mx[r];
-            corr[r] = exp2f(m[r] - m_use[r]);
-            m[r] = mx[r];
-            l[r] *= corr[r];
-        }
-#pragma unroll
-        for (int j = 0; j < kMmas; ++j)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[j][i] *= corr[i & 1];
+        float m_use[2];
+        Softmax::template update<BLOCKS>(s, key0, key_hi, softcap_in, score_mul, m_use, lane);
         // Oᵀ += Vᵀ·Pᵀ per block.
 #pragma unroll
         for (int b = 0; b < BLOCKS; ++b) {
-            float p[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                p[i] = exp2f(s[b][i] - m_use[i & 1]);
-                l[i & 1] += p[i];
-            }
-            const __half2 x0 = __floats2half2_rn(p[0], p[1]); // [key g][rows 2c, 2c+1]
-            const __half2 x1 = __floats2half2_rn(p[2], p[3]); // [key g+8][rows 2c, 2c+1]
-            const uint32_t b0 = movmatrix_trans(*reinterpret_cast<const uint32_t*>(&x0));
-            const uint32_t b1 = movmatrix_trans(*reinterpret_cast<const uint32_t*>(&x1));
+            uint32_t b0, b1;
+            Softmax::template p_frags<__half>(s[b], m_use, b0, b1);
             // Columns g·D/8 … of keys 2c, 2c+1, 2c+8, 2c+9, transposed to one word per column
             // holding those four keys' codes (key order = the A fragment's k order).
             const int rk = row0 + 16 * b + 2 * c;
@@ -229,10 +274,7 @@ template <typename T, int DK, int ROWS> struct DecodeTc {
     // and (m, l) per row; l is summed over the eight lanes that share a row first.
     __device__ __forceinline__ void finish(float* o_rows, float* m_rows, float* l_rows, int lane) {
         const int g = lane >> 2, c = lane & 3;
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-            for (int off = 4; off < 32; off <<= 1) l[r] += __shfl_xor_sync(0xffffffffu, l[r], off);
+        Softmax::sum_l();
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int row = 2 * c + r;
@@ -240,6 +282,105 @@ template <typename T, int DK, int ROWS> struct DecodeTc {
 #pragma unroll
             for (int j = 0; j < kMmas; ++j)
                 *reinterpret_cast<float2*>(o_rows + row * DK + g * kVBytes + 2 * j) = make_float2(acc[j][r], acc[j][2 + r]);
+            if (g == 0) {
+                m_rows[row] = m[r];
+                l_rows[row] = l[r];
+            }
+        }
+    }
+};
+
+// The tensor-core stage for an f16/bf16 cache: DecodeTc's two MMAs in T,
+//   Sᵀ[16 keys × 8 rows] = K[16 keys × D] · Qᵀ      (K by ldmatrix: rows are keys)
+//   Oᵀ[D × 8 rows]      += Vᵀ[D × 16 keys] · Pᵀ     (Vᵀ by ldmatrix.trans of V's rows)
+// with P rounded to T; O keeps D's own order.
+template <typename T, int DK, int ROWS> struct DecodeTc16 : DecodeTcSoftmax<DK / 16> {
+    using Softmax = DecodeTcSoftmax<DK / 16>;
+    using Softmax::acc;
+    using Softmax::l;
+    using Softmax::m;
+    static_assert(DK == 32 || DK == 64 || DK == 128, "tensor-core decode buckets");
+    static_assert(ROWS <= 8, "the query rows are the MMA's N = 8");
+    static constexpr int kRowBytes = 2 * DK;
+    static constexpr int kChunks = DK / 8; // 16-byte chunks per row
+    static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1;
+    static constexpr int kMmas = DK / 16; // k16 steps of Sᵀ, and m16 tiles of Oᵀ
+
+    uint32_t q[kMmas][2]; // Q[row g][16j + 2c, +1] and [16j + 8 + 2c, +1]: Sᵀ's B fragments
+
+    // Shared-memory address of 16-byte chunk `chunk` of stage row `row` (XOR-swizzled).
+    static __device__ __forceinline__ uint32_t chunk_addr(uint32_t base, int row, int chunk) {
+        return base + row * kRowBytes + ((chunk ^ (row & kSwizzle)) << 4);
+    }
+
+    // Loads the query rows (rows past q_len and columns past head_dim are zero); the scores
+    // need no correction (returns 1).
+    __device__ __forceinline__ float load_q(const T* q_head, int64_t row_stride, int q_len, int head_dim, int lane) {
+        const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+        for (int j = 0; j < kMmas; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int col = 16 * j + 8 * h + 2 * c;
+                q[j][h] = g < ROWS && g < q_len && col < head_dim
+                              ? *reinterpret_cast<const uint32_t*>(q_head + static_cast<int64_t>(g) * row_stride + col)
+                              : 0u;
+            }
+        Softmax::init();
+        return 1.f;
+    }
+
+    // One ring stage's share of this warp, as DecodeTc::stage.
+    template <int BLOCKS>
+    __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int row0, int key0,
+                                          int key_hi, float softcap_in, float score_mul, int lane) {
+        const uint32_t k_base = smem_addr(sk), v_base = smem_addr(sv);
+        float s[BLOCKS][4];
+        // Sᵀ = K·Qᵀ: matrices (keys 0–7 | 8–15) × (columns 16j.. | 16j + 8..), lanes 8i.. address
+        // matrix i, so the registers come out as the A fragment's a0..a3.
+        const int k_row = (lane & 7) + ((lane >> 3) & 1) * 8, k_chunk = lane >> 4;
+#pragma unroll
+        for (int b = 0; b < BLOCKS; ++b) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) s[b][i] = 0.f;
+#pragma unroll
+            for (int j = 0; j < kMmas; ++j) {
+                uint32_t a[4];
+                ldmatrix_x4(a, chunk_addr(k_base, row0 + 16 * b + k_row, 2 * j + k_chunk));
+                Mma<T>::run(s[b], a, q[j][0], q[j][1]);
+            }
+        }
+        float m_use[2];
+        Softmax::template update<BLOCKS>(s, key0, key_hi, softcap_in, score_mul, m_use, lane);
+        // Oᵀ += Vᵀ·Pᵀ: transposed matrices (keys 0–7 | 8–15) × (columns 16j.. | 16j + 8..) give
+        // a0 = [D rows 16j..][keys 0–7], a1 = [16j + 8..][0–7], a2 = [16j..][8–15], a3.
+        const int v_row = (lane & 7) + (lane >> 4) * 8, v_chunk = (lane >> 3) & 1;
+#pragma unroll
+        for (int b = 0; b < BLOCKS; ++b) {
+            uint32_t b0, b1;
+            Softmax::template p_frags<T>(s[b], m_use, b0, b1);
+#pragma unroll
+            for (int j = 0; j < kMmas; ++j) {
+                uint32_t a[4];
+                ldmatrix_x4_trans(a, chunk_addr(v_base, row0 + 16 * b + v_row, 2 * j + v_chunk));
+                Mma<T>::run(acc[j], a, b0, b1);
+            }
+        }
+    }
+
+    // Writes this warp's state for the groups' merge: O[row][D] into o_rows and (m, l) per row.
+    __device__ __forceinline__ void finish(float* o_rows, float* m_rows, float* l_rows, int lane) {
+        const int g = lane >> 2, c = lane & 3;
+        Softmax::sum_l();
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = 2 * c + r;
+            if (row >= ROWS) continue;
+#pragma unroll
+            for (int j = 0; j < kMmas; ++j) {
+                o_rows[row * DK + 16 * j + g] = acc[j][r];
+                o_rows[row * DK + 16 * j + g + 8] = acc[j][2 + r];
+            }
             if (g == 0) {
                 m_rows[row] = m[r];
                 l_rows[row] = l[r];

@@ -1406,7 +1406,8 @@ pub fn decode_rows_bucket(rows: usize) -> Option<usize> {
 
 /// Dynamic shared memory of a decode CTA (`DecodeConfig::kSmemBytes` in
 /// kernels/decode_kernel.cuh, which this mirrors): three ring stages of ~16 KiB of K and V
-/// rows, or the merge of the key groups' states if larger.
+/// rows (32 KiB for f16/bf16 at D = 128: see [`decode_geometry`]), or the merge of the key
+/// groups' states if larger.
 pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
     let (lanes, keys) = decode_geometry(bucket, kv8);
     let groups = 128 / lanes;
@@ -1425,7 +1426,9 @@ const fn decode_row_bytes(bucket: usize, kv8: bool) -> usize {
 
 /// Lanes per key group and keys per ring stage of a decode entry (`DecodeConfig::kLanes`,
 /// `kKeys`): 8 columns per lane, the lane count rounded up to a power of two (4 to 32), and
-/// ~8 KiB of K per stage, a whole number of keys per group of the CTA's 128 threads.
+/// ~8 KiB of K per stage, a whole number of keys per group of the CTA's 128 threads. The
+/// tensor-core stages ([`decode_tensor_cores`]) take at least 64 keys per stage (a 16-key
+/// block per warp): 32 KiB of f16 K and V at D = 128.
 pub const fn decode_geometry(bucket: usize, kv8: bool) -> (usize, usize) {
     let active = bucket / 8;
     let lanes = if active <= 4 {
@@ -1439,7 +1442,22 @@ pub const fn decode_geometry(bucket: usize, kv8: bool) -> (usize, usize) {
     };
     let groups = 128 / lanes;
     let raw = 8192 / decode_row_bytes(bucket, kv8) / groups;
-    (lanes, if raw < 1 { 1 } else { raw } * groups)
+    let keys = if raw < 1 { 1 } else { raw } * groups;
+    (
+        lanes,
+        if decode_tensor_cores(bucket) && keys < 64 {
+            64
+        } else {
+            keys
+        },
+    )
+}
+
+/// Whether a decode entry runs the tensor-core stage (kernels/decode_tc.cuh; E4M3 and f16/bf16
+/// caches alike) rather than the FMA stage: head-dim buckets 32, 64 and 128
+/// (`DecodeConfig::kTensorCores`).
+pub const fn decode_tensor_cores(bucket: usize) -> bool {
+    matches!(bucket, 32 | 64 | 128)
 }
 
 /// The extern "C" name of a decode entry: `attn_dec_f16_d128_r4`, `attn_dec_bf16_d64_r1_kv8`.

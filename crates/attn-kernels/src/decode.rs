@@ -4,10 +4,10 @@
 //! A decode step is 1–8 query rows per (batch, KV head) — one token, or the G query heads of
 //! a KV head packed as rows (FlashAttention-3's PackGQA, done by the launcher) — against a long
 //! cache: a streaming problem the mma.sync tiles (16+ rows per warp) fit badly. The decode
-//! kernel computes dot products on the FMA pipe over key groups of lanes — or, for an E4M3
-//! cache at head-dim buckets 32/64/128, on tensor cores with the rows as the MMA's N = 8
-//! (kernels/decode_tc.cuh) — reads f16/bf16 or E4M3 caches, dense, packed or paged, and
-//! splits the keys until the chip is full.
+//! kernel runs both GEMMs on tensor cores with the rows as the MMA's N = 8 at head-dim
+//! buckets 32/64/128 (kernels/decode_tc.cuh), and dot products on the FMA pipe over key
+//! groups of lanes at the others; it reads f16/bf16 or E4M3 caches, dense, packed or paged,
+//! and splits the keys until the chip is full.
 
 use attn_ref::reference::emulate::KeyStates;
 use attn_ref::{Causal, Problem};
@@ -114,13 +114,13 @@ pub fn decode_keys_per_stage(bucket: usize, kv8: bool) -> usize {
 }
 
 /// How a decode launch spreads a row's keys over online-softmax states, for attn-ref's
-/// emulation (the FA3 rule's `emu` must round P in the kernel's frames). The tensor-core stage
-/// of an E4M3 cache (buckets 32, 64, 128; kernels/decode_tc.cuh) gives each of its four warps
-/// a quarter of every ring stage of its split, and each warp rounds P to f16 against its own
-/// running max. The FMA stage keeps P in f32, so the frames round nothing there: one state,
-/// whose emulated P rounding only widens the bound.
+/// emulation (the FA3 rule's `emu` must round P in the kernel's frames). The tensor-core stages
+/// (buckets 32, 64, 128; kernels/decode_tc.cuh) give each of their four warps a quarter of
+/// every ring stage of its split, and each warp rounds P (to f16 for an E4M3 cache, to the
+/// cache's type otherwise) against its own running max. The FMA stage keeps P in f32, so the
+/// frames round nothing there: one state, whose emulated P rounding only widens the bound.
 pub fn decode_key_states(bucket: usize, kv8: bool, splits: usize) -> KeyStates {
-    if kv8 && matches!(bucket, 32 | 64 | 128) {
+    if crate::catalog::decode_tensor_cores(bucket) {
         KeyStates::Split {
             tile: decode_keys_per_stage(bucket, kv8),
             splits: splits.max(1),
@@ -133,8 +133,8 @@ pub fn decode_key_states(bucket: usize, kv8: bool, splits: usize) -> KeyStates {
 
 /// CTAs of a decode entry one SM holds: four (48 KiB rings, ≤ 128 registers by their launch
 /// bounds); the FMA stage's 8-row entries are bounded to two (their state needs ~250
-/// registers). The tensor-core E4M3 entries hold four at every row count; the split
-/// heuristic's aim of [`SPLIT_CTAS_PER_SM`] is below both, so this counts the smaller.
+/// registers), and so are the f16/bf16 tensor-core entries at D = 128 (96 KiB rings). The
+/// split heuristic's aim of [`SPLIT_CTAS_PER_SM`] is two, so this counts the smaller.
 fn ctas_per_sm(rows: usize) -> usize {
     if rows >= 8 {
         2
@@ -241,7 +241,7 @@ mod tests {
     #[test]
     fn keys_per_stage_mirror_the_kernel() {
         // ~8 KiB of K per stage, a whole number of keys per lane group.
-        assert_eq!(decode_keys_per_stage(128, false), 32);
+        assert_eq!(decode_keys_per_stage(128, false), 64);
         assert_eq!(decode_keys_per_stage(128, true), 64);
         assert_eq!(decode_keys_per_stage(256, false), 16);
         assert_eq!(decode_keys_per_stage(32, false), 128);
@@ -270,7 +270,18 @@ mod tests {
                 }
             );
         }
-        assert_eq!(decode_key_states(128, false, 5), KeyStates::One);
+        // f16/bf16 caches: 64 keys per stage at D = 128 and 64, 128 at 32.
+        for (bucket, tile) in [(128, 64), (64, 64), (32, 128)] {
+            assert_eq!(
+                decode_key_states(bucket, false, 5),
+                KeyStates::Split {
+                    tile,
+                    splits: 5,
+                    workers: 4
+                }
+            );
+        }
+        assert_eq!(decode_key_states(96, false, 5), KeyStates::One);
         assert_eq!(decode_key_states(96, true, 1), KeyStates::One);
         assert_eq!(decode_key_states(256, true, 3), KeyStates::One);
     }
