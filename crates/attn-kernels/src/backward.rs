@@ -29,8 +29,8 @@ use cudarc::driver::{
 use crate::catalog::{self, Arch, Family, UnitKey};
 use crate::config::elem_of;
 use crate::launch::{
-    bind_features, check_buffer, driver, fwd_features, softmax_scale, FlashAttention, FwdFeatures,
-    FwdSeqs, StorageType,
+    bind_features, check_buffer, driver, fwd_features, softmax_scale, BwdWorkspace, FlashAttention,
+    FwdFeatures, FwdSeqs, StorageType,
 };
 use crate::seqs::{bind_indices, plan_sequences, Expected, IndexLens, Sequences};
 use crate::tensor::{check_tensor, ranges_overlap, Strides, Tensor, TensorMut};
@@ -493,26 +493,63 @@ impl FlashAttention {
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
         let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
         let index_guards = bind_indices(stream, &seqs, &mut params.seqs);
-        let alloc = |n: usize| {
-            stream
-                .alloc_zeros::<f32>(n.max(1))
-                .map_err(driver("allocating the backward workspace"))
-        };
         let sem_len = if options.deterministic {
             s.batch() * s.q_heads() * params.q_blocks as usize
         } else {
             1
         };
-        let mut sems = stream
-            .alloc_zeros::<u32>(sem_len)
-            .map_err(driver("allocating the backward semaphores"))?;
+        // LSE₂ (wgmma only), Δ and the f32 dQ accumulator: B·Hq·q_blocks·64 floats each for the
+        // wgmma kernel's padded tiles (the accumulator that many rows of the bucket's width),
+        // `rows` for the mma.sync kernel's Δ and accumulator rows. Carved from the launcher's
+        // kept workspace (`BwdWorkspace`, grown here) and zeroed in stream order.
+        let padded_rows = s.batch() * s.q_heads() * params.q_blocks as usize * 64;
+        let (lse2_len, delta_len) = if hopper {
+            (padded_rows, padded_rows)
+        } else {
+            (0, rows)
+        };
+        let f32_len = lse2_len + delta_len.max(1) + delta_len * bucket;
+        let mut ws_guard = self
+            .bwd_workspace
+            .lock()
+            .map_err(|_| KernelError::Poisoned)?;
+        let kept = ws_guard
+            .take()
+            .filter(|w| w.f32s.len() >= f32_len && w.u32s.len() >= sem_len);
+        let ws = match kept {
+            Some(w) => ws_guard.insert(w),
+            None => {
+                // The old buffers are freed first, in stream order.
+                let ws = BwdWorkspace {
+                    f32s: stream
+                        .alloc_zeros::<f32>(f32_len)
+                        .map_err(driver("allocating the backward workspace"))?,
+                    u32s: stream
+                        .alloc_zeros::<u32>(sem_len)
+                        .map_err(driver("allocating the backward semaphores"))?,
+                };
+                ws_guard.insert(ws)
+            }
+        };
+        let (mut lse2, mut rest) = ws.f32s.split_at_mut(lse2_len);
+        let (mut delta, mut rest) = rest.split_at_mut(delta_len.max(1));
+        let (mut dq_acc, _) = rest.split_at_mut(delta_len * bucket);
+        let mut sems = ws.u32s.slice_mut(..sem_len);
+        for region in [&mut lse2, &mut delta, &mut dq_acc] {
+            stream
+                .memset_zeros(region)
+                .map_err(driver("zeroing the backward workspace"))?;
+        }
+        stream
+            .memset_zeros(&mut sems)
+            .map_err(driver("zeroing the backward semaphores"))?;
         let row_grid = (
             s.q_len().div_ceil(8) as u32,
             s.q_heads() as u32,
             s.batch() as u32,
         );
 
-        let (name, grid, arch_str, post, dq_acc, delta, delta_pitch) = if hopper {
+        let (name, grid, arch_str, post, mut dq_acc, mut delta, delta_pitch) = if hopper {
             use crate::hopper::{encode_tma, tma_geometry, TmaElem};
             let variant = catalog::BwdHopperVariant::pick(
                 !problem.features().is_empty(),
@@ -540,10 +577,6 @@ impl FlashAttention {
                 tma(&d_o, dop, 64)?,
             );
             let q_pad = params.q_blocks as usize * 64;
-            let padded_rows = s.batch() * s.q_heads() * q_pad;
-            let mut lse2 = alloc(padded_rows)?;
-            let mut delta = alloc(padded_rows)?;
-            let mut dq_acc = alloc(padded_rows * bucket)?;
             let grid = (
                 s.kv_len().div_ceil(block_n) as u32,
                 s.kv_heads() as u32,
@@ -587,8 +620,8 @@ impl FlashAttention {
                 .arg(&tk)
                 .arg(&tv)
                 .arg(&tdo)
-                .arg(&lse2)
-                .arg(&delta)
+                .arg(&mut lse2)
+                .arg(&mut delta)
                 .arg(&mut dq_acc)
                 .arg(&dkp)
                 .arg(&dvp)
@@ -609,8 +642,6 @@ impl FlashAttention {
                 })
             }
             .map_err(driver("launching the backward kernel"))?;
-            // The workspaces are freed in stream order (cudarc's async free).
-            drop(lse2);
             (name, grid, arch_str, post, dq_acc, delta, q_pad)
         } else {
             let name = catalog::bwd_entry_name(&unit, causal, general);
@@ -618,8 +649,6 @@ impl FlashAttention {
             let (pre_name, post_name) = catalog::bwd_prep_entry_names(&unit);
             let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
             let (post, _) = self.function(&unit, &post_name, false, 0)?;
-            let mut delta = alloc(rows)?;
-            let mut dq_acc = alloc(rows * bucket)?;
             let grid = (
                 s.kv_len().div_ceil(tile.block_n) as u32,
                 s.kv_heads() as u32,
@@ -650,7 +679,7 @@ impl FlashAttention {
                 .arg(&vp)
                 .arg(&dop)
                 .arg(&lp)
-                .arg(&delta)
+                .arg(&mut delta)
                 .arg(&mut dq_acc)
                 .arg(&dkp)
                 .arg(&dvp)
@@ -683,7 +712,11 @@ impl FlashAttention {
             let (sinks_fn, _) = self.function(&unit, catalog::BWD_DSINKS_ENTRY, false, 0)?;
             let pitch = delta_pitch as i32;
             let mut b = stream.launch_builder(&sinks_fn);
-            b.arg(&lp).arg(&delta).arg(&dsp).arg(&pitch).arg(&params);
+            b.arg(&lp)
+                .arg(&mut delta)
+                .arg(&dsp)
+                .arg(&pitch)
+                .arg(&params);
             // SAFETY: matches ATTN_BWD_DSINKS_ENTRY (lse, delta, dsinks, delta_pitch,
             // BwdParams): LSE holds `rows` floats, read at the rows of each sequence; delta is
             // the engine's Δ, `rows` floats (mma.sync: pitch Sq, or packed like LSE) or
@@ -700,12 +733,10 @@ impl FlashAttention {
             .map_err(driver("launching the backward's sink-gradient pass"))?;
             drop(gds);
         }
-        // The workspaces are freed in stream order (cudarc's async free) after the launches.
-        drop(delta);
 
         // dQ in the storage type, from either engine's workspace.
         let mut b = stream.launch_builder(&post);
-        b.arg(&dq_acc).arg(&dqp).arg(&params);
+        b.arg(&mut dq_acc).arg(&dqp).arg(&params);
         // SAFETY: matches the second kernel of ATTN_BWD_PREP_ENTRY or ATTN_BWD_HOPPER_PREP_ENTRY
         // (dq_acc, dq, BwdParams), the one of the engine that filled dq_acc: its workspace
         // (B·Hq·Sq rows of the bucket's width, or B·Hq·q_blocks tiles of 64 such rows) holds
@@ -719,12 +750,13 @@ impl FlashAttention {
             })
         }
         .map_err(driver("launching the backward's dQ pass"))?;
-        drop(dq_acc);
         drop(guards);
         drop(index_guards);
         drop(feature_guard);
         drop(feature_bufs);
-        drop(sems);
+        // The workspace views end here; the launcher keeps the buffers for the next call (their
+        // reuse is ordered after these launches by the stream).
+        drop(ws_guard);
         Ok(BackwardInfo {
             kernel: name,
             arch: arch_str,

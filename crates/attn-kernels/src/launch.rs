@@ -399,6 +399,20 @@ pub struct FlashAttention {
     pub(crate) fp8_vt: Mutex<Option<CudaSlice<u8>>>,
     /// Device copies of ALiBi slopes and sinks ([`FeatureBuffers`]).
     pub(crate) features: Mutex<FeatureBuffers>,
+    /// The backward's workspaces (src/backward.rs), grown on demand.
+    pub(crate) bwd_workspace: Mutex<Option<BwdWorkspace>>,
+}
+
+/// Device memory of the backward, kept between calls and grown on demand: LSE₂, Δ and the f32
+/// dQ accumulator carved from `f32s`, the deterministic mode's semaphores from `u32s`, zeroed
+/// per call. A fresh allocation from CUDA's default pool, which returns its memory to the
+/// system at every synchronization, cost ~1.3 µs per MB of the launch's time on an H200
+/// (docs/PERF.md, run 173): ~350 µs for the 134 MB dQ accumulator of 4 × 16 × 4096 at D = 128,
+/// paid by every training step that synchronizes. [`FlashAttention::release_workspaces`]
+/// frees it.
+pub(crate) struct BwdWorkspace {
+    pub(crate) f32s: CudaSlice<f32>,
+    pub(crate) u32s: CudaSlice<u32>,
 }
 
 /// Device memory of the split-KV epilogue: partial O, (m, l) per split row, and one ticket
@@ -639,7 +653,21 @@ impl FlashAttention {
             workspace: Mutex::new(None),
             fp8_vt: Mutex::new(None),
             features: Mutex::new(FeatureBuffers::default()),
+            bwd_workspace: Mutex::new(None),
         }
+    }
+
+    /// Frees the device memory this launcher keeps between calls: the split-KV and backward
+    /// workspaces and the FP8 forward's Vᵀ buffer (the next call that needs one allocates it
+    /// again). In stream order: launches already queued keep theirs until they complete.
+    pub fn release_workspaces(&self) -> Result<(), KernelError> {
+        *self.workspace.lock().map_err(|_| KernelError::Poisoned)? = None;
+        *self.fp8_vt.lock().map_err(|_| KernelError::Poisoned)? = None;
+        *self
+            .bwd_workspace
+            .lock()
+            .map_err(|_| KernelError::Poisoned)? = None;
+        Ok(())
     }
 
     /// A second launcher on the same device and kernel cache with its own new stream (for
