@@ -235,7 +235,8 @@ __device__ __forceinline__ void bwd_hopper_pass_turn(PendingTurn& pending, int t
         bulk_wait<0>();
         fence_proxy_async_global();
     }
-    __threadfence();
+    // No fence in the other threads (they wrote nothing global): the barrier orders every
+    // warp's completed reductions before thread 0's release, which is cumulative over them.
     named_barrier_sync(1, 256);
     if (tid == 0) bwd_pass_turn(pending.sem, pending.turn);
     pending.sem = nullptr;
@@ -300,8 +301,7 @@ __device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_
                 bulk_wait<0>();
                 fence_proxy_async_global();
             }
-            __threadfence();
-            named_barrier_sync(1, 256);
+            named_barrier_sync(1, 256); // as in bwd_hopper_pass_turn: no per-thread fence
             if (tid == 0) bwd_pass_turn(sem, turn);
         }
     }
@@ -456,8 +456,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 if (p.deterministic) {
                     bulk_wait<0>();
                     fence_proxy_async_global();
-                    __threadfence();
-                    bwd_pass_turn(sem, turn);
+                    bwd_pass_turn(sem, turn); // st.release.gpu: no separate fence needed
                 } else {
                     bulk_wait_read<0>();
                 }

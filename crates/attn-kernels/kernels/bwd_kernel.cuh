@@ -193,9 +193,10 @@ __device__ __forceinline__ void bwd_wait_turn(const unsigned int* sem, int turn)
     } while (seen != static_cast<unsigned int>(turn));
 }
 
-// Passes the turn on (release). The caller has made its additions visible first: a
-// __threadfence by every adding thread, and for bulk reductions their completion and a proxy
-// fence.
+// Passes the turn on (release, cumulative at gpu scope). The caller has made its additions
+// visible to this thread first: plain atomics by a __threadfence in every adding thread and a
+// barrier (the mma.sync backward), bulk reductions by their completion and a proxy fence in
+// the issuing thread, then a barrier (the wgmma backward: no other fence).
 __device__ __forceinline__ void bwd_pass_turn(unsigned int* sem, int turn) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(turn + 1))
                  : "memory");
