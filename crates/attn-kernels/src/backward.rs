@@ -211,6 +211,16 @@ pub(crate) fn rotated_turns(
         && key_blocks <= sm_count
 }
 
+/// The backward workspace's new (f32, u32) capacities when the kept one, `have`, cannot hold
+/// `need`: each the larger of the two, so neither shrinks; `None` when `have` holds it.
+fn workspace_growth(have: Option<(usize, usize)>, need: (usize, usize)) -> Option<(usize, usize)> {
+    match have {
+        Some((f, u)) if f >= need.0 && u >= need.1 => None,
+        Some((f, u)) => Some((f.max(need.0), u.max(need.1))),
+        None => Some(need),
+    }
+}
+
 fn st(s: Strides) -> [i64; 3] {
     [s.batch as i64, s.head as i64, s.row as i64]
 }
@@ -513,19 +523,19 @@ impl FlashAttention {
             .bwd_workspace
             .lock()
             .map_err(|_| KernelError::Poisoned)?;
-        let kept = ws_guard
-            .take()
-            .filter(|w| w.f32s.len() >= f32_len && w.u32s.len() >= sem_len);
-        let ws = match kept {
-            Some(w) => ws_guard.insert(w),
-            None => {
-                // The old buffers are freed first, in stream order.
+        let kept = ws_guard.take();
+        let have = kept.as_ref().map(|w| (w.f32s.len(), w.u32s.len()));
+        let ws = match (kept, workspace_growth(have, (f32_len, sem_len))) {
+            (Some(w), None) => ws_guard.insert(w),
+            (kept, growth) => {
+                let (f32_cap, u32_cap) = growth.unwrap_or((f32_len, sem_len));
+                drop(kept); // the old buffers are freed first, in stream order
                 let ws = BwdWorkspace {
                     f32s: stream
-                        .alloc_zeros::<f32>(f32_len)
+                        .alloc_zeros::<f32>(f32_cap)
                         .map_err(driver("allocating the backward workspace"))?,
                     u32s: stream
-                        .alloc_zeros::<u32>(sem_len)
+                        .alloc_zeros::<u32>(u32_cap)
                         .map_err(driver("allocating the backward semaphores"))?,
                 };
                 ws_guard.insert(ws)
@@ -1126,6 +1136,16 @@ mod tests {
             }
         }
         true
+    }
+
+    #[test]
+    fn the_kept_workspace_grows_and_never_shrinks() {
+        assert_eq!(workspace_growth(None, (10, 2)), Some((10, 2)));
+        assert_eq!(workspace_growth(Some((10, 2)), (10, 2)), None);
+        assert_eq!(workspace_growth(Some((10, 2)), (4, 1)), None);
+        // A larger semaphore count keeps the larger f32 buffer.
+        assert_eq!(workspace_growth(Some((100, 2)), (4, 8)), Some((100, 8)));
+        assert_eq!(workspace_growth(Some((10, 8)), (40, 1)), Some((40, 8)));
     }
 
     #[test]
