@@ -11,7 +11,9 @@
 // Warp roles (8 warps, BM = BN = 64): phase A (Sᵀ, dPᵀ, P, dS) — warp w owns keys
 // 16·(w mod 4).. and queries 32·(w div 4)..; Pᵀ and dSᵀ go to shared memory; phase B (dV, dK)
 // — warp w owns keys 16·(w mod 4).. and columns (DK/2)·(w div 4)..; phase C (dQ) — warp w owns
-// queries 16·(w mod 4).. and columns (DK/2)·(w div 4)...
+// queries 16·(w mod 4).. and columns (DK/2)·(w div 4)... (With 128 keys, BwdConfig's 2-D
+// atoms: 32 keys or queries per warp.) A block runs A, then C, then B, so that dQ's additions
+// drain while dV's and dK's MMAs run; two barriers per block (BwdConfig's QSTAGES = 2).
 //
 // Features (the FEATURES entries, one per (tile, causal)): the forward's score modifiers
 // and sequence layouts as runtime values of BwdParams::feat and ::seqs, shared with the
@@ -232,6 +234,19 @@ __device__ __forceinline__ void bwd_lpt_order(const BwdParams& p, int bytes_per_
 
 constexpr float kBwdLog2e = 1.4426950408889634f;
 
+// Adds two adjacent f32 values into dQaccum (unordered, like every dQ addition of this kernel).
+__device__ __forceinline__ void dq_add2(float* dst, float x, float y) {
+#if __CUDA_ARCH__ >= 900
+    // One 8-byte reduction instead of two 4-byte ones: the dQ additions limited this kernel at
+    // 64 keys per CTA (ncu: L2 at ~68 %, the SMs at ~19 %); at 128 keys the L2 is at 37 %
+    // (run 116).
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+#else
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
+#endif
+}
+
 template <int DK, int BM, int BN, int WARPS, int QSTAGES>
 struct BwdConfig {
     static constexpr int kThreads = WARPS * 32;
@@ -416,7 +431,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     int i_begin, n_qblk;
     bwd_walk<CAUSAL, FEATURES, BM, BN>(p, n_blk, i_begin, n_qblk);
     const int per_head = max(0, n_qblk - i_begin);
-    const int n_iter = per_head * p.group;
+    const int hg_end = per_head > 0 ? p.group : 0; // the walk ends when the group head reaches it
 
     // Warp roles.
     constexpr int kMA = Cfg::kMA, kMQ = Cfg::kMQ;
@@ -434,40 +449,55 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc_dk[ma][n][r] = acc_dv[ma][n][r] = 0.f;
 
-    auto issue = [&](int it) {
-        const int buf = it % QSTAGES;
-        const int h = kvh * p.group + it / per_head;
-        const int m0 = (i_begin + it % per_head) * BM;
+    static_assert(QSTAGES == 1 || QSTAGES == 2, "the walk loads at most one tile ahead");
+    static_assert(2 * BM <= Cfg::kThreads, "one thread per LSE / Δ row");
+    // Loads tile (group head hg, query block i_begin + qi) of the walk into stage buf: Q and
+    // dO, and the LSE and Δ of its rows (rows past q_len zero-filled, and masked). LSE and Δ
+    // travel with the tile instead of being read from global memory at the top of each block,
+    // where every warp waited on the two that loaded them (run 176: 10 % of the stall samples).
+    auto issue = [&](int buf, int hg, int qi) {
+        const int h = kvh * p.group + hg;
+        const int m0 = (i_begin + qi) * BM;
         load_tile_async<T, DK, BM, Cfg::kThreads>(sQ + buf * BM * DP,
                                                   seq_head_ptr(q, p.q_stride, b, h, seq_rows.q_row0, packed_q), m0,
                                                   p.q_len, p.q_stride[2], d_chunks, tid);
         load_tile_async<T, DK, BM, Cfg::kThreads>(sdO + buf * BM * DP,
                                                   seq_head_ptr(d_o, p.do_stride, b, h, seq_rows.q_row0, packed_q),
                                                   m0, p.q_len, p.do_stride[2], d_chunks, tid);
+        if (tid < 2 * BM) {
+            const int r = tid % BM;
+            const bool in = m0 + r < p.q_len;
+            const float* src = (tid < BM ? lse : delta) + bwd_row_base(p, b, h, seq_rows.q_row0) + m0 + (in ? r : 0);
+            cp_async_4(smem_addr((tid < BM ? sLse : sDelta) + buf * BM + r), src, in);
+        }
     };
-#pragma unroll
-    for (int s = 0; s < QSTAGES - 1; ++s) {
-        if (s < n_iter) issue(s);
+    // The walk's position (group head, query block − i_begin) and stage, counted instead of
+    // divided by per_head: an integer division per block cost ~40 instructions per warp (run
+    // 176), and the counters alone leave registers for the faster paths below.
+    int cur_hg = 0, cur_qi = 0, buf = 0;
+    if (QSTAGES == 2) {
+        if (hg_end > 0) issue(0, 0, 0);
         cp_async_commit();
     }
 
-    for (int it = 0; it < n_iter; ++it) {
-        const int buf = it % QSTAGES;
-        const int h = kvh * p.group + it / per_head;
-        const int qblk = i_begin + it % per_head;
+    while (cur_hg < hg_end) {
+        const int h = kvh * p.group + cur_hg;
+        const int qblk = i_begin + cur_qi;
         const int m0 = qblk * BM;
-        if (it + QSTAGES - 1 < n_iter) issue(it + QSTAGES - 1);
-        cp_async_commit();
-        const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f;
-        // LSE (to log2 units) and Δ of this block's rows; rows past q_len read as 0 (masked).
-        const int64_t row_base = bwd_row_base(p, b, h, seq_rows.q_row0);
-        for (int r = tid; r < BM; r += Cfg::kThreads) {
-            const bool in = m0 + r < p.q_len;
-            sLse[buf * BM + r] = in ? lse[row_base + m0 + r] * kBwdLog2e : 0.f;
-            sDelta[buf * BM + r] = in ? delta[row_base + m0 + r] : 0.f;
+        if (QSTAGES == 1) {
+            issue(buf, cur_hg, cur_qi);
+            cp_async_commit();
         }
-        cp_async_wait<QSTAGES - 1>();
+        if (++cur_qi == per_head) cur_qi = 0, ++cur_hg;
+        const float slope = FEATURES ? alibi_slope(b, h, p) : 0.f;
+        const int64_t row_base = bwd_row_base(p, b, h, seq_rows.q_row0);
+        cp_async_wait<0>(); // this block's tile (the only group in flight)
         __syncthreads();
+        if (QSTAGES == 2) {
+            // The next block's tile, into the stage every warp finished with last block.
+            if (cur_hg < hg_end) issue(buf ^ 1, cur_hg, cur_qi);
+            cp_async_commit();
+        }
         const T* tQ = sQ + buf * BM * DP;
         const T* tdO = sdO + buf * BM * DP;
         const float* tLse = sLse + buf * BM;
@@ -516,80 +546,73 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             const KeyRange last_row = row_key_range<CAUSAL>(min(m0 + BM - 1, p.q_len - 1), p);
             needs_mask = key0 < last_row.lo || key0 + BN > first_row.hi;
         }
-        // P and dS (f32), rounded to T into the Pᵀ / dSᵀ tiles.
-#pragma unroll
-        for (int ma = 0; ma < kMA; ++ma) {
+        // P and dS (f32), rounded to T into the Pᵀ / dSᵀ tiles. Blocks of the plain entries
+        // whose every score is visible (inside both lengths, and under the diagonal) skip the
+        // per-score tests: run 176 counted ~14 instructions per score in this loop.
+        auto p_and_ds = [&](auto edge_tag) {
+            constexpr bool kEdge = decltype(edge_tag)::value;
 #pragma unroll
             for (int n = 0; n < Cfg::kNA; ++n) {
+                const int ql = qa0 + 8 * n + 2 * t; // query (local), and ql + 1
+                const float2 lse_pair = *reinterpret_cast<const float2*>(tLse + ql);
+                const float2 delta_pair = *reinterpret_cast<const float2*>(tDelta + ql);
+                const float row_lse2[2] = {lse_pair.x * kBwdLog2e, lse_pair.y * kBwdLog2e};
+                const float row_delta[2] = {delta_pair.x, delta_pair.y};
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int kl = 16 * (kMA * kg + ma) + g + 8 * r; // key (local)
+                for (int mr = 0; mr < 2 * kMA; ++mr) {
+                    const int ma = mr >> 1, r = mr & 1; // key m-tile, and its upper or lower 8 rows
+                    const int kl = 16 * (kMA * kg + ma) + g + 8 * r; // key (local); kl & 7 == g
                     const int kglob = key0 + kl;
-                    const int ql = qa0 + 8 * n + 2 * t; // query (local), and ql + 1
                     float pv[2], dsv[2];
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int qg = m0 + ql + e;
-                        bool vis = qg < p.q_len && kglob < p.kv_len;
+                        bool vis = true;
                         float s = acc_s[ma][n][2 * r + e];
                         float dscore = 1.f; // d(score)/d(raw score), the softcap's 1 − tanh²
-                        if (FEATURES) {
-                            // The forward's order (score_mod.cuh): softcap, ALiBi, the mask.
-                            if (p.feat.softcap_in != 0.f) {
-                                const float x = s * p.feat.softcap_in;
-                                s = softcap_tanh(x); // the forward's tanh: P fits its LSE
-                                dscore = softcap_dtanh(x) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
+                        if constexpr (kEdge) {
+                            vis = kglob < p.kv_len;
+                            if (FEATURES) {
+                                vis = vis && qg < p.q_len;
+                                // The forward's order (score_mod.cuh): softcap, ALiBi, the mask.
+                                if (p.feat.softcap_in != 0.f) {
+                                    const float x = s * p.feat.softcap_in;
+                                    s = softcap_tanh(x); // the forward's tanh: P fits its LSE
+                                    dscore = softcap_dtanh(x) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
+                                }
+                                if (slope != 0.f) s -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - kglob));
+                                if (needs_mask) {
+                                    const KeyRange range = row_key_range<CAUSAL>(qg, p);
+                                    vis = vis && kglob >= range.lo && kglob < range.hi;
+                                }
+                            } else if (CAUSAL) {
+                                vis = vis && kglob <= qg + p.diag_offset;
                             }
-                            if (slope != 0.f) s -= slope * fabsf(static_cast<float>(qg + p.kv_len - p.q_len - kglob));
-                            if (needs_mask) {
-                                const KeyRange range = row_key_range<CAUSAL>(qg, p);
-                                vis = vis && kglob >= range.lo && kglob < range.hi;
-                            }
-                        } else if (CAUSAL) {
-                            vis = vis && kglob <= qg + p.diag_offset;
                         }
-                        const float pr = vis ? exp2f(fmaf(s, p.scale_log2, -tLse[ql + e])) : 0.f;
+                        const float pr = vis ? exp2f(fmaf(s, p.scale_log2, -row_lse2[e])) : 0.f;
                         pv[e] = pr;
-                        dsv[e] = pr * (acc_dp[ma][n][2 * r + e] - tDelta[ql + e]) * dscore;
+                        dsv[e] = pr * (acc_dp[ma][n][2 * r + e] - row_delta[e]) * dscore;
                     }
-                    const int chunk = ql >> 3, within = ql & 7;
-                    *reinterpret_cast<uint32_t*>(sP + swz<PP>(kl, chunk) + within) = StorageTraits<T>::pack(pv[0], pv[1]);
-                    *reinterpret_cast<uint32_t*>(sdS + swz<PP>(kl, chunk) + within) =
-                        StorageTraits<T>::pack(dsv[0], dsv[1]);
+                    // (Writing out kl & 7 == g here, to fold the row into an immediate, kept four
+                    // offsets live and spilled 4 bytes on sm_90a.)
+                    const int off = swz<PP>(kl, ql >> 3) + (ql & 7);
+                    *reinterpret_cast<uint32_t*>(sP + off) = StorageTraits<T>::pack(pv[0], pv[1]);
+                    *reinterpret_cast<uint32_t*>(sdS + off) = StorageTraits<T>::pack(dsv[0], dsv[1]);
                 }
             }
-        }
+        };
+        // Rows past q_len need no test in the plain entries: their Q, dO, LSE and Δ are
+        // zero-filled, so P = 1 and dS = 0 there, and dV += Pᵀ·dO and dK += dSᵀ·Q add exact
+        // zeros (their dQ rows are not written).
+        const bool edge = FEATURES || key0 + BN > p.kv_len || (CAUSAL && key0 + BN - 1 > m0 + p.diag_offset);
+        if (edge) p_and_ds(BoolTag<true>{}); else p_and_ds(BoolTag<false>{});
         __syncthreads();
 
-        // Phase B: dV_kg += Pᵀ·dO_i, dK_kg += dSᵀ·Q_i over this warp's columns.
-#pragma unroll Cfg::kUnrollBC
-        for (int kk = 0; kk < BM / 16; ++kk) {
-            uint32_t pa[kMA][4], sa[kMA][4];
-            const int achunk = 2 * kk + (lane >> 4);
-#pragma unroll
-            for (int ma = 0; ma < kMA; ++ma) {
-                const int arow = 16 * (kMA * kg + ma) + (lane & 15);
-                ldmatrix_x4(pa[ma], smem_addr(sP + swz<PP>(arow, achunk)));
-                ldmatrix_x4(sa[ma], smem_addr(sdS + swz<PP>(arow, achunk)));
-            }
-#pragma unroll
-            for (int n = 0; n < Cfg::kNB; n += 2) {
-                const int qrow = 16 * kk + (mi & 1) * 8 + (lane & 7);
-                const int chunk = cb0 / 8 + n + (mi >> 1);
-                uint32_t bo[4], bq[4];
-                ldmatrix_x4_trans(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
-                ldmatrix_x4_trans(bq, smem_addr(tQ + swz<DP>(qrow, chunk)));
-#pragma unroll
-                for (int ma = 0; ma < kMA; ++ma) {
-                    Mma<T>::run(acc_dv[ma][n], pa[ma], bo[0], bo[1]);
-                    Mma<T>::run(acc_dv[ma][n + 1], pa[ma], bo[2], bo[3]);
-                    Mma<T>::run(acc_dk[ma][n], sa[ma], bq[0], bq[1]);
-                    Mma<T>::run(acc_dk[ma][n + 1], sa[ma], bq[2], bq[3]);
-                }
-            }
-        }
-
         // Phase C: dQ_i (16·kMQ queries × this warp's columns) = dS·K_j, added into dQaccum.
+        // Before dV and dK (FlashAttention-3's order): the additions then drain from the
+        // load/store queue while phase B's MMAs run, where after phase B every warp waited on
+        // them at the block's end (run 178: 19 % of the stall samples on the additions' queue
+        // and the barrier after them).
         float acc_dq[kMQ][Cfg::kNC][4];
 #pragma unroll
         for (int mq = 0; mq < kMQ; ++mq)
@@ -628,26 +651,34 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             __syncthreads();
         }
         float* dq_rows = dq_acc + (row_base + m0) * p.dq_pitch;
+        if (m0 + BM <= p.q_len) {
+            // Every row of the block is the sequence's, and every column is in the workspace,
+            // whose pitch is the bucket (the host sets dq_pitch = DK; columns past head_dim add
+            // the zeros of K's zero-filled columns): the additions need no tests and take
+            // immediate offsets from one pointer. The tested form below cost ~10 instructions
+            // per addition (run 176: a branch and a 64-bit address each).
+            float* dq_thread = dq_rows + static_cast<int64_t>(16 * kMQ * mc + g) * DK + cc0 + 2 * t;
 #pragma unroll
-        for (int mq = 0; mq < kMQ; ++mq) {
+            for (int mq = 0; mq < kMQ; ++mq)
 #pragma unroll
-            for (int n = 0; n < Cfg::kNC; ++n) {
+                for (int n = 0; n < Cfg::kNC; ++n)
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int ql = 16 * (kMQ * mc + mq) + g + 8 * r;
-                    const int col = cc0 + 8 * n + 2 * t;
-                    if (m0 + ql < p.q_len && col < p.head_dim) {
-                        float* dst = dq_rows + static_cast<int64_t>(ql) * p.dq_pitch + col;
-#if __CUDA_ARCH__ >= 900
-                        // One 8-byte reduction instead of two 4-byte ones: the dQ additions
-                        // limited this kernel at 64 keys per CTA (ncu: L2 at ~68 %, the SMs at
-                        // ~19 %); at 128 keys the L2 is at 37 % (run 116).
-                        atomicAdd(reinterpret_cast<float2*>(dst),
-                                  make_float2(acc_dq[mq][n][2 * r] * p.scale, acc_dq[mq][n][2 * r + 1] * p.scale));
-#else
-                        atomicAdd(dst, acc_dq[mq][n][2 * r] * p.scale);
-                        atomicAdd(dst + 1, acc_dq[mq][n][2 * r + 1] * p.scale);
-#endif
+                    for (int r = 0; r < 2; ++r)
+                        dq_add2(dq_thread + (16 * mq + 8 * r) * DK + 8 * n, acc_dq[mq][n][2 * r] * p.scale,
+                                acc_dq[mq][n][2 * r + 1] * p.scale);
+        } else {
+#pragma unroll
+            for (int mq = 0; mq < kMQ; ++mq) {
+#pragma unroll
+                for (int n = 0; n < Cfg::kNC; ++n) {
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const int ql = 16 * (kMQ * mc + mq) + g + 8 * r;
+                        const int col = cc0 + 8 * n + 2 * t;
+                        if (m0 + ql < p.q_len && col < p.head_dim) {
+                            dq_add2(dq_rows + static_cast<int64_t>(ql) * p.dq_pitch + col, acc_dq[mq][n][2 * r] * p.scale,
+                                    acc_dq[mq][n][2 * r + 1] * p.scale);
+                        }
                     }
                 }
             }
@@ -657,7 +688,39 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             __syncthreads();
             if (tid == 0) bwd_pass_turn(sem, turn);
         }
-        __syncthreads(); // the next iteration overwrites Pᵀ, dSᵀ and this buffer
+        // Phase B: dV_kg += Pᵀ·dO_i, dK_kg += dSᵀ·Q_i over this warp's columns.
+#pragma unroll Cfg::kUnrollBC
+        for (int kk = 0; kk < BM / 16; ++kk) {
+            uint32_t pa[kMA][4], sa[kMA][4];
+            const int achunk = 2 * kk + (lane >> 4);
+#pragma unroll
+            for (int ma = 0; ma < kMA; ++ma) {
+                const int arow = 16 * (kMA * kg + ma) + (lane & 15);
+                ldmatrix_x4(pa[ma], smem_addr(sP + swz<PP>(arow, achunk)));
+                ldmatrix_x4(sa[ma], smem_addr(sdS + swz<PP>(arow, achunk)));
+            }
+#pragma unroll
+            for (int n = 0; n < Cfg::kNB; n += 2) {
+                const int qrow = 16 * kk + (mi & 1) * 8 + (lane & 7);
+                const int chunk = cb0 / 8 + n + (mi >> 1);
+                uint32_t bo[4], bq[4];
+                ldmatrix_x4_trans(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
+                ldmatrix_x4_trans(bq, smem_addr(tQ + swz<DP>(qrow, chunk)));
+#pragma unroll
+                for (int ma = 0; ma < kMA; ++ma) {
+                    Mma<T>::run(acc_dv[ma][n], pa[ma], bo[0], bo[1]);
+                    Mma<T>::run(acc_dv[ma][n + 1], pa[ma], bo[2], bo[3]);
+                    Mma<T>::run(acc_dk[ma][n], sa[ma], bq[0], bq[1]);
+                    Mma<T>::run(acc_dk[ma][n + 1], sa[ma], bq[2], bq[3]);
+                }
+            }
+        }
+
+        // One stage: the next block's loads overwrite the tile phase B reads. Two stages: the
+        // barrier after the next wait orders phase B's reads before the loads into this stage,
+        // and phase C's dSᵀ reads before the next block's P/dS stores.
+        if (QSTAGES == 1) __syncthreads();
+        if (QSTAGES == 2) buf ^= 1;
     }
     cp_async_wait<0>();
 

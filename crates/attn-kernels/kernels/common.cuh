@@ -79,6 +79,12 @@ __device__ __forceinline__ T* head_ptr(T* base, const int64_t (&st)[3], int b, i
 
 constexpr float kLn2 = 0.693147180559945309f;
 
+// A compile-time flag passed by value, so that a generic lambda can be instantiated for
+// both values of a runtime test and the test taken once, outside it.
+template <bool V> struct BoolTag {
+    static constexpr bool value = V;
+};
+
 template <typename T> struct StorageTraits;
 
 template <> struct StorageTraits<__half> {

@@ -17,6 +17,15 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
                  "r"(src_size));
 }
 
+// 4-byte global→shared copy through L1 (`.ca`: `.cg` takes only 16 bytes), zero-filled
+// without a read when `pred` is false; for per-row scalars whose rows need not be 16-byte
+// aligned (the backward's LSE and Δ).
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool pred) {
+    int src_size = pred ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_size));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N> __device__ __forceinline__ void cp_async_wait() {
