@@ -195,10 +195,11 @@ __device__ __forceinline__ void bwd_wait_turn(const unsigned int* sem, int turn)
     } while (seen != static_cast<unsigned int>(turn));
 }
 
-// Passes the turn on (release, cumulative at gpu scope). The caller has made its additions
-// visible to this thread first: plain atomics by a __threadfence in every adding thread and a
-// barrier (the mma.sync backward), bulk reductions by their completion and a proxy fence in
-// the issuing thread, then a barrier (the wgmma backward: no other fence).
+// Passes the turn on (release, cumulative at gpu scope). The caller orders its additions
+// before this thread's release with a barrier: the mma.sync backward's atomics directly (no
+// per-thread fence: bar.sync puts them before the release in causality order, and the release
+// is cumulative; CUTLASS's GenericBarrier::arrive_inc passes its flag the same way), the wgmma
+// backward's bulk reductions after their completion and a proxy fence in the issuing thread.
 __device__ __forceinline__ void bwd_pass_turn(unsigned int* sem, int turn) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sem), "r"(static_cast<unsigned int>(turn + 1))
                  : "memory");
@@ -684,8 +685,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             }
         }
         if (p.deterministic) {
-            __threadfence();
-            __syncthreads();
+            __syncthreads(); // every thread's additions, before thread 0's release
             if (tid == 0) bwd_pass_turn(sem, turn);
         }
         // Phase B: dV_kg += Pᵀ·dO_i, dK_kg += dSᵀ·Q_i over this warp's columns.
