@@ -221,6 +221,24 @@ fn workspace_growth(have: Option<(usize, usize)>, need: (usize, usize)) -> Optio
     }
 }
 
+/// Where LSE₂, Δ and the dQ accumulator sit in the backward's f32 workspace, as (start, len)
+/// in floats, and the length they need together. Each region starts 16-byte aligned: the
+/// mma.sync kernel adds `float2` pairs into the accumulator on sm_90 (8-byte atomics), and Δ's
+/// length there is B·Hq·Sq, odd for some shapes; packed back to back, an odd length put the
+/// accumulator on a 4-byte boundary and the kernel failed with CUDA_ERROR_MISALIGNED_ADDRESS.
+/// Δ keeps at least one float (an empty launch still binds it).
+fn bwd_f32_regions(
+    lse2_len: usize,
+    delta_len: usize,
+    dq_len: usize,
+) -> ([(usize, usize); 3], usize) {
+    let span = |len: usize| len.next_multiple_of(4);
+    let lse2 = (0, lse2_len);
+    let delta = (span(lse2_len), delta_len.max(1));
+    let dq = (delta.0 + span(delta.1), dq_len);
+    ([lse2, delta, dq], dq.0 + dq_len)
+}
+
 fn st(s: Strides) -> [i64; 3] {
     [s.batch as i64, s.head as i64, s.row as i64]
 }
@@ -518,7 +536,7 @@ impl FlashAttention {
         } else {
             (0, rows)
         };
-        let f32_len = lse2_len + delta_len.max(1) + delta_len * bucket;
+        let (regions, f32_len) = bwd_f32_regions(lse2_len, delta_len, delta_len * bucket);
         let mut ws_guard = self
             .bwd_workspace
             .lock()
@@ -541,9 +559,12 @@ impl FlashAttention {
                 ws_guard.insert(ws)
             }
         };
-        let (mut lse2, mut rest) = ws.f32s.split_at_mut(lse2_len);
-        let (mut delta, mut rest) = rest.split_at_mut(delta_len.max(1));
-        let (mut dq_acc, _) = rest.split_at_mut(delta_len * bucket);
+        let [lse2_at, delta_at, dq_at] = regions;
+        let (mut lse2_span, mut rest) = ws.f32s.split_at_mut(delta_at.0);
+        let (mut lse2, _) = lse2_span.split_at_mut(lse2_at.1);
+        let (mut delta_span, mut rest) = rest.split_at_mut(dq_at.0 - delta_at.0);
+        let (mut delta, _) = delta_span.split_at_mut(delta_at.1);
+        let (mut dq_acc, _) = rest.split_at_mut(dq_at.1);
         let mut sems = ws.u32s.slice_mut(..sem_len);
         for region in [&mut lse2, &mut delta, &mut dq_acc] {
             stream
@@ -1136,6 +1157,36 @@ mod tests {
             }
         }
         true
+    }
+
+    #[test]
+    fn workspace_regions_start_16_byte_aligned_and_do_not_overlap() {
+        // The mma.sync engine (no LSE₂; Δ of B·Hq·Sq floats, odd or even), the wgmma engine
+        // (padded tiles), and an empty launch.
+        for (lse2, delta, dq) in [
+            (0, 51, 51 * 96),
+            (0, 1, 96),
+            (0, 102, 102 * 128),
+            (0, 0, 0),
+            (640, 640, 640 * 128),
+        ] {
+            let (regions, total) = bwd_f32_regions(lse2, delta, dq);
+            let mut end = 0;
+            for (k, (start, len)) in regions.into_iter().enumerate() {
+                assert_eq!(
+                    start % 4,
+                    0,
+                    "region {k} of {:?} starts at float {start}",
+                    (lse2, delta, dq)
+                );
+                assert!(start >= end, "region {k} overlaps the one before it");
+                end = start + len;
+            }
+            assert_eq!(regions[0].1, lse2);
+            assert_eq!(regions[1].1, delta.max(1));
+            assert_eq!(regions[2].1, dq);
+            assert_eq!(total, end);
+        }
     }
 
     #[test]

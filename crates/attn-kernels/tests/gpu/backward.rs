@@ -190,6 +190,11 @@ fn correctness_backward_tails_gqa_and_head_dims() {
             cases.push(((2, 4, 1, s, 257, 64), causal, Layout::Bhsd));
         }
     }
+    // Odd row counts (B·Hq·Sq = 51): the mma.sync engine's Δ then has an odd length, and the
+    // dQ accumulator carved after it in the kept workspace must still start aligned for the
+    // kernel's 8-byte atomics on sm_90 (it did not before 2026-11-28's third session).
+    cases.push(((1, 3, 3, 17, 40, 64), Causal::None, Layout::Bshd));
+    cases.push(((1, 3, 1, 17, 40, 96), Causal::BottomRight, Layout::Bhsd));
     // Every bucket, and padded head dims inside buckets.
     for d in [32, 40, 80, 96, 104, 160, 192, 224, 256] {
         cases.push(((1, 4, 2, 200, 300, d), Causal::BottomRight, Layout::Bshd));
