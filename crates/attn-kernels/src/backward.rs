@@ -719,7 +719,8 @@ impl FlashAttention {
             // SAFETY: matches ATTN_BWD_ENTRY (q, k, v, d_o, lse, delta, dq_acc, dk, dv, sems,
             // BwdParams). Every tensor was checked by `plan_backward` (dims, extents inside their
             // views, 16-byte alignment, outputs distinct and not overlapping any input); dq_acc
-            // holds `rows` rows of the bucket's width and sems B·Hq·ceil(Sq/BM) zeroed counters
+            // holds `rows` rows of the bucket's width, 16-byte aligned (`bwd_f32_regions`: the
+            // kernel's float2 atomics on sm_90), and sems B·Hq·ceil(Sq/BM) zeroed counters
             // in deterministic mode (the kernel reads them only then). The grid covers every key
             // block of every KV head and batch; the kernel bounds rows and columns by the
             // lengths and D, clamping packed offsets into the host-checked totals (seqs.cuh).
