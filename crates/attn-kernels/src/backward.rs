@@ -849,6 +849,10 @@ mod tests {
         assert_eq!(plan.params.diag_offset, 200);
         assert_eq!(plan.params.q_blocks, 5);
         assert_eq!(plan.params.dq_stride, [300 * 8 * 72, 72, 8 * 72]);
+        // The mma.sync kernel's interior dQ additions take the bucket as the workspace's row
+        // pitch (kernels/bwd_kernel.cuh: immediate offsets); a different pitch would misplace
+        // them.
+        assert_eq!(plan.params.dq_pitch, plan.bucket as i32);
         assert!(!plan.general);
         assert_eq!(plan.rows, 2 * 8 * 300);
         assert_eq!(plan.params.feat, FwdFeatures::OFF);
