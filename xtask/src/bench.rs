@@ -3,8 +3,9 @@
 //!
 //! Protocol: random N(0,1) inputs, rotated across up to 8 sets when one set fits in L2
 //! (50 MB); ≥ 20 warm-ups; ≥ 200 samples. Each sample is a CUDA event pair around one launch
-//! ("events"), or, for shapes whose launch is under 20 µs, around one replay of a CUDA graph
-//! of 20 launches divided by 20 ("graph") — the SDPA side then captures a graph too. Samples
+//! ("events"), or, for shapes whose launch is under 20 µs (or every shape with
+//! `--timing graph`), around one replay of a CUDA graph of 20 launches divided by 20
+//! ("graph") — the SDPA side then captures a graph too. Samples
 //! are enqueued back to back and synchronized once.
 
 use std::{
@@ -25,7 +26,7 @@ use rand_distr::StandardNormal;
 
 pub mod schema;
 
-use crate::flags::{CausalArg, DtypeChoice, Fp8Arg, ShapeSet};
+use crate::flags::{CausalArg, DtypeChoice, Fp8Arg, ShapeSet, TimingArg};
 
 use schema::{BenchFile, BenchRow, Champion, SdpaResult};
 
@@ -41,7 +42,7 @@ pub struct Args {
     /// Shape set.
     #[arg(long, value_enum, default_value_t = ShapeSet::Seed)]
     shapes: ShapeSet,
-    /// One shape `B,H,S,D` instead of a set (with --causal).
+    /// One shape `B,H,S,D` (or `B,Hq:Hkv,SqxSk,D`) instead of a set (with --causal).
     #[arg(long)]
     shape: Option<String>,
     /// Causal mode for --shape.
@@ -92,6 +93,10 @@ pub struct Args {
     /// `persistent`.
     #[arg(long, value_enum, default_value = "auto")]
     schedule: crate::flags::ScheduleArg,
+    /// How samples are timed: `auto` (CUDA graphs for launches under 20 µs, events
+    /// otherwise), `graph` or `events`; the SDPA side follows ours shape by shape.
+    #[arg(long, value_enum, default_value = "auto")]
+    timing: TimingArg,
 }
 
 /// An FP8 config: a Hopper-engine tile (`wg128_128_s2_ia`, for the `hopper` variant) or one
@@ -170,7 +175,12 @@ impl BenchShape {
         } else {
             "-causal"
         };
-        format!("{},{},{},{}{c}", self.b, self.hq, s, self.d)
+        let h = if self.hkv == self.hq {
+            format!("{}", self.hq)
+        } else {
+            format!("{}:{}", self.hq, self.hkv)
+        };
+        format!("{},{h},{s},{}{c}", self.b, self.d)
     }
 
     pub fn problem(&self) -> anyhow::Result<Problem> {
@@ -242,23 +252,30 @@ pub fn shape_set(set: ShapeSet) -> Vec<BenchShape> {
     }
 }
 
-/// Parses `B,H,S,D`.
+/// Parses `B,H,S,D`, or the general `B,Hq:Hkv,SqxSk,D` (GQA heads, a query length other
+/// than the key length: `64,32:8,1x4096,256` is a GQA decode step).
 pub fn parse_shape(s: &str, causal: Causal) -> anyhow::Result<BenchShape> {
-    let v: Vec<usize> = s
-        .split(',')
-        .map(|x| x.trim().parse::<usize>())
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("--shape `{s}`: expected B,H,S,D"))?;
-    let [b, h, sl, d] = v[..] else {
-        bail!("--shape `{s}`: expected four numbers B,H,S,D");
+    let usage = || format!("--shape `{s}`: expected B,H,S,D or B,Hq:Hkv,SqxSk,D");
+    let fields: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [b, h, sl, d] = fields[..] else {
+        bail!("{}: four comma-separated fields", usage());
     };
+    let num = |x: &str| x.parse::<usize>().with_context(usage);
+    let pair = |x: &str, sep: char| -> anyhow::Result<(usize, usize)> {
+        Ok(match x.split_once(sep) {
+            Some((a, c)) => (num(a)?, num(c)?),
+            None => (num(x)?, num(x)?),
+        })
+    };
+    let (hq, hkv) = pair(h, ':')?;
+    let (sq, sk) = pair(sl, 'x')?;
     Ok(BenchShape {
-        b,
-        hq: h,
-        hkv: h,
-        sq: sl,
-        sk: sl,
-        d,
+        b: num(b)?,
+        hq,
+        hkv,
+        sq,
+        sk,
+        d: num(d)?,
         causal,
     })
 }
@@ -297,13 +314,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let shape = shapes.first().context("no shape")?;
         if fp8_variants.is_empty() {
             for &dt in &dtypes {
-                time_ours(&gpu, shape, dt, &config, layout, 5, 1, true)?;
+                time_ours(&gpu, shape, dt, &config, layout, (5, 1, true), args.timing)?;
             }
         } else {
             // FP8 only: the f16 launches would be profiled too.
             let fp8_config = args.fp8_config.as_deref().map(fp8_config_arg).transpose()?;
             for &v in &fp8_variants {
-                time_fp8(&gpu, shape, v, fp8_config, args.schedule.into(), 5, 1)?;
+                time_fp8(&gpu, shape, v, fp8_config, args.schedule.into(), (5, 1), args.timing)?;
             }
         }
         return Ok(());
@@ -337,9 +354,8 @@ fn bench(
                 dt,
                 config,
                 layout,
-                args.warmup,
-                args.samples,
-                false,
+                (args.warmup, args.samples, false),
+                args.timing,
             )?;
             let name = format!("{}-{}", shape.name(), dt);
             write_csv(
@@ -367,8 +383,8 @@ fn bench(
                 variant,
                 fp8_config,
                 args.schedule.into(),
-                args.warmup,
-                args.samples,
+                (args.warmup, args.samples),
+                args.timing,
             )?;
             let name = format!("{}-fp8-{variant}", shape.name());
             write_csv(
@@ -507,13 +523,13 @@ pub(crate) fn time_ours(
     dtype: Dtype,
     config: &ForwardOptions,
     layout: Layout,
-    warmup: usize,
-    samples: usize,
-    once: bool,
+    (warmup, samples, once): (usize, usize, bool),
+    timing: TimingArg,
 ) -> anyhow::Result<OurTiming> {
+    let counts = (warmup, samples, once);
     match dtype {
-        Dtype::F16 => time_typed::<half::f16>(gpu, shape, config, layout, warmup, samples, once),
-        Dtype::Bf16 => time_typed::<half::bf16>(gpu, shape, config, layout, warmup, samples, once),
+        Dtype::F16 => time_typed::<half::f16>(gpu, shape, config, layout, counts, timing),
+        Dtype::Bf16 => time_typed::<half::bf16>(gpu, shape, config, layout, counts, timing),
     }
 }
 
@@ -524,9 +540,8 @@ fn time_typed<T: StorageType>(
     shape: &BenchShape,
     config: &ForwardOptions,
     layout: Layout,
-    warmup: usize,
-    samples: usize,
-    once: bool,
+    (warmup, samples, once): (usize, usize, bool),
+    timing: TimingArg,
 ) -> anyhow::Result<OurTiming> {
     let p = shape.problem()?;
     let s = *p.shape();
@@ -563,7 +578,7 @@ fn time_typed<T: StorageType>(
         }
         Ok(())
     };
-    let (samples_us, method) = time_launches(gpu, warmup, samples, once, &mut launch)?;
+    let (samples_us, method) = time_launches(gpu, warmup, samples, once, timing, &mut launch)?;
     Ok(OurTiming {
         samples_us,
         kernel,
@@ -577,6 +592,7 @@ pub(crate) fn time_launches(
     warmup: usize,
     samples: usize,
     once: bool,
+    timing: TimingArg,
     launch: &mut dyn FnMut(usize) -> anyhow::Result<()>,
 ) -> anyhow::Result<(Vec<f64>, &'static str)> {
     let stream = gpu.stream().clone();
@@ -590,10 +606,10 @@ pub(crate) fn time_launches(
         return Ok((Vec::new(), "once"));
     }
     let ctx = gpu.context();
-    let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let event_flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
     // Probe: is one launch under 20 µs? Then time graph replays instead.
     let probe_ev: Vec<_> = (0..22)
-        .map(|_| ctx.new_event(timing))
+        .map(|_| ctx.new_event(event_flags))
         .collect::<Result<_, _>>()?;
     for (i, w) in probe_ev.chunks(2).enumerate() {
         w[0].record(&stream)?;
@@ -606,9 +622,13 @@ pub(crate) fn time_launches(
         .map(|w| w[0].elapsed_ms(&w[1]).map(|ms| ms as f64 * 1e3))
         .collect::<Result<_, _>>()?;
     probe.sort_by(f64::total_cmp);
-    let use_graph = probe[probe.len() / 2] < 20.0;
+    let use_graph = match timing {
+        TimingArg::Auto => probe[probe.len() / 2] < 20.0,
+        TimingArg::Graph => true,
+        TimingArg::Events => false,
+    };
     let events: Vec<_> = (0..2 * samples)
-        .map(|_| ctx.new_event(timing))
+        .map(|_| ctx.new_event(event_flags))
         .collect::<Result<_, _>>()?;
     let samples_us = if use_graph {
         stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
@@ -661,8 +681,8 @@ fn time_fp8(
     variant: Fp8Variant,
     config: Option<Fp8ConfigArg>,
     schedule: attn_kernels::TileSchedule,
-    warmup: usize,
-    samples: usize,
+    (warmup, samples): (usize, usize),
+    timing: TimingArg,
 ) -> anyhow::Result<OurTiming> {
     use attn_quant::{quantize, Fp8Format, Granularity};
     let p = shape.problem()?;
@@ -723,7 +743,7 @@ fn time_fp8(
         }
         Ok(())
     };
-    let (samples_us, method) = time_launches(gpu, warmup, samples, false, &mut launch)?;
+    let (samples_us, method) = time_launches(gpu, warmup, samples, false, timing, &mut launch)?;
     Ok(OurTiming {
         samples_us,
         kernel,
@@ -904,6 +924,7 @@ mod tests {
         assert_eq!(seed[1].name(), "1,8,512,64-causal");
         let decode = shape_set(ShapeSet::Decode);
         assert_eq!(decode[0].name(), "1,32,1x8192,128");
+        assert_eq!(decode[1].name(), "64,32:8,1x4096,128");
         // serve-bench's paged decode on a dense cache (the SDPA baseline of paged decode).
         assert_eq!(
             (decode[1].b, decode[1].hq, decode[1].hkv, decode[1].sk),
@@ -918,6 +939,14 @@ mod tests {
         assert_eq!(parse_shape("1,8,512,64", Causal::None).unwrap().sq, 512);
         assert!(parse_shape("1,8,512", Causal::None).is_err());
         assert!(parse_shape("1,8,x,64", Causal::None).is_err());
+        let gqa = parse_shape("64,32:8,1x4096,256", Causal::None).unwrap();
+        assert_eq!(gqa.name(), "64,32:8,1x4096,256");
+        assert_eq!(
+            (gqa.b, gqa.hq, gqa.hkv, gqa.sq, gqa.sk, gqa.d),
+            (64, 32, 8, 1, 4096, 256)
+        );
+        assert!(parse_shape("1,32:,1x8,64", Causal::None).is_err());
+        assert!(parse_shape("1,32,1x,64", Causal::None).is_err());
     }
 
     #[test]

@@ -159,6 +159,19 @@ impl DtypeChoice {
     }
 }
 
+/// `bench --timing`: how a sample is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TimingArg {
+    /// CUDA-graph replays for shapes whose launch is under 20 µs, events otherwise.
+    Auto,
+    /// Always CUDA-graph replays (both sides): launch overheads off the clock, so a baseline
+    /// whose host-side cost exceeds its GPU time (SDPA's cuDNN decode) is timed on the GPU's
+    /// work alone.
+    Graph,
+    /// Always one event pair per launch.
+    Events,
+}
+
 /// `bench --shapes`: a shape set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ShapeSet {

@@ -28,6 +28,7 @@ use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
 use crate::bench::time_launches;
+use crate::flags::TimingArg;
 
 /// Flags of `xtask serve-bench`.
 #[derive(Debug, clap::Args)]
@@ -246,7 +247,7 @@ fn varlen(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
             rows.push(Timed {
                 name: name.into(),
                 kernel,
@@ -282,7 +283,7 @@ fn varlen(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
             rows.push(Timed {
                 name: name.into(),
                 kernel,
@@ -317,7 +318,7 @@ fn varlen(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
             let scale = flops / dense_flops;
             rows.push(Timed {
                 name: format!("dense {n}×{s_eq} (same FLOPs ±, time scaled ×{scale:.3})"),
@@ -388,7 +389,7 @@ fn paged(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
             rows.push(Timed {
                 name: format!(
                     "dense {layout} cache, {}",
@@ -446,7 +447,7 @@ fn paged(
             kernel = info.kernel;
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
         rows.push(Timed {
             name: format!(
                 "paged, page {ps}{}",
@@ -519,7 +520,7 @@ fn paged(
                     Ok(())
                 };
                 let (samples, _) =
-                    time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+                    time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
                 let mma = if engine == Engine::MmaSync {
                     ", mma.sync"
                 } else {
@@ -547,7 +548,7 @@ fn paged(
             st.memcpy_dtod(&src, &mut dst)?;
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
         rows.push(Timed {
             name: "device-to-device copy of the same bytes (also writes them)".into(),
             kernel: "cuMemcpyDtoDAsync".into(),
@@ -563,7 +564,7 @@ fn paged(
             st.memcpy_dtod(&src, &mut dst)?;
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
         fp8_rows.push(Timed {
             name: "device-to-device copy of the E4M3 bytes (also writes them)".into(),
             kernel: "cuMemcpyDtoDAsync".into(),
@@ -670,7 +671,7 @@ fn decode(
             kernel = format!("{} ({} splits)", info.kernel, info.splits);
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
         rows.push(Timed {
             name: format!(
                 "{}{}{}",
@@ -693,7 +694,7 @@ fn decode(
             st.memcpy_dtod(&src, &mut dst)?;
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, &mut launch)?;
+        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
         rows.push(Timed {
             name: "device-to-device copy of the f16 cache's bytes (also writes them)".into(),
             kernel: "cuMemcpyDtoDAsync".into(),

@@ -10,9 +10,10 @@
 // flight; four CTAs per SM (128 threads, 48 KiB of shared memory, ≤ 128 registers up to 4
 // rows) keep ~128 KiB per SM in flight, several times what hides DRAM latency.
 //
-// The per-stage math is a policy: DecodeFma below (buckets 96 and 160-256), or decode_tc.cuh's
-// tensor-core stages — both GEMMs on mma.sync — at D = 32/64/128: DecodeTc for an E4M3 cache,
-// DecodeTc16 for an f16/bf16 one. The FMA stage was issue-bound there (docs/PERF.md).
+// The per-stage math is a policy: DecodeFma below (buckets 160-256), or decode_tc.cuh's
+// tensor-core stages — both GEMMs on mma.sync — at D = 32/64/128, and bucket 96 on rows
+// padded to 128: DecodeTc for an E4M3 cache, DecodeTc16 for an f16/bf16 one. The FMA stage
+// was issue-bound there (docs/PERF.md).
 //
 // KV8: K/V are E4M3 codes (an FP8 KV cache, kv_fp8.cuh's format): half the bytes per stage,
 // widened exactly in registers (sm_89+'s cvt.f16x2.e4m3x2; fp8.cuh's integer trick on
@@ -39,7 +40,12 @@ struct DecodeConfig {
     // 160, 192, 224 leave the top lanes of each group idle.
     static constexpr int kLanes = kActive <= 4 ? 4 : kActive <= 8 ? 8 : kActive <= 16 ? 16 : 32;
     static constexpr int kGroups = kThreads / kLanes; // keys computed side by side
-    static constexpr int kRowBytes = DK * static_cast<int>(sizeof(KV));
+    // The ring's head dim: the bucket, except bucket 96, which runs the tensor-core stage of
+    // D = 128 on rows padded with zero columns (the copies zero-fill them, so they cost no
+    // DRAM bytes): the FMA stage read 96-column rows at 2.8 TB/s where the tensor-core stage
+    // reads 128-column ones at 3.7 (H200, docs/PERF.md run 186).
+    static constexpr int kRingDk = DK == 96 ? 128 : DK;
+    static constexpr int kRowBytes = kRingDk * static_cast<int>(sizeof(KV));
     static constexpr int kChunks = kRowBytes / 16;    // 16-byte chunks per key row
     // ~16 KiB of K and V per stage (8 KiB each), a whole number of keys per group.
     static constexpr int kKeysPerGroupRaw = 8192 / kRowBytes / kGroups;
@@ -47,15 +53,15 @@ struct DecodeConfig {
     // The tensor-core stages (decode_tc.cuh) at D = 32/64/128: each of the four warps takes
     // whole 16-key blocks of a stage, so a stage holds at least 64 keys (32 KiB of f16 K and V
     // at D = 128); their ring rows are chunk-swizzled.
-    static constexpr bool kTensorCores = DK == 32 || DK == 64 || DK == 128;
+    static constexpr bool kTensorCores = kRingDk == 32 || kRingDk == 64 || kRingDk == 128;
     static constexpr int kKeys = kTensorCores && kKeysPerGroup * kGroups < 64 ? 64 : kKeysPerGroup * kGroups;
     static constexpr int kStages = 3;
     static constexpr int kStageBytes = 2 * kKeys * kRowBytes;
     // The copies of one stage's K (or V) tile per thread.
     static constexpr int kCopies = (kKeys * kChunks + kThreads - 1) / kThreads;
-    // The merge of the groups' states reuses the ring: O [groups][ROWS][DK], then (m, l) and
+    // The merge of the groups' states reuses the ring: O [groups][ROWS][kRingDk], then (m, l) and
     // the groups' weights.
-    static constexpr int kMergeBytes = (kGroups * ROWS * DK + 3 * kGroups * ROWS) * 4;
+    static constexpr int kMergeBytes = (kGroups * ROWS * kRingDk + 3 * kGroups * ROWS) * 4;
     static constexpr int kSmemBytes =
         kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes;
     static constexpr int kSwizzle = kTensorCores ? (kChunks < 8 ? kChunks : 8) - 1 : 0; // DecodeTc's, DecodeTc16's
@@ -64,7 +70,7 @@ struct DecodeConfig {
     // eight-row entries, whose Q and O alone are 128 f32 registers, and the f16/bf16
     // tensor-core entries at D = 128, whose 96 KiB ring lets only two fit anyway (at 128
     // registers their copies' page lookups spilled) (catalog.rs mirrors this).
-    static constexpr int kMinBlocks = kTensorCores ? (!KV8 && DK == 128 ? 2 : 4) : ROWS <= 4 ? 4 : 2;
+    static constexpr int kMinBlocks = kTensorCores ? (!KV8 && kRingDk == 128 ? 2 : 4) : ROWS <= 4 ? 4 : 2;
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets");
     static_assert(ROWS >= 1 && ROWS <= 8, "decode rows");
     static_assert(!KV8 || DK % 16 == 0, "E4M3 rows are read in 16-byte chunks");
@@ -237,8 +243,10 @@ template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
 // A tensor-core stage (decode_tc.cuh: DecodeTc, or DecodeTc16) behind DecodeFma's interface:
 // one group per warp, 16-key blocks.
 template <typename T, bool KV8, int DK, int ROWS>
-struct DecodeTcStage : std::conditional_t<KV8, DecodeTc<T, DK, ROWS>, DecodeTc16<T, DK, ROWS>> {
-    using Base = std::conditional_t<KV8, DecodeTc<T, DK, ROWS>, DecodeTc16<T, DK, ROWS>>;
+struct DecodeTcStage : std::conditional_t<KV8, DecodeTc<T, DecodeConfig<T, KV8, DK, ROWS>::kRingDk, ROWS>,
+                                          DecodeTc16<T, DecodeConfig<T, KV8, DK, ROWS>::kRingDk, ROWS>> {
+    using Base = std::conditional_t<KV8, DecodeTc<T, DecodeConfig<T, KV8, DK, ROWS>::kRingDk, ROWS>,
+                                    DecodeTc16<T, DecodeConfig<T, KV8, DK, ROWS>::kRingDk, ROWS>>;
     static constexpr int kGroups = 4; // warps of the 128-thread CTA
     static constexpr int kBlocks = DecodeConfig<T, KV8, DK, ROWS>::kKeys / (16 * kGroups);
     static_assert(Base::kSwizzle == DecodeConfig<T, KV8, DK, ROWS>::kSwizzle, "the ring's swizzle");
@@ -388,12 +396,13 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
     __syncthreads(); // the ring is free for the merge
 
     // Merge the groups' states: (m, l) and O per (group, row) through shared memory.
-    static_assert(Cfg::kSmemBytes >= (kGroups * ROWS * DK + 3 * kGroups * ROWS) * 4, "the merge fits the ring");
-    float* sm_o = reinterpret_cast<float*>(smem_raw);          // [groups][ROWS][DK]
-    float* sm_m = sm_o + kGroups * ROWS * DK;                   // [groups][ROWS]
+    constexpr int RDK = Cfg::kRingDk; // the stages' O rows (columns past DK hold zeros)
+    static_assert(Cfg::kSmemBytes >= (kGroups * ROWS * RDK + 3 * kGroups * ROWS) * 4, "the merge fits the ring");
+    float* sm_o = reinterpret_cast<float*>(smem_raw);          // [groups][ROWS][RDK]
+    float* sm_m = sm_o + kGroups * ROWS * RDK;                  // [groups][ROWS]
     float* sm_l = sm_m + kGroups * ROWS;                        // [groups][ROWS]
     float* sm_w = sm_l + kGroups * ROWS;                        // [groups][ROWS] weights
-    st.finish(sm_o + group * ROWS * DK, sm_m + group * ROWS, sm_l + group * ROWS, tid);
+    st.finish(sm_o + group * ROWS * RDK, sm_m + group * ROWS, sm_l + group * ROWS, tid);
     __syncthreads();
     // One thread per row: the merged max and denominator (lse_merge.cuh's rule; an empty row
     // — no key seen — keeps O = 0 and LSE = -inf). The weights fold in 1/L (unsplit) or the
@@ -421,7 +430,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
 #pragma unroll
             for (int g = 0; g < kGroups; ++g) {
                 const float w = sm_w[g * ROWS + r];
-                const float2 x = *reinterpret_cast<const float2*>(sm_o + (g * ROWS + r) * DK + d);
+                const float2 x = *reinterpret_cast<const float2*>(sm_o + (g * ROWS + r) * RDK + d);
                 a0 = fmaf(w, x.x, a0);
                 a1 = fmaf(w, x.y, a1);
             }
@@ -440,7 +449,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
         const int d = i % DK;
         float a = 0.f;
 #pragma unroll
-        for (int g = 0; g < kGroups; ++g) a = fmaf(sm_w[g * ROWS + r], sm_o[(g * ROWS + r) * DK + d], a);
+        for (int g = 0; g < kGroups; ++g) a = fmaf(sm_w[g * ROWS + r], sm_o[(g * ROWS + r) * RDK + d], a);
         __stcg(my_o + i, a);
     }
     if (tid < ROWS) {

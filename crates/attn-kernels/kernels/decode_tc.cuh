@@ -66,7 +66,7 @@ template <int BYTES> __device__ __forceinline__ void lds_words(uint32_t* w, cons
 // m16 tiles of D × the 8 query rows) and (m, l) of rows 2c and 2c+1 (c = lane % 4).
 template <int kMmas> struct DecodeTcSoftmax {
     float acc[kMmas][4]; // Oᵀ tile j: [16 rows of D][rows 2c, 2c+1]
-    float m[2], l[2];    // rows 2c, 2c+1; l is this lane's partial sum until sum_l()
+    float m[2], l[2];    // rows 2c, 2c+1; l is this lane's partial sum until finish_rows()
 
     __device__ __forceinline__ void init() {
 #pragma unroll
@@ -129,12 +129,26 @@ template <int kMmas> struct DecodeTcSoftmax {
         b1 = movmatrix_trans(StorageTraits<P>::pack(p[2], p[3])); // [key g+8][rows 2c, 2c+1]
     }
 
-    // l summed over the eight lanes that share a row.
-    __device__ __forceinline__ void sum_l() {
+    // Writes this warp's state for the groups' merge: l summed over the eight lanes that
+    // share a row, then for each of the lane's rows 2c + r below ROWS, `store_o(row, r)`
+    // writes that row of O (each stage keeps its own order of D) and lane g = 0 its (m, l).
+    template <int ROWS, class StoreO>
+    __device__ __forceinline__ void finish_rows(float* m_rows, float* l_rows, int lane, StoreO store_o) {
+        const int g = lane >> 2, c = lane & 3;
 #pragma unroll
         for (int r = 0; r < 2; ++r)
 #pragma unroll
             for (int off = 4; off < 32; off <<= 1) l[r] += __shfl_xor_sync(0xffffffffu, l[r], off);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = 2 * c + r;
+            if (row >= ROWS) continue;
+            store_o(row, r);
+            if (g == 0) {
+                m_rows[row] = m[r];
+                l_rows[row] = l[r];
+            }
+        }
     }
 };
 
@@ -271,22 +285,14 @@ template <typename T, int DK, int ROWS> struct DecodeTc : DecodeTcSoftmax<DK / 1
     }
 
     // Writes this warp's state for the groups' merge: O[row][D] (un-permuted) into o_rows,
-    // and (m, l) per row; l is summed over the eight lanes that share a row first.
+    // and (m, l) per row.
     __device__ __forceinline__ void finish(float* o_rows, float* m_rows, float* l_rows, int lane) {
-        const int g = lane >> 2, c = lane & 3;
-        Softmax::sum_l();
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = 2 * c + r;
-            if (row >= ROWS) continue;
+        const int g = lane >> 2;
+        Softmax::template finish_rows<ROWS>(m_rows, l_rows, lane, [&](int row, int r) {
 #pragma unroll
             for (int j = 0; j < kMmas; ++j)
                 *reinterpret_cast<float2*>(o_rows + row * DK + g * kVBytes + 2 * j) = make_float2(acc[j][r], acc[j][2 + r]);
-            if (g == 0) {
-                m_rows[row] = m[r];
-                l_rows[row] = l[r];
-            }
-        }
+        });
     }
 };
 
@@ -370,22 +376,14 @@ template <typename T, int DK, int ROWS> struct DecodeTc16 : DecodeTcSoftmax<DK /
 
     // Writes this warp's state for the groups' merge: O[row][D] into o_rows and (m, l) per row.
     __device__ __forceinline__ void finish(float* o_rows, float* m_rows, float* l_rows, int lane) {
-        const int g = lane >> 2, c = lane & 3;
-        Softmax::sum_l();
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = 2 * c + r;
-            if (row >= ROWS) continue;
+        const int g = lane >> 2;
+        Softmax::template finish_rows<ROWS>(m_rows, l_rows, lane, [&](int row, int r) {
 #pragma unroll
             for (int j = 0; j < kMmas; ++j) {
                 o_rows[row * DK + 16 * j + g] = acc[j][r];
                 o_rows[row * DK + 16 * j + g + 8] = acc[j][2 + r];
             }
-            if (g == 0) {
-                m_rows[row] = m[r];
-                l_rows[row] = l[r];
-            }
-        }
+        });
     }
 };
 

@@ -1412,7 +1412,7 @@ pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
     let (lanes, keys) = decode_geometry(bucket, kv8);
     let groups = 128 / lanes;
     let ring = 3 * 2 * keys * decode_row_bytes(bucket, kv8);
-    let merge = (groups * rows * bucket + 3 * groups * rows) * 4;
+    let merge = (groups * rows * decode_ring_head_dim(bucket) + 3 * groups * rows) * 4;
     if ring > merge {
         ring
     } else {
@@ -1420,8 +1420,18 @@ pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
     }
 }
 
+/// The head dim of a decode entry's ring rows (`DecodeConfig::kRingDk`): the bucket, except
+/// bucket 96, which runs the tensor-core stage of 128 on rows padded with zero columns.
+pub const fn decode_ring_head_dim(bucket: usize) -> usize {
+    if bucket == 96 {
+        128
+    } else {
+        bucket
+    }
+}
+
 const fn decode_row_bytes(bucket: usize, kv8: bool) -> usize {
-    bucket * if kv8 { 1 } else { 2 }
+    decode_ring_head_dim(bucket) * if kv8 { 1 } else { 2 }
 }
 
 /// Lanes per key group and keys per ring stage of a decode entry (`DecodeConfig::kLanes`,
@@ -1454,10 +1464,10 @@ pub const fn decode_geometry(bucket: usize, kv8: bool) -> (usize, usize) {
 }
 
 /// Whether a decode entry runs the tensor-core stage (kernels/decode_tc.cuh; E4M3 and f16/bf16
-/// caches alike) rather than the FMA stage: head-dim buckets 32, 64 and 128
-/// (`DecodeConfig::kTensorCores`).
+/// caches alike) rather than the FMA stage: head-dim buckets 32, 64 and 128, and 96 on the
+/// stage of 128 ([`decode_ring_head_dim`]; `DecodeConfig::kTensorCores`).
 pub const fn decode_tensor_cores(bucket: usize) -> bool {
-    matches!(bucket, 32 | 64 | 128)
+    matches!(decode_ring_head_dim(bucket), 32 | 64 | 128)
 }
 
 /// The extern "C" name of a decode entry: `attn_dec_f16_d128_r4`, `attn_dec_bf16_d64_r1_kv8`.

@@ -245,11 +245,14 @@ mod tests {
         assert_eq!(decode_keys_per_stage(128, true), 64);
         assert_eq!(decode_keys_per_stage(256, false), 16);
         assert_eq!(decode_keys_per_stage(32, false), 128);
-        assert_eq!(decode_keys_per_stage(96, false), 40);
+        // Bucket 96 runs the stage of 128 on padded rows.
+        assert_eq!(decode_keys_per_stage(96, false), 64);
+        assert_eq!(decode_keys_per_stage(96, true), 64);
+        assert_eq!(decode_keys_per_stage(160, false), 24);
         for bucket in crate::catalog::FWD_HEAD_DIM_BUCKETS {
             for kv8 in [false, true] {
                 let keys = decode_keys_per_stage(bucket, kv8);
-                let row = bucket * if kv8 { 1 } else { 2 };
+                let row = crate::catalog::decode_ring_head_dim(bucket) * if kv8 { 1 } else { 2 };
                 // The ring (3 stages of K and V) is what the smem formula holds.
                 assert!(decode_smem_bytes(bucket, kv8, 1) >= 3 * 2 * keys * row);
                 assert!(decode_smem_bytes(bucket, kv8, 8) <= 99 * 1024);
@@ -281,8 +284,18 @@ mod tests {
                 }
             );
         }
-        assert_eq!(decode_key_states(96, false, 5), KeyStates::One);
-        assert_eq!(decode_key_states(96, true, 1), KeyStates::One);
+        // Bucket 96: the stage of 128 on padded rows.
+        for kv8 in [false, true] {
+            assert_eq!(
+                decode_key_states(96, kv8, 2),
+                KeyStates::Split {
+                    tile: 64,
+                    splits: 2,
+                    workers: 4
+                }
+            );
+        }
+        assert_eq!(decode_key_states(160, false, 1), KeyStates::One);
         assert_eq!(decode_key_states(256, true, 3), KeyStates::One);
     }
 
