@@ -320,7 +320,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             // FP8 only: the f16 launches would be profiled too.
             let fp8_config = args.fp8_config.as_deref().map(fp8_config_arg).transpose()?;
             for &v in &fp8_variants {
-                time_fp8(&gpu, shape, v, fp8_config, args.schedule.into(), (5, 1), args.timing)?;
+                time_fp8(
+                    &gpu,
+                    shape,
+                    v,
+                    fp8_config,
+                    args.schedule.into(),
+                    (5, 1),
+                    args.timing,
+                )?;
             }
         }
         return Ok(());

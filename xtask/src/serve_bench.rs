@@ -247,7 +247,14 @@ fn varlen(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+            let (samples, _) = time_launches(
+                gpu,
+                args.warmup,
+                args.samples,
+                false,
+                TimingArg::Auto,
+                &mut launch,
+            )?;
             rows.push(Timed {
                 name: name.into(),
                 kernel,
@@ -283,7 +290,14 @@ fn varlen(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+            let (samples, _) = time_launches(
+                gpu,
+                args.warmup,
+                args.samples,
+                false,
+                TimingArg::Auto,
+                &mut launch,
+            )?;
             rows.push(Timed {
                 name: name.into(),
                 kernel,
@@ -318,7 +332,14 @@ fn varlen(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+            let (samples, _) = time_launches(
+                gpu,
+                args.warmup,
+                args.samples,
+                false,
+                TimingArg::Auto,
+                &mut launch,
+            )?;
             let scale = flops / dense_flops;
             rows.push(Timed {
                 name: format!("dense {n}×{s_eq} (same FLOPs ±, time scaled ×{scale:.3})"),
@@ -389,7 +410,14 @@ fn paged(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+            let (samples, _) = time_launches(
+                gpu,
+                args.warmup,
+                args.samples,
+                false,
+                TimingArg::Auto,
+                &mut launch,
+            )?;
             rows.push(Timed {
                 name: format!(
                     "dense {layout} cache, {}",
@@ -447,7 +475,14 @@ fn paged(
             kernel = info.kernel;
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+        let (samples, _) = time_launches(
+            gpu,
+            args.warmup,
+            args.samples,
+            false,
+            TimingArg::Auto,
+            &mut launch,
+        )?;
         rows.push(Timed {
             name: format!(
                 "paged, page {ps}{}",
@@ -519,8 +554,14 @@ fn paged(
                     kernel = info.kernel;
                     Ok(())
                 };
-                let (samples, _) =
-                    time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+                let (samples, _) = time_launches(
+                    gpu,
+                    args.warmup,
+                    args.samples,
+                    false,
+                    TimingArg::Auto,
+                    &mut launch,
+                )?;
                 let mma = if engine == Engine::MmaSync {
                     ", mma.sync"
                 } else {
@@ -548,7 +589,14 @@ fn paged(
             st.memcpy_dtod(&src, &mut dst)?;
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+        let (samples, _) = time_launches(
+            gpu,
+            args.warmup,
+            args.samples,
+            false,
+            TimingArg::Auto,
+            &mut launch,
+        )?;
         rows.push(Timed {
             name: "device-to-device copy of the same bytes (also writes them)".into(),
             kernel: "cuMemcpyDtoDAsync".into(),
@@ -564,7 +612,14 @@ fn paged(
             st.memcpy_dtod(&src, &mut dst)?;
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+        let (samples, _) = time_launches(
+            gpu,
+            args.warmup,
+            args.samples,
+            false,
+            TimingArg::Auto,
+            &mut launch,
+        )?;
         fp8_rows.push(Timed {
             name: "device-to-device copy of the E4M3 bytes (also writes them)".into(),
             kernel: "cuMemcpyDtoDAsync".into(),
@@ -671,7 +726,14 @@ fn decode(
             kernel = format!("{} ({} splits)", info.kernel, info.splits);
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+        let (samples, _) = time_launches(
+            gpu,
+            args.warmup,
+            args.samples,
+            false,
+            TimingArg::Auto,
+            &mut launch,
+        )?;
         rows.push(Timed {
             name: format!(
                 "{}{}{}",
@@ -694,7 +756,14 @@ fn decode(
             st.memcpy_dtod(&src, &mut dst)?;
             Ok(())
         };
-        let (samples, _) = time_launches(gpu, args.warmup, args.samples, false, TimingArg::Auto, &mut launch)?;
+        let (samples, _) = time_launches(
+            gpu,
+            args.warmup,
+            args.samples,
+            false,
+            TimingArg::Auto,
+            &mut launch,
+        )?;
         rows.push(Timed {
             name: "device-to-device copy of the f16 cache's bytes (also writes them)".into(),
             kernel: "cuMemcpyDtoDAsync".into(),
