@@ -10,10 +10,10 @@
 // flight; four CTAs per SM (128 threads, 48 KiB of shared memory, ≤ 128 registers up to 4
 // rows) keep ~128 KiB per SM in flight, several times what hides DRAM latency.
 //
-// The per-stage math is a policy: DecodeFma below (buckets 160-256), or decode_tc.cuh's
-// tensor-core stages — both GEMMs on mma.sync — at D = 32/64/128, and bucket 96 on rows
-// padded to 128: DecodeTc for an E4M3 cache, DecodeTc16 for an f16/bf16 one. The FMA stage
-// was issue-bound there (docs/PERF.md).
+// The per-stage math is a policy: decode_tc.cuh's tensor-core stages — both GEMMs on
+// mma.sync — for every bucket of an f16/bf16 cache (DecodeTc16; 96, 160 and 224 on rows
+// padded to 128, 192 and 256) and for E4M3 caches at D ≤ 128 (DecodeTc), or DecodeFma below
+// (E4M3 caches above 128). The FMA stage was issue-bound on GQA groups (docs/PERF.md).
 //
 // KV8: K/V are E4M3 codes (an FP8 KV cache, kv_fp8.cuh's format): half the bytes per stage,
 // widened exactly in registers (sm_89+'s cvt.f16x2.e4m3x2; fp8.cuh's integer trick on
@@ -33,28 +33,36 @@ namespace attn {
 template <typename T, bool KV8, int DK, int ROWS>
 struct DecodeConfig {
     using KV = std::conditional_t<KV8, uint8_t, T>;
-    static constexpr int kThreads = 128;
+    // The ring's head dim: the bucket, except where a tensor-core stage runs on rows padded
+    // with zero columns (the copies zero-fill them, so they cost no DRAM bytes): bucket 96 on
+    // the stage of 128 (the FMA stage read 96-column rows at 2.8 TB/s where this reads them
+    // at 3.2, H200, docs/PERF.md run 187), and for f16/bf16 caches 160 on 192, 224 on 256.
+    static constexpr int kRingDk = DK == 96 ? 128 : !KV8 && DK == 160 ? 192 : !KV8 && DK == 224 ? 256 : DK;
+    // The tensor-core stages (decode_tc.cuh): D = 32/64/128 for both cache types, and
+    // 192/256 for f16/bf16 caches. Each warp takes whole 16-key blocks of a stage and its ring
+    // rows are chunk-swizzled.
+    static constexpr bool kTensorCores =
+        kRingDk == 32 || kRingDk == 64 || kRingDk == 128 || (!KV8 && (kRingDk == 192 || kRingDk == 256));
+    // Four warps, except the tensor-core stage at D ≥ 192, which takes two: a stage of 32
+    // keys (16 per warp) then keeps three stages within 96 KiB at D = 256, which sm_86/89's
+    // 99 KiB per CTA allows; with four warps a stage would be 64 KiB.
+    static constexpr int kWarps = kTensorCores && kRingDk >= 192 ? 2 : 4;
+    static constexpr int kThreads = 32 * kWarps;
     static constexpr int kVec = 8;              // columns of a key per lane
     static constexpr int kActive = DK / kVec;   // lanes that hold columns
     // Lanes per key: a power of two (so the xor reduction stays inside the group); D = 96,
     // 160, 192, 224 leave the top lanes of each group idle.
     static constexpr int kLanes = kActive <= 4 ? 4 : kActive <= 8 ? 8 : kActive <= 16 ? 16 : 32;
     static constexpr int kGroups = kThreads / kLanes; // keys computed side by side
-    // The ring's head dim: the bucket, except bucket 96, which runs the tensor-core stage of
-    // D = 128 on rows padded with zero columns (the copies zero-fill them, so they cost no
-    // DRAM bytes): the FMA stage read 96-column rows at 2.8 TB/s where the tensor-core stage
-    // reads 128-column ones at 3.7 (H200, docs/PERF.md run 186).
-    static constexpr int kRingDk = DK == 96 ? 128 : DK;
     static constexpr int kRowBytes = kRingDk * static_cast<int>(sizeof(KV));
     static constexpr int kChunks = kRowBytes / 16;    // 16-byte chunks per key row
     // ~16 KiB of K and V per stage (8 KiB each), a whole number of keys per group.
     static constexpr int kKeysPerGroupRaw = 8192 / kRowBytes / kGroups;
     static constexpr int kKeysPerGroup = kKeysPerGroupRaw < 1 ? 1 : kKeysPerGroupRaw;
-    // The tensor-core stages (decode_tc.cuh) at D = 32/64/128: each of the four warps takes
-    // whole 16-key blocks of a stage, so a stage holds at least 64 keys (32 KiB of f16 K and V
-    // at D = 128); their ring rows are chunk-swizzled.
-    static constexpr bool kTensorCores = kRingDk == 32 || kRingDk == 64 || kRingDk == 128;
-    static constexpr int kKeys = kTensorCores && kKeysPerGroup * kGroups < 64 ? 64 : kKeysPerGroup * kGroups;
+    // The tensor-core stages take at least a 16-key block per warp: 64 keys (32 KiB of f16 K
+    // and V at D = 128), or 32 at D ≥ 192.
+    static constexpr int kKeys =
+        kTensorCores && kKeysPerGroup * kGroups < 16 * kWarps ? 16 * kWarps : kKeysPerGroup * kGroups;
     static constexpr int kStages = 3;
     static constexpr int kStageBytes = 2 * kKeys * kRowBytes;
     // The copies of one stage's K (or V) tile per thread.
@@ -65,12 +73,13 @@ struct DecodeConfig {
     static constexpr int kSmemBytes =
         kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes;
     static constexpr int kSwizzle = kTensorCores ? (kChunks < 8 ? kChunks : 8) - 1 : 0; // DecodeTc's, DecodeTc16's
-    static_assert(!kTensorCores || kKeys % 64 == 0, "whole 16-key blocks per warp");
+    static_assert(!kTensorCores || kKeys % (16 * kWarps) == 0, "whole 16-key blocks per warp");
+    static_assert(kSmemBytes <= 99 * 1024, "fits sm_86/89's shared memory per CTA");
     // CTAs per SM the launch bounds promise: four (128 registers), except the FMA stage's
     // eight-row entries, whose Q and O alone are 128 f32 registers, and the f16/bf16
-    // tensor-core entries at D = 128, whose 96 KiB ring lets only two fit anyway (at 128
-    // registers their copies' page lookups spilled) (catalog.rs mirrors this).
-    static constexpr int kMinBlocks = kTensorCores ? (!KV8 && kRingDk == 128 ? 2 : 4) : ROWS <= 4 ? 4 : 2;
+    // tensor-core entries at D ≥ 128, whose 72–96 KiB rings let only two fit anyway (at 128
+    // registers the D = 128 copies' page lookups spilled) (catalog.rs mirrors this).
+    static constexpr int kMinBlocks = kTensorCores ? (!KV8 && kRingDk >= 128 ? 2 : 4) : ROWS <= 4 ? 4 : 2;
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets");
     static_assert(ROWS >= 1 && ROWS <= 8, "decode rows");
     static_assert(!KV8 || DK % 16 == 0, "E4M3 rows are read in 16-byte chunks");
@@ -247,7 +256,7 @@ struct DecodeTcStage : std::conditional_t<KV8, DecodeTc<T, DecodeConfig<T, KV8, 
                                           DecodeTc16<T, DecodeConfig<T, KV8, DK, ROWS>::kRingDk, ROWS>> {
     using Base = std::conditional_t<KV8, DecodeTc<T, DecodeConfig<T, KV8, DK, ROWS>::kRingDk, ROWS>,
                                     DecodeTc16<T, DecodeConfig<T, KV8, DK, ROWS>::kRingDk, ROWS>>;
-    static constexpr int kGroups = 4; // warps of the 128-thread CTA
+    static constexpr int kGroups = DecodeConfig<T, KV8, DK, ROWS>::kWarps; // one per warp
     static constexpr int kBlocks = DecodeConfig<T, KV8, DK, ROWS>::kKeys / (16 * kGroups);
     static_assert(Base::kSwizzle == DecodeConfig<T, KV8, DK, ROWS>::kSwizzle, "the ring's swizzle");
     static __device__ __forceinline__ int group_of(int tid) { return tid / 32; }
@@ -469,7 +478,8 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
 // One entry per (type, cache type, head-dim bucket, rows bucket), with the forward entries'
 // argument list (src/launch.rs binds both alike).
 #define ATTN_DECODE_ENTRY(NAME, T, KV8, DK, ROWS)                                                  \
-    extern "C" __global__ void __launch_bounds__(128, (attn::DecodeConfig<T, KV8, DK, ROWS>::kMinBlocks))                         \
+    extern "C" __global__ void __launch_bounds__((attn::DecodeConfig<T, KV8, DK, ROWS>::kThreads),                 \
+                                                 (attn::DecodeConfig<T, KV8, DK, ROWS>::kMinBlocks))               \
         NAME(const T* __restrict__ q, const std::conditional_t<KV8, uint8_t, T>* __restrict__ k,   \
              const std::conditional_t<KV8, uint8_t, T>* __restrict__ v, T* __restrict__ o,         \
              float* __restrict__ lse, float* __restrict__ ws_o, float* __restrict__ ws_ml,         \

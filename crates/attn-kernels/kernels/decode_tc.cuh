@@ -30,6 +30,8 @@
 // with K's A fragments by `ldmatrix` and Vᵀ's by `ldmatrix.trans` (no permutation of D, no
 // widening, no Q scale). The FMA stage spent ~75 warp instructions per key of a 4-row GQA
 // group there, and the H200 ran it at 3.3 TB/s against cuDNN's 4.4 (docs/PERF.md, run 170).
+// DecodeTc16 also runs D = 192 and 256 (two warps per CTA there: decode_kernel.cuh), where
+// the FMA stage ran 4-row GQA groups at 1.13–1.24× and 1.55× SDPA's time (run 187).
 // Both stages share DecodeTcSoftmax: the online softmax of the Sᵀ fragments and Pᵀ's B
 // fragments.
 #pragma once
@@ -305,7 +307,7 @@ template <typename T, int DK, int ROWS> struct DecodeTc16 : DecodeTcSoftmax<DK /
     using Softmax::acc;
     using Softmax::l;
     using Softmax::m;
-    static_assert(DK == 32 || DK == 64 || DK == 128, "tensor-core decode buckets");
+    static_assert(DK == 32 || DK == 64 || DK == 128 || DK == 192 || DK == 256, "tensor-core decode buckets");
     static_assert(ROWS <= 8, "the query rows are the MMA's N = 8");
     static constexpr int kRowBytes = 2 * DK;
     static constexpr int kChunks = DK / 8; // 16-byte chunks per row

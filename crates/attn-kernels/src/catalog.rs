@@ -1410,9 +1410,9 @@ pub fn decode_rows_bucket(rows: usize) -> Option<usize> {
 /// groups' states if larger.
 pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
     let (lanes, keys) = decode_geometry(bucket, kv8);
-    let groups = 128 / lanes;
+    let groups = 32 * decode_warps(bucket, kv8) / lanes;
     let ring = 3 * 2 * keys * decode_row_bytes(bucket, kv8);
-    let merge = (groups * rows * decode_ring_head_dim(bucket) + 3 * groups * rows) * 4;
+    let merge = (groups * rows * decode_ring_head_dim(bucket, kv8) + 3 * groups * rows) * 4;
     if ring > merge {
         ring
     } else {
@@ -1421,24 +1421,36 @@ pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
 }
 
 /// The head dim of a decode entry's ring rows (`DecodeConfig::kRingDk`): the bucket, except
-/// bucket 96, which runs the tensor-core stage of 128 on rows padded with zero columns.
-pub const fn decode_ring_head_dim(bucket: usize) -> usize {
-    if bucket == 96 {
-        128
+/// where a tensor-core stage runs on rows padded with zero columns: bucket 96 on the stage
+/// of 128, and for f16/bf16 caches 160 on 192 and 224 on 256.
+pub const fn decode_ring_head_dim(bucket: usize, kv8: bool) -> usize {
+    match (bucket, kv8) {
+        (96, _) => 128,
+        (160, false) => 192,
+        (224, false) => 256,
+        _ => bucket,
+    }
+}
+
+/// Warps of a decode CTA (`DecodeConfig::kWarps`): four, or two for the f16/bf16
+/// tensor-core stage at D ≥ 192, whose 32-key stages keep the ring within 96 KiB.
+pub const fn decode_warps(bucket: usize, kv8: bool) -> usize {
+    if decode_tensor_cores(bucket, kv8) && decode_ring_head_dim(bucket, kv8) >= 192 {
+        2
     } else {
-        bucket
+        4
     }
 }
 
 const fn decode_row_bytes(bucket: usize, kv8: bool) -> usize {
-    decode_ring_head_dim(bucket) * if kv8 { 1 } else { 2 }
+    decode_ring_head_dim(bucket, kv8) * if kv8 { 1 } else { 2 }
 }
 
 /// Lanes per key group and keys per ring stage of a decode entry (`DecodeConfig::kLanes`,
 /// `kKeys`): 8 columns per lane, the lane count rounded up to a power of two (4 to 32), and
-/// ~8 KiB of K per stage, a whole number of keys per group of the CTA's 128 threads. The
-/// tensor-core stages ([`decode_tensor_cores`]) take at least 64 keys per stage (a 16-key
-/// block per warp): 32 KiB of f16 K and V at D = 128.
+/// ~8 KiB of K per stage, a whole number of keys per group of the CTA's threads. The
+/// tensor-core stages ([`decode_tensor_cores`]) take at least a 16-key block per warp: 64
+/// keys per stage (32 KiB of f16 K and V at D = 128), 32 with two warps at D ≥ 192.
 pub const fn decode_geometry(bucket: usize, kv8: bool) -> (usize, usize) {
     let active = bucket / 8;
     let lanes = if active <= 4 {
@@ -1450,24 +1462,25 @@ pub const fn decode_geometry(bucket: usize, kv8: bool) -> (usize, usize) {
     } else {
         32
     };
-    let groups = 128 / lanes;
+    let warps = decode_warps(bucket, kv8);
+    let groups = 32 * warps / lanes;
     let raw = 8192 / decode_row_bytes(bucket, kv8) / groups;
     let keys = if raw < 1 { 1 } else { raw } * groups;
     (
         lanes,
-        if decode_tensor_cores(bucket) && keys < 64 {
-            64
+        if decode_tensor_cores(bucket, kv8) && keys < 16 * warps {
+            16 * warps
         } else {
             keys
         },
     )
 }
 
-/// Whether a decode entry runs the tensor-core stage (kernels/decode_tc.cuh; E4M3 and f16/bf16
-/// caches alike) rather than the FMA stage: head-dim buckets 32, 64 and 128, and 96 on the
-/// stage of 128 ([`decode_ring_head_dim`]; `DecodeConfig::kTensorCores`).
-pub const fn decode_tensor_cores(bucket: usize) -> bool {
-    matches!(decode_ring_head_dim(bucket), 32 | 64 | 128)
+/// Whether a decode entry runs a tensor-core stage (kernels/decode_tc.cuh) rather than the
+/// FMA stage (`DecodeConfig::kTensorCores`): every bucket of an f16/bf16 cache (96, 160 and
+/// 224 on padded rows, [`decode_ring_head_dim`]), and buckets up to 128 of an E4M3 cache.
+pub const fn decode_tensor_cores(bucket: usize, kv8: bool) -> bool {
+    matches!(decode_ring_head_dim(bucket, kv8), 32 | 64 | 128) || !kv8 && matches!(bucket, 160..=256)
 }
 
 /// The extern "C" name of a decode entry: `attn_dec_f16_d128_r4`, `attn_dec_bf16_d64_r1_kv8`.

@@ -115,16 +115,17 @@ pub fn decode_keys_per_stage(bucket: usize, kv8: bool) -> usize {
 
 /// How a decode launch spreads a row's keys over online-softmax states, for attn-ref's
 /// emulation (the FA3 rule's `emu` must round P in the kernel's frames). The tensor-core stages
-/// (buckets 32, 64, 128; kernels/decode_tc.cuh) give each of their four warps a quarter of
-/// every ring stage of its split, and each warp rounds P (to f16 for an E4M3 cache, to the
-/// cache's type otherwise) against its own running max. The FMA stage keeps P in f32, so the
-/// frames round nothing there: one state, whose emulated P rounding only widens the bound.
+/// (kernels/decode_tc.cuh; [`crate::catalog::decode_tensor_cores`]) give each of their warps
+/// (four, or two at D ≥ 192) an equal slice of every ring stage of its split, and each warp
+/// rounds P (to f16 for an E4M3 cache, to the cache's type otherwise) against its own running
+/// max. The FMA stage keeps P in f32, so the frames round nothing there: one state, whose
+/// emulated P rounding only widens the bound.
 pub fn decode_key_states(bucket: usize, kv8: bool, splits: usize) -> KeyStates {
-    if crate::catalog::decode_tensor_cores(bucket) {
+    if crate::catalog::decode_tensor_cores(bucket, kv8) {
         KeyStates::Split {
             tile: decode_keys_per_stage(bucket, kv8),
             splits: splits.max(1),
-            workers: 4,
+            workers: crate::catalog::decode_warps(bucket, kv8),
         }
     } else {
         KeyStates::One
@@ -133,7 +134,7 @@ pub fn decode_key_states(bucket: usize, kv8: bool, splits: usize) -> KeyStates {
 
 /// CTAs of a decode entry one SM holds: four (48 KiB rings, ≤ 128 registers by their launch
 /// bounds); the FMA stage's 8-row entries are bounded to two (their state needs ~250
-/// registers), and so are the f16/bf16 tensor-core entries at D = 128 (96 KiB rings). The
+/// registers), and so are the f16/bf16 tensor-core entries at D ≥ 128 (72–96 KiB rings). The
 /// split heuristic's aim of [`SPLIT_CTAS_PER_SM`] is two, so this counts the smaller.
 fn ctas_per_sm(rows: usize) -> usize {
     if rows >= 8 {
@@ -185,8 +186,13 @@ pub(crate) fn plan_decode(
         Some(n) => n.min(DECODE_MAX_SPLITS),
     };
     Ok(LaunchPlan {
-        // The config a LaunchInfo reports: rows × keys per stage, 4 warps, 3 stages.
-        config: tile(rows, decode_keys_per_stage(bucket, kv8), 4, 3),
+        // The config a LaunchInfo reports: rows × keys per stage, its warps, 3 stages.
+        config: tile(
+            rows,
+            decode_keys_per_stage(bucket, kv8),
+            crate::catalog::decode_warps(bucket, kv8),
+            3,
+        ),
         grid: (n_splits as u32, s.q_heads() as u32, s.batch() as u32),
         smem_bytes: decode_smem_bytes(bucket, kv8, rows) as u32,
         params: fwd_params(problem, n_splits as i32),
@@ -243,16 +249,29 @@ mod tests {
         // ~8 KiB of K per stage, a whole number of keys per lane group.
         assert_eq!(decode_keys_per_stage(128, false), 64);
         assert_eq!(decode_keys_per_stage(128, true), 64);
-        assert_eq!(decode_keys_per_stage(256, false), 16);
         assert_eq!(decode_keys_per_stage(32, false), 128);
         // Bucket 96 runs the stage of 128 on padded rows.
         assert_eq!(decode_keys_per_stage(96, false), 64);
         assert_eq!(decode_keys_per_stage(96, true), 64);
-        assert_eq!(decode_keys_per_stage(160, false), 24);
+        // f16/bf16 at D ≥ 160: two warps, a 16-key block each (160 and 224 padded); the E4M3
+        // cache's FMA stage there: ~8 KiB of K per stage.
+        for bucket in [160, 192, 224, 256] {
+            assert_eq!(decode_keys_per_stage(bucket, false), 32);
+            assert_eq!(crate::catalog::decode_warps(bucket, false), 2);
+            assert_eq!(crate::catalog::decode_warps(bucket, true), 4);
+        }
+        assert_eq!(decode_keys_per_stage(256, true), 32);
+        assert_eq!(decode_keys_per_stage(160, true), 48);
+        assert_eq!(
+            decode_smem_bytes(256, false, 8),
+            96 * 1024,
+            "three 32-key stages of 512-byte K and V rows"
+        );
         for bucket in crate::catalog::FWD_HEAD_DIM_BUCKETS {
             for kv8 in [false, true] {
                 let keys = decode_keys_per_stage(bucket, kv8);
-                let row = crate::catalog::decode_ring_head_dim(bucket) * if kv8 { 1 } else { 2 };
+                let row =
+                    crate::catalog::decode_ring_head_dim(bucket, kv8) * if kv8 { 1 } else { 2 };
                 // The ring (3 stages of K and V) is what the smem formula holds.
                 assert!(decode_smem_bytes(bucket, kv8, 1) >= 3 * 2 * keys * row);
                 assert!(decode_smem_bytes(bucket, kv8, 8) <= 99 * 1024);
@@ -295,7 +314,18 @@ mod tests {
                 }
             );
         }
-        assert_eq!(decode_key_states(160, false, 1), KeyStates::One);
+        // Two warps at D ≥ 192 (160 and 224 padded); the E4M3 cache's FMA stage there.
+        for bucket in [160, 256] {
+            assert_eq!(
+                decode_key_states(bucket, false, 3),
+                KeyStates::Split {
+                    tile: 32,
+                    splits: 3,
+                    workers: 2
+                }
+            );
+            assert_eq!(decode_key_states(bucket, true, 3), KeyStates::One);
+        }
         assert_eq!(decode_key_states(256, true, 3), KeyStates::One);
     }
 
