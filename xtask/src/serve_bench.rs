@@ -120,6 +120,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Times `launch` by `bench`'s protocol (an event pair per launch, or CUDA-graph replays for
+/// launches under 20 µs): the samples, in µs.
+fn time_samples(
+    gpu: &Arc<FlashAttention>,
+    args: &Args,
+    launch: &mut dyn FnMut(usize) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<f64>> {
+    let (samples, _) = time_launches(
+        gpu,
+        args.warmup,
+        args.samples,
+        false,
+        TimingArg::Auto,
+        launch,
+    )?;
+    Ok(samples)
+}
+
 fn varlen(
     gpu: &Arc<FlashAttention>,
     args: &Args,
@@ -247,14 +265,7 @@ fn varlen(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(
-                gpu,
-                args.warmup,
-                args.samples,
-                false,
-                TimingArg::Auto,
-                &mut launch,
-            )?;
+            let samples = time_samples(gpu, args, &mut launch)?;
             rows.push(Timed {
                 name: name.into(),
                 kernel,
@@ -290,14 +301,7 @@ fn varlen(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(
-                gpu,
-                args.warmup,
-                args.samples,
-                false,
-                TimingArg::Auto,
-                &mut launch,
-            )?;
+            let samples = time_samples(gpu, args, &mut launch)?;
             rows.push(Timed {
                 name: name.into(),
                 kernel,
@@ -332,14 +336,7 @@ fn varlen(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(
-                gpu,
-                args.warmup,
-                args.samples,
-                false,
-                TimingArg::Auto,
-                &mut launch,
-            )?;
+            let samples = time_samples(gpu, args, &mut launch)?;
             let scale = flops / dense_flops;
             rows.push(Timed {
                 name: format!("dense {n}×{s_eq} (same FLOPs ±, time scaled ×{scale:.3})"),
@@ -410,14 +407,7 @@ fn paged(
                 kernel = info.kernel;
                 Ok(())
             };
-            let (samples, _) = time_launches(
-                gpu,
-                args.warmup,
-                args.samples,
-                false,
-                TimingArg::Auto,
-                &mut launch,
-            )?;
+            let samples = time_samples(gpu, args, &mut launch)?;
             rows.push(Timed {
                 name: format!(
                     "dense {layout} cache, {}",
@@ -475,14 +465,7 @@ fn paged(
             kernel = info.kernel;
             Ok(())
         };
-        let (samples, _) = time_launches(
-            gpu,
-            args.warmup,
-            args.samples,
-            false,
-            TimingArg::Auto,
-            &mut launch,
-        )?;
+        let samples = time_samples(gpu, args, &mut launch)?;
         rows.push(Timed {
             name: format!(
                 "paged, page {ps}{}",
@@ -554,14 +537,7 @@ fn paged(
                     kernel = info.kernel;
                     Ok(())
                 };
-                let (samples, _) = time_launches(
-                    gpu,
-                    args.warmup,
-                    args.samples,
-                    false,
-                    TimingArg::Auto,
-                    &mut launch,
-                )?;
+                let samples = time_samples(gpu, args, &mut launch)?;
                 let mma = if engine == Engine::MmaSync {
                     ", mma.sync"
                 } else {
@@ -589,14 +565,7 @@ fn paged(
             st.memcpy_dtod(&src, &mut dst)?;
             Ok(())
         };
-        let (samples, _) = time_launches(
-            gpu,
-            args.warmup,
-            args.samples,
-            false,
-            TimingArg::Auto,
-            &mut launch,
-        )?;
+        let samples = time_samples(gpu, args, &mut launch)?;
         rows.push(Timed {
             name: "device-to-device copy of the same bytes (also writes them)".into(),
             kernel: "cuMemcpyDtoDAsync".into(),
@@ -612,14 +581,7 @@ fn paged(
             st.memcpy_dtod(&src, &mut dst)?;
             Ok(())
         };
-        let (samples, _) = time_launches(
-            gpu,
-            args.warmup,
-            args.samples,
-            false,
-            TimingArg::Auto,
-            &mut launch,
-        )?;
+        let samples = time_samples(gpu, args, &mut launch)?;
         fp8_rows.push(Timed {
             name: "device-to-device copy of the E4M3 bytes (also writes them)".into(),
             kernel: "cuMemcpyDtoDAsync".into(),
@@ -726,14 +688,7 @@ fn decode(
             kernel = format!("{} ({} splits)", info.kernel, info.splits);
             Ok(())
         };
-        let (samples, _) = time_launches(
-            gpu,
-            args.warmup,
-            args.samples,
-            false,
-            TimingArg::Auto,
-            &mut launch,
-        )?;
+        let samples = time_samples(gpu, args, &mut launch)?;
         rows.push(Timed {
             name: format!(
                 "{}{}{}",
@@ -756,14 +711,7 @@ fn decode(
             st.memcpy_dtod(&src, &mut dst)?;
             Ok(())
         };
-        let (samples, _) = time_launches(
-            gpu,
-            args.warmup,
-            args.samples,
-            false,
-            TimingArg::Auto,
-            &mut launch,
-        )?;
+        let samples = time_samples(gpu, args, &mut launch)?;
         rows.push(Timed {
             name: "device-to-device copy of the f16 cache's bytes (also writes them)".into(),
             kernel: "cuMemcpyDtoDAsync".into(),
