@@ -8,7 +8,9 @@
 // keeps its own online-softmax state, and the groups' states are merged once at the end.
 // K/V stream through a 3-stage cp.async ring of ~16 KiB stages, so each CTA keeps ~32 KiB in
 // flight; four CTAs per SM (128 threads, 48 KiB of shared memory, ≤ 128 registers up to 4
-// rows) keep ~128 KiB per SM in flight, several times what hides DRAM latency.
+// rows) keep ~128 KiB per SM in flight, several times what hides DRAM latency. The f16/bf16
+// tensor-core entries at D ≥ 96 take 24–32 KiB stages instead, two CTAs per SM, the same
+// ~128 KiB per SM in flight.
 //
 // The per-stage math is a policy: decode_tc.cuh's tensor-core stages — both GEMMs on
 // mma.sync — for every bucket of an f16/bf16 cache (DecodeTc16; 96, 160 and 224 on rows
