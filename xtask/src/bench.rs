@@ -22,7 +22,6 @@ use attn_kernels::{
 use attn_ref::{AttnShape, Causal, Problem};
 use cudarc::driver::{sys, CudaSlice, CudaStream};
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use rand_distr::StandardNormal;
 
 pub mod schema;
 
@@ -518,9 +517,7 @@ fn randn_device<T: StorageType>(
     rng: &mut StdRng,
     n: usize,
 ) -> anyhow::Result<CudaSlice<T>> {
-    let host: Vec<T> = (0..n)
-        .map(|_| T::from_f32(rng.sample::<f32, _>(StandardNormal)))
-        .collect();
+    let host: Vec<T> = crate::randn::normal_samples(n, rng.random(), T::from_f32);
     Ok(stream.clone_htod(&host)?)
 }
 
@@ -701,9 +698,7 @@ fn time_fp8(
     let mut rng = StdRng::seed_from_u64(rand::rng().random());
     let (qd, kd) = (attn_quant::q_dims(&s), attn_quant::kv_dims(&s));
     let mut upload = |n: usize, dims: [usize; 4]| -> anyhow::Result<Fp8Upload> {
-        let x: Vec<f32> = (0..n)
-            .map(|_| rng.sample::<f32, _>(StandardNormal))
-            .collect();
+        let x: Vec<f32> = crate::randn::normal_samples(n, rng.random(), |v| v);
         let t = quantize(&x, dims, Fp8Format::E4M3, Granularity::Head)?;
         Ok((stream.clone_htod(&t.codes)?, stream.clone_htod(&t.scales)?))
     };

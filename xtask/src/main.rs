@@ -28,6 +28,7 @@ mod oracle;
 mod profile;
 mod ptxas;
 mod quant;
+mod randn;
 mod reference;
 mod ring;
 mod sanitize;

@@ -76,11 +76,7 @@ fn randn_device<T: StorageType>(
     n: usize,
     seed: u64,
 ) -> Result<cudarc::driver::CudaSlice<T>> {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let host: Vec<T> = (0..n)
-        .map(|_| T::from_f32(rng.sample::<f32, _>(rand_distr::StandardNormal)))
-        .collect();
+    let host: Vec<T> = crate::randn::normal_samples(n, seed, T::from_f32);
     Ok(gpu.stream().clone_htod(&host)?)
 }
 

@@ -25,7 +25,6 @@ use attn_ref::{AttnShape, Causal, Problem};
 use cudarc::driver::CudaSlice;
 use half::f16;
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
-use rand_distr::StandardNormal;
 
 use crate::bench::time_launches;
 use crate::flags::TimingArg;
@@ -52,9 +51,7 @@ fn randn(
     rng: &mut StdRng,
     n: usize,
 ) -> anyhow::Result<CudaSlice<f16>> {
-    let host: Vec<f16> = (0..n)
-        .map(|_| f16::from_f32(rng.sample::<f32, _>(StandardNormal)))
-        .collect();
+    let host: Vec<f16> = crate::randn::normal_samples(n, rng.random(), f16::from_f32);
     Ok(stream.clone_htod(&host)?)
 }
 

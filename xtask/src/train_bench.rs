@@ -100,11 +100,7 @@ pub fn run(args: Args) -> Result<()> {
             let p = Problem::new(shape, mask);
             let (qd, kd) = (dims_q(&shape), dims_kv(&shape));
             let rnd = |seed: u64, len: usize| -> Result<cudarc::driver::CudaSlice<bf16>> {
-                use rand::{Rng, SeedableRng};
-                let mut r = rand::rngs::StdRng::seed_from_u64(seed);
-                let host: Vec<bf16> = (0..len)
-                    .map(|_| bf16::from_f32(r.sample::<f32, _>(rand_distr::StandardNormal)))
-                    .collect();
+                let host: Vec<bf16> = crate::randn::normal_samples(len, seed, bf16::from_f32);
                 Ok(s.clone_htod(&host)?)
             };
             let (q, k, v, d_o) = (
@@ -320,9 +316,7 @@ fn varlen_rows(gpu: &FlashAttention, args: &Args) -> Result<Vec<serde_json::Valu
     let max_len = lens.iter().copied().max().unwrap_or(1);
     let n = total * h * d;
     let rnd = |r: &mut rand::rngs::StdRng| -> Result<cudarc::driver::CudaSlice<bf16>> {
-        let host: Vec<bf16> = (0..n)
-            .map(|_| bf16::from_f32(r.sample::<f32, _>(rand_distr::StandardNormal)))
-            .collect();
+        let host: Vec<bf16> = crate::randn::normal_samples(n, r.random(), bf16::from_f32);
         Ok(s.clone_htod(&host)?)
     };
     let (q, k, v, d_o) = (rnd(&mut r)?, rnd(&mut r)?, rnd(&mut r)?, rnd(&mut r)?);
