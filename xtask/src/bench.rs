@@ -313,7 +313,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let shape = shapes.first().context("no shape")?;
         if fp8_variants.is_empty() {
             for &dt in &dtypes {
-                time_ours(&gpu, shape, dt, &config, layout, (5, 1, true), args.timing)?;
+                time_ours(&gpu, shape, dt, &config, layout, 5, 1, true, args.timing)?;
             }
         } else {
             // FP8 only: the f16 launches would be profiled too.
@@ -325,7 +325,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     v,
                     fp8_config,
                     args.schedule.into(),
-                    (5, 1),
+                    5,
+                    1,
                     args.timing,
                 )?;
             }
@@ -361,7 +362,9 @@ fn bench(
                 dt,
                 config,
                 layout,
-                (args.warmup, args.samples, false),
+                args.warmup,
+                args.samples,
+                false,
                 args.timing,
             )?;
             let name = format!("{}-{}", shape.name(), dt);
@@ -390,7 +393,8 @@ fn bench(
                 variant,
                 fp8_config,
                 args.schedule.into(),
-                (args.warmup, args.samples),
+                args.warmup,
+                args.samples,
                 args.timing,
             )?;
             let name = format!("{}-fp8-{variant}", shape.name());
@@ -528,24 +532,32 @@ pub(crate) fn time_ours(
     dtype: Dtype,
     config: &ForwardOptions,
     layout: Layout,
-    (warmup, samples, once): (usize, usize, bool),
+    warmup: usize,
+    samples: usize,
+    once: bool,
     timing: TimingArg,
 ) -> anyhow::Result<OurTiming> {
-    let counts = (warmup, samples, once);
     match dtype {
-        Dtype::F16 => time_typed::<half::f16>(gpu, shape, config, layout, counts, timing),
-        Dtype::Bf16 => time_typed::<half::bf16>(gpu, shape, config, layout, counts, timing),
+        Dtype::F16 => {
+            time_typed::<half::f16>(gpu, shape, config, layout, warmup, samples, once, timing)
+        }
+        Dtype::Bf16 => {
+            time_typed::<half::bf16>(gpu, shape, config, layout, warmup, samples, once, timing)
+        }
     }
 }
 
 type InputSet<T> = (CudaSlice<T>, CudaSlice<T>, CudaSlice<T>, CudaSlice<T>);
 
+#[allow(clippy::too_many_arguments)]
 fn time_typed<T: StorageType>(
     gpu: &Arc<FlashAttention>,
     shape: &BenchShape,
     config: &ForwardOptions,
     layout: Layout,
-    (warmup, samples, once): (usize, usize, bool),
+    warmup: usize,
+    samples: usize,
+    once: bool,
     timing: TimingArg,
 ) -> anyhow::Result<OurTiming> {
     let p = shape.problem()?;
@@ -612,25 +624,27 @@ pub(crate) fn time_launches(
     }
     let ctx = gpu.context();
     let event_flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-    // Probe: is one launch under 20 µs? Then time graph replays instead.
-    let probe_ev: Vec<_> = (0..22)
-        .map(|_| ctx.new_event(event_flags))
-        .collect::<Result<_, _>>()?;
-    for (i, w) in probe_ev.chunks(2).enumerate() {
-        w[0].record(&stream)?;
-        launch(i)?;
-        w[1].record(&stream)?;
-    }
-    stream.synchronize()?;
-    let mut probe: Vec<f64> = probe_ev
-        .chunks(2)
-        .map(|w| w[0].elapsed_ms(&w[1]).map(|ms| ms as f64 * 1e3))
-        .collect::<Result<_, _>>()?;
-    probe.sort_by(f64::total_cmp);
     let use_graph = match timing {
-        TimingArg::Auto => probe[probe.len() / 2] < 20.0,
         TimingArg::Graph => true,
         TimingArg::Events => false,
+        TimingArg::Auto => {
+            // Probe: is one launch under 20 µs? Then time graph replays instead.
+            let probe_ev: Vec<_> = (0..22)
+                .map(|_| ctx.new_event(event_flags))
+                .collect::<Result<_, _>>()?;
+            for (i, w) in probe_ev.chunks(2).enumerate() {
+                w[0].record(&stream)?;
+                launch(i)?;
+                w[1].record(&stream)?;
+            }
+            stream.synchronize()?;
+            let mut probe: Vec<f64> = probe_ev
+                .chunks(2)
+                .map(|w| w[0].elapsed_ms(&w[1]).map(|ms| ms as f64 * 1e3))
+                .collect::<Result<_, _>>()?;
+            probe.sort_by(f64::total_cmp);
+            probe[probe.len() / 2] < 20.0
+        }
     };
     let events: Vec<_> = (0..2 * samples)
         .map(|_| ctx.new_event(event_flags))
@@ -680,13 +694,15 @@ type Fp8Set = (Fp8Upload, Fp8Upload, Fp8Upload, CudaSlice<half::f16>);
 
 /// Times the FP8 forward (f16 out) on per-head E4M3 inputs quantized by attn-quant from
 /// N(0,1), with the same protocol; the Vᵀ pass is inside every timed launch.
+#[allow(clippy::too_many_arguments)]
 fn time_fp8(
     gpu: &Arc<FlashAttention>,
     shape: &BenchShape,
     variant: Fp8Variant,
     config: Option<Fp8ConfigArg>,
     schedule: attn_kernels::TileSchedule,
-    (warmup, samples): (usize, usize),
+    warmup: usize,
+    samples: usize,
     timing: TimingArg,
 ) -> anyhow::Result<OurTiming> {
     use attn_quant::{quantize, Fp8Format, Granularity};

@@ -138,7 +138,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     ..Default::default()
                 },
                 attn_kernels::Layout::Bhsd,
-                (args.warmup, args.samples, false),
+                args.warmup,
+                args.samples,
+                false,
                 crate::flags::TimingArg::Auto,
             )
             .with_context(|| format!("timing {} on {}", cfg.name(), shape.name()))?;

@@ -1480,8 +1480,8 @@ pub const fn decode_geometry(bucket: usize, kv8: bool) -> (usize, usize) {
 /// FMA stage (`DecodeConfig::kTensorCores`): every bucket of an f16/bf16 cache (96, 160 and
 /// 224 on padded rows, [`decode_ring_head_dim`]), and buckets up to 128 of an E4M3 cache.
 pub const fn decode_tensor_cores(bucket: usize, kv8: bool) -> bool {
-    matches!(decode_ring_head_dim(bucket, kv8), 32 | 64 | 128)
-        || !kv8 && matches!(bucket, 160..=256)
+    let ring = decode_ring_head_dim(bucket, kv8);
+    matches!(ring, 32 | 64 | 128) || !kv8 && matches!(ring, 192 | 256)
 }
 
 /// The extern "C" name of a decode entry: `attn_dec_f16_d128_r4`, `attn_dec_bf16_d64_r1_kv8`.
