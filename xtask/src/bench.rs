@@ -693,7 +693,8 @@ type Fp8Upload = (CudaSlice<u8>, CudaSlice<f32>);
 type Fp8Set = (Fp8Upload, Fp8Upload, Fp8Upload, CudaSlice<half::f16>);
 
 /// Times the FP8 forward (f16 out) on per-head E4M3 inputs quantized by attn-quant from
-/// N(0,1), with the same protocol; the Vᵀ pass is inside every timed launch.
+/// N(0,1), with the same protocol; the Vᵀ pass of the variants that have one is inside every
+/// timed launch.
 #[allow(clippy::too_many_arguments)]
 fn time_fp8(
     gpu: &Arc<FlashAttention>,
@@ -758,7 +759,13 @@ fn time_fp8(
             options: opts,
         })?;
         if kernel.is_empty() {
-            kernel = format!("{} ({}) + Vt pass", info.kernel, info.config.name());
+            // Every variant but the Hopper engine's launches a Vᵀ pass first.
+            let pass = if variant == Fp8Variant::Hopper {
+                ""
+            } else {
+                " + Vt pass"
+            };
+            kernel = format!("{} ({}){pass}", info.kernel, info.config.name());
         }
         Ok(())
     };

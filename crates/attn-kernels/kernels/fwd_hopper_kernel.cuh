@@ -20,8 +20,10 @@
 // - INTRA issues Q·Kᵀ(j+1) with P·V(j) and runs the softmax of tile j+1 while P·V(j) is still
 //   in the tensor cores, deferring O's rescale (FA3 §3.2); without it an iteration is
 //   softmax(j), then P·V(j) and Q·Kᵀ(j+1) in one commit group.
-// FP8 (E4M3 Q, K and the Vᵀ pass's output; f16/bf16 O) runs the same loop with the 8-bit wgmma
-// shapes, P cast to E4M3 after a 2⁸ gain, and the per-head scales folded in.
+// FP8 (E4M3 Q, K and V; f16/bf16 O) runs the same loop with the 8-bit wgmma shapes, P cast to
+// E4M3 after a 2⁸ gain, and the per-head scales folded in. 8-bit wgmma has no transposed B, so
+// P·V needs Vᵀ: V lands as K does, and producer warps 1–3 transpose each stage in shared
+// memory (FA3's in-kernel transpose; `transpose_v_fp8` below).
 //
 // Shared memory: every tile is stored as sub-tiles of 128-byte rows (64 f16 columns, or 64/128
 // FP8 bytes) in TMA's and wgmma's swizzle, each on a 1024-byte boundary. A problem head dim
@@ -31,6 +33,7 @@
 #include "softmax.cuh" // before epilogue.cuh, which uses quad_sum
 #include "epilogue.cuh"
 #include "fp8.cuh"
+#include "fp8_vt_smem.cuh"
 #include "load.cuh"
 #include "mask.cuh"
 #include "score_mod.cuh"
@@ -40,8 +43,9 @@
 
 namespace attn {
 
-// FP8: Q and K are E4M3 rows of DK bytes in sub-tiles of one 64- or 128-byte swizzle span
-// (D = 256: two of 128), and V arrives as fp8_prep.cuh's Vᵀ (DK rows of BN key bytes), because
+// FP8: Q, K and V are E4M3 rows of DK bytes in sub-tiles of one 64- or 128-byte swizzle span
+// (D = 256: two of 128). V lands in a stage of its own (kVRawBytes) and the producer writes
+// its transpose into the V ring: DK rows of BN key bytes in fp8_prep.cuh's key order, because
 // 8-bit wgmma has no transposed B.
 // KVSPLIT: the two consumers share one 64-row query block and split its key tiles (see
 // fwd_hopper_kernel), so the block is 64 rows and an exchange buffer holds the second
@@ -50,10 +54,12 @@ template <int DK, int BN, int STAGES, bool FP8 = false, int CONSUMERS = 2, bool 
 struct HopperFwdLayout {
     static constexpr int kBM = KVSPLIT ? 64 : 64 * CONSUMERS; // 64 rows per consumer warpgroup
     static constexpr int kThreads = 128 * (CONSUMERS + 1); // producer + consumers
-    // Registers per thread after `setmaxnreg`: the producer keeps 24, the consumers share the
-    // rest of the 64K-register file (multiples of 8: 240 for two, 160 for three).
-    static constexpr int kProducerRegs = 24;
-    static constexpr int kConsumerRegs = CONSUMERS == 2 ? 240 : 160;
+    // Registers per thread after `setmaxnreg`: the producer keeps 24 (FP8, whose producer
+    // warps also transpose V: 40 beside two consumers, 32 beside three), the consumers share
+    // the rest of the launch's 168 or 128 per thread (multiples of 8: 240 or 232 for two, 160
+    // for three).
+    static constexpr int kProducerRegs = FP8 ? (CONSUMERS == 2 ? 40 : 32) : 24;
+    static constexpr int kConsumerRegs = CONSUMERS == 2 ? (FP8 ? 232 : 240) : 160;
     static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * CONSUMERS <= 65536, "register file");
     static constexpr int kSubTiles = FP8 ? (DK + 127) / 128 : (DK + 63) / 64; // swizzled sub-tiles per row
     static constexpr int kRowBytes = FP8 ? (DK < 128 ? DK : 128) : 128;      // bytes per sub-tile row
@@ -61,14 +67,27 @@ struct HopperFwdLayout {
     static constexpr int kQBytes = kBM * kSubTiles * kRowBytes;
     static constexpr int kKBytes = BN * kSubTiles * kRowBytes; // one K stage
     static constexpr int kVBytes = FP8 ? DK * BN : kKBytes;    // one V (FP8: Vᵀ) stage
+    static constexpr int kVRawBytes = FP8 ? kKBytes : 0;        // FP8: one V stage as TMA lands it
+    // FP8: V's landing stages, more than the ring's, so that a tile's V load is issued tiles
+    // before the transpose that needs it (run 189: with as many landing stages as ring stages,
+    // the load's latency sat between the transposes and the consumers waited); four, so that
+    // the stage index is a mask (a modulo by three cost the producer registers).
+    static constexpr int kVRawStages = FP8 ? 4 : 0;
     // KVSPLIT: per thread of a consumer warpgroup, its O accumulator (DK / 2 floats) and m, l
     // of its two rows, stored float-major so that both warpgroups' threads i meet at one
     // conflict-free address.
     static constexpr int kXFloats = KVSPLIT ? DK / 2 + 4 : 0;
-    static constexpr int kXOffset = kQBytes + STAGES * (kKBytes + kVBytes);
+    static constexpr int kVRawOffset = kQBytes + STAGES * (kKBytes + kVBytes);
+    static constexpr int kXOffset = kVRawOffset + kVRawStages * kVRawBytes;
     static constexpr int kBarOffset = kXOffset + kXFloats * 128 * 4;
-    // Q full, Q empty; K full, V full, K empty, V empty per stage.
-    static constexpr int kBarriers = 2 + 4 * STAGES;
+    // Q full, Q empty; K full, V full, K empty, V empty per stage; FP8: V-raw full and empty
+    // per landing stage.
+    static constexpr int kBarriers = 2 + 4 * STAGES + 2 * kVRawStages;
+    // FP8: the producer warps that transpose V (warps 1–3; warp 0 issues the TMA loads), and
+    // the units each has in flight (ptxas, CUDA 13.0: four spilled 20 bytes in the walking
+    // entries at 40 registers; two spill nothing).
+    static constexpr int kTransposeWarps = 3;
+    static constexpr int kTransposeBatch = 2;
     // 1024 bytes of slack for aligning the base; the launcher's size (src/catalog.rs
     // `hopper_smem_bytes`) is this.
     static constexpr int kSmemBytes = 1024 + kBarOffset + 8 * kBarriers;
@@ -81,8 +100,8 @@ struct HopperFwdLayout {
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets are multiples of 32 up to 256");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and TMA box rows");
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
-    static_assert(!FP8 || ((DK == 64 || DK == 128 || DK == 256) && (BN == 64 || BN == 128)),
-                  "FP8: sub-tile and Vᵀ rows of one 64- or 128-byte swizzle span");
+    static_assert(!FP8 || ((DK == 64 || DK == 128 || DK == 256) && (BN == 64 || BN == 128 || BN == 192)),
+                  "FP8: Q/K sub-tiles of one 64- or 128-byte swizzle span, Vᵀ sub-tiles of vt_span(BN)");
     // The epilogue stages O (2-byte elements, rows padded to 64) from the start of the tiles.
     static_assert(kBM * ((DK + 63) / 64 * 64) * 2 <= kBarOffset, "O staging fits the dead tiles");
 };
@@ -186,7 +205,7 @@ __device__ __forceinline__ HopperItem hopper_item(int w, const HopperSched& sche
     return it;
 }
 
-// T: the output type (and the input type unless FP8). FP8: E4M3 Q, K, Vᵀ with per-head
+// T: the output type (and the input type unless FP8). FP8: E4M3 Q, K, V with per-head
 // scales [B, H] (q_scale, k_scale, v_scale; null otherwise), folded as the FP8 mma.sync and
 // wgmma kernels do: Q·K's descale into the softmax scale, P multiplied by 2⁸ before its E4M3
 // cast, V's descale into the epilogue.
@@ -241,6 +260,10 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     uint64_t* empty_k = full_v + STAGES;
     uint64_t* empty_v = empty_k + STAGES;
     uint64_t* empty_q = empty_v + STAGES;
+    // FP8: V as TMA lands it, before the producer's transpose into the V ring.
+    unsigned char* sVraw = base + L::kVRawOffset;
+    uint64_t* full_vraw = empty_q + 1;
+    uint64_t* empty_vraw = full_vraw + L::kVRawStages;
 
     static_assert(!(FEATURES && FP8), "the FP8 kernels take no features");
     static_assert(!(SEQS && (FP8 || FEATURES)), "SEQS: the layouts without the features");
@@ -281,9 +304,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full_k[s], 1);
-            mbar_init(&full_v[s], 1);
+            mbar_init(&full_v[s], FP8 ? L::kTransposeWarps : 1); // FP8: the transposing warps
             mbar_init(&empty_k[s], L::kTileWarps);
             mbar_init(&empty_v[s], L::kTileWarps);
+        }
+#pragma unroll
+        for (int s = 0; s < L::kVRawStages; ++s) {
+            mbar_init(&full_vraw[s], 1);
+            mbar_init(&empty_vraw[s], L::kTransposeWarps);
         }
         mbar_fence_init();
     }
@@ -291,8 +319,45 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
     if (warpgroup == 0) {
         // Producer: one thread drives TMA (a paged cache: the first warp); the others only
-        // give their registers back.
+        // give their registers back, but for FP8's warps 1–3, which transpose V.
         setmaxnreg_dec<L::kProducerRegs>();
+        if constexpr (FP8) {
+            if (threadIdx.x >= 32) {
+                // Each stage of V: wait for its load and for the consumers to have released
+                // the Vᵀ slot, transpose, and hand both on. The same item walk and stage count
+                // as the loads below and the consumers.
+                const int worker = (threadIdx.x >> 5) - 1, lane = threadIdx.x & 31;
+                auto transpose_tile = [&](uint32_t g) {
+                    const int s = g % STAGES, r = g % L::kVRawStages;
+                    const uint32_t use = g / STAGES, r_use = g / L::kVRawStages;
+                    mbar_wait(&full_vraw[r], r_use & 1);
+                    mbar_wait(&empty_v[s], (use & 1) ^ 1);
+                    static_assert(L::kTransposeWarps == 3, "transpose_v_fp8 splits a stage in three");
+                    transpose_v_fp8<DK, BN, L::kTransposeBatch>(smem_addr(sVraw + r * L::kVRawBytes),
+                                                                smem_addr(sV + s * L::kVBytes), worker, lane);
+                    fence_proxy_async_smem(); // stmatrix's generic writes before wgmma's async reads
+                    __syncwarp();
+                    if (lane == 0) {
+                        mbar_arrive(&full_v[s]);
+                        mbar_arrive(&empty_vraw[r]);
+                    }
+                };
+                if constexpr (kPersistent) {
+                    // Walking entries are dense and non-causal (catalog `hopper_persistent`):
+                    // every item has the same key tiles, so the walk is one run of stages.
+                    static_assert(!CAUSAL, "walking FP8 entries are non-causal");
+                    const int items = (sched.items - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1;
+                    const uint32_t stages = static_cast<uint32_t>(items) *
+                                            static_cast<uint32_t>(key_tiles_for_block<false, kBM, BN>(0, p_in));
+#pragma unroll 1
+                    for (uint32_t g = 0; g < stages; ++g) transpose_tile(g);
+                } else {
+#pragma unroll 1
+                    for (int j = 0; j < first.n_tiles; ++j) transpose_tile(j);
+                }
+                return;
+            }
+        }
         const bool paged = kSeqs && !FP8 && p_in.seqs.block_table != nullptr;
         if (paged ? threadIdx.x >= 32 : threadIdx.x != 0) return;
         if (threadIdx.x == 0) {
@@ -388,6 +453,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 }
             }
             load_q_tile();
+#pragma unroll 1
             for (int j = 0; j < n_tiles; ++j) {
                 const uint32_t g = ring + j;
                 const int s = g % STAGES;
@@ -400,12 +466,19 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 for (int c = 0; c < L::kSubTiles; ++c)
                     tma_load_4d(k_dst + c * BN * L::kRowBytes, tma_k, &full_k[s], c * L::kColsPerSub,
                                 rows.k_row0 + (t_begin + j) * BN, kvh, k_batch);
-                mbar_wait(&empty_v[s], (use & 1) ^ 1);
-                mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
                 if constexpr (FP8) {
-                    // Vᵀ [B, Hkv, D, kv_pad]: the box is all D rows × this tile's BN keys.
-                    tma_load_4d(v_dst, tma_v, &full_v[s], (t_begin + j) * BN, 0, kvh, b);
+                    // V as K: into its landing stage, which the transposing warps turn into Vᵀ.
+                    const int r = g % L::kVRawStages;
+                    unsigned char* raw = sVraw + r * L::kVRawBytes;
+                    mbar_wait(&empty_vraw[r], ((g / L::kVRawStages) & 1) ^ 1);
+                    mbar_arrive_expect_tx(&full_vraw[r], L::kVRawBytes);
+#pragma unroll
+                    for (int c = 0; c < L::kSubTiles; ++c)
+                        tma_load_4d(raw + c * BN * L::kRowBytes, tma_v, &full_vraw[r], c * L::kColsPerSub,
+                                    rows.k_row0 + (t_begin + j) * BN, kvh, k_batch);
                 } else {
+                    mbar_wait(&empty_v[s], (use & 1) ^ 1);
+                    mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
 #pragma unroll
                     for (int c = 0; c < L::kSubTiles; ++c)
                         tma_load_4d(v_dst + c * BN * 128, tma_v, &full_v[s], c * 64, rows.k_row0 + (t_begin + j) * BN,
@@ -526,9 +599,13 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             wgmma_fence_operands(acc_o);
             wgmma_fence();
             if constexpr (FP8) {
-                // Vᵀ is K-major (rows of BN key bytes): k-step kk reads keys 32kk.. of every row.
+                // Vᵀ is K-major (sub-tiles of DK rows × kSpan key bytes): k-step kk reads keys
+                // 32kk.. of every row.
+                constexpr int kSpan = vt_span(BN);
 #pragma unroll
-                for (int kk = 0; kk < kKP; ++kk) wgmma_e4m3_rs<DK>(acc_o, pa[kk], wgmma_desc<BN>(v_addr + kk * 32));
+                for (int kk = 0; kk < kKP; ++kk)
+                    wgmma_e4m3_rs<DK>(acc_o, pa[kk],
+                                      wgmma_desc<kSpan>(v_addr + kk * 32 / kSpan * (DK * kSpan) + kk * 32 % kSpan));
             } else {
 #pragma unroll
                 for (int kk = 0; kk < kKP; ++kk)
@@ -551,7 +628,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
         // P of one tile as A operands: n-tiles 2kk and 2kk+1 of the accumulator are k-step kk's
         // m16k16 fragment (the same identity the mma.sync kernel uses).
-        // FP8: k32 fragments of E4M3 codes; Vᵀ's key permutation (fp8_prep.cuh) makes the
+        // FP8: k32 fragments of E4M3 codes; Vᵀ's key permutation (fp8_vt_smem.cuh) makes the
         // values this thread holds the operand it needs (as in fwd_fp8_wgmma_kernel.cuh).
         uint32_t pa[kKP][4];
         auto convert_p = [&]() {
@@ -758,14 +835,15 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             o, lse, &tma_q, &tma_k, &tma_v, nullptr, nullptr, nullptr, p, sched);                       \
     }
 
-// The FP8 entry: tma_v describes Vᵀ ([B, Hkv, D, kv_pad] codes); per-head scales [B, H].
+// The FP8 entry: Q, K and V are E4M3 codes with TMA descriptors like the f16/bf16 entry's;
+// per-head scales [B, H].
 #define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, CONSUMERS, PERSIST)         \
     extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                                     \
         NAME(OutT* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,       \
-             const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_vt,        \
+             const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v,         \
              const float* __restrict__ q_scale, const float* __restrict__ k_scale,                             \
              const float* __restrict__ v_scale, const attn::FwdParams p, const attn::HopperSched sched) {       \
         attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true, false, CONSUMERS, false,      \
                                 PERSIST>(                                                                      \
-            o, lse, &tma_q, &tma_k, &tma_vt, q_scale, k_scale, v_scale, p, sched);                             \
+            o, lse, &tma_q, &tma_k, &tma_v, q_scale, k_scale, v_scale, p, sched);                              \
     }

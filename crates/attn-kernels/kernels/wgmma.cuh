@@ -113,6 +113,14 @@ template <int NT> __device__ __forceinline__ void wgmma_fence_operands(float (&a
     "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
     "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
+#define ATTN_WG_REGS96 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
+
 #define ATTN_WG_REGS128 \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -136,12 +144,18 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[N / 8][4], uint64_t des
                      ", %32, %33, p, 1, 1;\n}\n"
                      : ATTN_WG_ACC8(d, 0)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    } else {
-        static_assert(N == 128, "N = 64 or 128");
+    } else if constexpr (N == 128) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ATTN_WG_REGS64
                      ", %64, %65, p, 1, 1;\n}\n"
                      : ATTN_WG_ACC8(d, 0), ATTN_WG_ACC8(d, 8)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+        static_assert(N == 192, "N = 64, 128 or 192");
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " ATTN_WG_REGS96
+                     ", %96, %97, p, 1, 1;\n}\n"
+                     : ATTN_WG_ACC8(d, 0), ATTN_WG_ACC8(d, 8), ATTN_WG_ACC8(d, 16)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
     }
 #else
@@ -187,6 +201,7 @@ template <typename T, int N> struct Wgmma16;
 
 #undef ATTN_WG_REGS32
 #undef ATTN_WG_REGS64
+#undef ATTN_WG_REGS96
 #undef ATTN_WG_REGS128
 #undef ATTN_WG_ACC8
 #undef ATTN_WG_ACC2

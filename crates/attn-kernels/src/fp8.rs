@@ -3,9 +3,11 @@
 //!
 //! The kernel (kernels/fwd_fp8_kernel.cuh) runs the MMAs on raw codes and folds the scales
 //! into the softmax scale (`q_scale·k_scale`) and the output normalization (`v_scale`), as
-//! FlashAttention-3 does. Before it, a memory-bound pass writes Vᵀ with a key permutation
-//! (kernels/fp8_prep.cuh) into a workspace the launcher owns; both launches go to the same
-//! stream, so timing one forward times both.
+//! FlashAttention-3 does. 8-bit MMAs need V with keys contiguous (Vᵀ, keys permuted within
+//! 32-key groups). The Hopper engine's producer warps build it in shared memory from each V
+//! stage (kernels/fp8_vt_smem.cuh, as FlashAttention-3 does); the other variants run a
+//! memory-bound pass first (kernels/fp8_prep.cuh) into a workspace the launcher owns, on the
+//! same stream, so timing one forward times both.
 //!
 //! Five variants of the kernel (the default per device:
 //! [`FlashAttention::fp8_default_variant`]): [`Fp8Variant::Hopper`] (the Hopper engine's
@@ -48,7 +50,8 @@ pub enum Fp8Variant {
     Wgmma,
     /// The Hopper engine's mainloop (`kernels/fwd_hopper_kernel.cuh`: TMA, a producer
     /// warpgroup, two wgmma consumer warpgroups) on E4M3: the same math as
-    /// [`Fp8Variant::Wgmma`]; Q, K and O may be strided. Needs sm_90 (the sm_90a cubin).
+    /// [`Fp8Variant::Wgmma`], with V transposed in shared memory by the producer (no Vᵀ pass);
+    /// Q, K, V and O may be strided. Needs sm_90 (the sm_90a cubin).
     Hopper,
 }
 
@@ -403,7 +406,10 @@ pub(crate) fn plan_fp8(
     overflow("q_heads (grid.y)", Some(s.q_heads()), 65_535)?;
     overflow("batch (grid.z)", Some(s.batch()), 65_535)?;
     let kv_heads_total = s.batch().checked_mul(s.kv_heads());
-    overflow("batch · kv_heads (Vᵀ grid.y)", kv_heads_total, 65_535)?;
+    if variant != Fp8Variant::Hopper {
+        // The Vᵀ pass's grid (the Hopper engine transposes in its kernel).
+        overflow("batch · kv_heads (Vᵀ grid.y)", kv_heads_total, 65_535)?;
+    }
     let q_tiles = s.q_len().div_ceil(config.block_m);
     overflow("q tiles (grid.x)", Some(q_tiles), i32_max)?;
     Ok(Fp8Plan {
@@ -525,7 +531,8 @@ impl FlashAttention {
     /// The FP8 forward: `o = softmax(scale · q·kᵀ + mask) · v` on E4M3 inputs with per-head
     /// scales, O in `T` (f16 or bf16), the row LSE into `lse` when given. Validated before
     /// anything is launched; on error nothing is launched or written. Asynchronous on
-    /// [`FlashAttention::stream`]: a Vᵀ pass into the handle's workspace, then the kernel.
+    /// [`FlashAttention::stream`]: a Vᵀ pass into the handle's workspace, then the kernel
+    /// (the Hopper engine: the kernel alone).
     pub fn forward_fp8<T: StorageType>(
         &self,
         args: Fp8Forward<'_, T>,
@@ -724,8 +731,8 @@ impl FlashAttention {
         Ok(vt_guard)
     }
 
-    /// [`Fp8Variant::Hopper`]: the Vᵀ pass, then the Hopper engine's FP8 entry with TMA
-    /// descriptors for Q, K (any strides) and Vᵀ.
+    /// [`Fp8Variant::Hopper`]: the Hopper engine's FP8 entry with TMA descriptors for Q, K and
+    /// V (any strides TMA takes); its producer transposes V in shared memory.
     #[allow(clippy::too_many_arguments)]
     fn forward_fp8_hopper<T: StorageType>(
         &self,
@@ -741,6 +748,11 @@ impl FlashAttention {
         let shape = problem.shape();
         let d = shape.head_dim();
         hopper_fp8_head_dim(d)?;
+        let causal = problem.causal() != Causal::None;
+        let tile = match tile {
+            None => catalog::hopper_fp8_default_tile(d, causal),
+            asked => asked,
+        };
         let tile = crate::hopper::pick_tile(catalog::hopper_fp8_tiles(d), tile, "FP8")?;
         let config = tile.as_config();
         let plan = plan_fp8(problem, config, Fp8Variant::Hopper)?;
@@ -754,7 +766,6 @@ impl FlashAttention {
             });
         }
         let unit = hopper_fp8_unit(T::DTYPE, d);
-        let causal = problem.causal() != Causal::None;
         let name = catalog::hopper_fp8_entry_name(&unit, &tile, causal);
         let walks =
             catalog::hopper_persistent(d, &tile, causal, catalog::HopperVariant::Dense, true);
@@ -777,22 +788,10 @@ impl FlashAttention {
             ptrs.k,
             TmaElem::E4m3,
         )?;
-        let vt_guard = self.fp8_transpose_v(problem, ptrs.v, params.v_stride, &plan)?;
-        let Some(vt) = vt_guard.as_ref() else {
-            return Err(KernelError::Poisoned);
-        };
-        // Vᵀ [B, Hkv, D, kv_pad] as a [batch, head, row, col] tensor of D rows of kv_pad keys.
-        let kv_pad = plan.kv_pad;
-        let vt_dims = [shape.batch(), shape.kv_heads(), d, kv_pad];
-        let vt_strides = crate::tensor::Strides {
-            batch: shape.kv_heads() * d * kv_pad,
-            head: d * kv_pad,
-            row: kv_pad,
-        };
-        let (vt_ptr, vt_sync) = cudarc::driver::DevicePtr::device_ptr(vt, stream);
-        let tma_vt = encode_tma(
-            &tma_geometry(vt_dims, vt_strides, 1, tile.block_n, d)?,
-            vt_ptr,
+        // V as K: the kernel's producer transposes each stage in shared memory.
+        let tma_v = encode_tma(
+            &tma_geometry(v.dims, v.strides, 1, d.min(128), tile.block_n)?,
+            ptrs.v,
             TmaElem::E4m3,
         )?;
         let mut b = stream.launch_builder(&func);
@@ -800,19 +799,18 @@ impl FlashAttention {
             .arg(&ptrs.lse)
             .arg(&tma_q)
             .arg(&tma_k)
-            .arg(&tma_vt)
+            .arg(&tma_v)
             .arg(&scales.q)
             .arg(&scales.k)
             .arg(&scales.v)
             .arg(&params)
             .arg(&sched);
-        // SAFETY: matches ATTN_FWD_HOPPER_FP8_ENTRY (o, lse, TMA descriptors of Q, K and Vᵀ by
+        // SAFETY: matches ATTN_FWD_HOPPER_FP8_ENTRY (o, lse, TMA descriptors of Q, K and V by
         // value, the three scale pointers, FwdParams and HopperSched by value; the item walk
         // covers the classic grid, `hopper_schedule`). Q, K, V and O were checked
-        // against the problem, their views and each other (`bind_tensors`), and the Q and K
-        // descriptors were encoded from those dims and strides; the Vᵀ descriptor covers the
-        // workspace the pass above filled on this stream (B·Hkv·D·kv_pad bytes), kept locked
-        // until after this launch is queued. Out-of-range boxes are zero-filled, not read.
+        // against the problem, their views and each other (`bind_tensors`), and the three
+        // descriptors were encoded from those dims and strides. Out-of-range boxes are
+        // zero-filled, not read.
         // Scale views hold one f32 per (batch, head); lse may be null (the kernel tests it);
         // 32-bit ranges were checked in `plan_fp8`; the dynamic shared memory was raised on
         // the function and fits the device.
@@ -824,9 +822,7 @@ impl FlashAttention {
             })
         }
         .map_err(driver("launching the Hopper FP8 kernel"))?;
-        drop(vt_sync);
         drop(ptrs);
-        drop(vt_guard);
         Ok(LaunchInfo {
             kernel: name,
             arch,
@@ -994,6 +990,38 @@ mod tests {
                 c.name()
             );
         }
+    }
+
+    #[test]
+    fn hopper_default_tiles_fit_and_mirror_the_layout() {
+        // D = 128: 192 keys, with ping-pong when causal; both are catalog tiles (so
+        // `pick_tile` takes them) and fit Hopper's 227 KiB with their landing stages.
+        let full = catalog::hopper_fp8_default_tile(128, false).unwrap();
+        let causal = catalog::hopper_fp8_default_tile(128, true).unwrap();
+        assert_eq!(
+            (full.block_n, full.pingpong, full.intra),
+            (192, false, true)
+        );
+        assert_eq!(
+            (causal.block_n, causal.pingpong, causal.intra),
+            (192, true, true)
+        );
+        for d in catalog::HOPPER_FP8_HEAD_DIMS {
+            for c in [false, true] {
+                let t = catalog::hopper_fp8_default_tile(d, c).unwrap();
+                assert!(catalog::hopper_fp8_tiles(d).contains(&t), "{}", t.name());
+            }
+            for t in catalog::hopper_fp8_tiles(d) {
+                let smem = catalog::hopper_fp8_smem_bytes(t, d);
+                assert!(smem <= 232_448, "{} at D = {d}: {smem} bytes", t.name());
+            }
+        }
+        // Q, two K and Vᵀ stages and four V landing stages of 192 × 128 bytes; Q's barriers,
+        // four per ring stage and two per landing stage.
+        assert_eq!(
+            catalog::hopper_fp8_smem_bytes(&full, 128),
+            1024 + 128 * 128 + (2 * 2 + 4) * 192 * 128 + 8 * (2 + 8 + 8)
+        );
     }
 
     #[test]

@@ -140,7 +140,8 @@ pub(crate) fn check(
     let config = opts
         .config
         .unwrap_or_else(|| gpu.fp8_default_config(p, variant));
-    let block_n = config.block_n;
+    // The tile's keys per block (a Hopper tile named in the options may not be the default's).
+    let block_n = opts.hopper.map_or(config.block_n, |t| t.block_n);
     let emu = forward_emulated_spec(
         p,
         &qd,
@@ -537,4 +538,92 @@ fn correctness_fp8_nan_key_propagates() {
         }
     }
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// The Hopper FP8 engine on `[B, S, H, D]` views of Q, K, V and O (strided heads; V reaches
+/// the kernel by TMA and is transposed in shared memory, with no Vᵀ pass) writes bit for bit
+/// what it writes on contiguous `[B, H, S, D]` tensors, at every FP8 head dim, GQA, with
+/// sequence tails and both masks.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_fp8_hopper_bshd_views() {
+    use attn_kernels::{Fp8Forward, Fp8Scales, Layout, Tensor, TensorMut};
+    let gpu = gpu();
+    if !gpu.fp8_variant_available(Fp8Variant::Hopper) {
+        println!("skipped: no Hopper FP8 engine on this device");
+        return;
+    }
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let opts = Fp8Options {
+        variant: Some(Fp8Variant::Hopper),
+        ..Default::default()
+    };
+    for d in attn_kernels::catalog::HOPPER_FP8_HEAD_DIMS {
+        for causal in [Causal::None, Causal::BottomRight] {
+            let p = fp8_problem((2, 4, 2, 190, 301, d), causal);
+            let z = quantize_all(&p, &inputs(&p, &mut rng, false));
+            let dense = gpu
+                .forward_fp8_host::<f16>(&p, &z.q, &z.k, &z.v, &opts)
+                .unwrap();
+
+            let s = p.shape();
+            let (qd, kd) = (attn_quant::q_dims(s), attn_quant::kv_dims(s));
+            let scales = |t: &Fp8Tensor, dims| {
+                let v = attn_kernels::fp8::per_head_scales("x", t, dims).unwrap();
+                gpu.stream().clone_htod(&v).unwrap()
+            };
+            let (qs, ks, vs) = (scales(&z.q, qd), scales(&z.k, kd), scales(&z.v, kd));
+            let dims_q = [s.batch(), s.q_heads(), s.q_len(), d];
+            let dims_kv = [s.batch(), s.kv_heads(), s.kv_len(), d];
+            let up = |codes: &[u8], dims| {
+                gpu.stream()
+                    .clone_htod(&Layout::Bshd.from_bhsd(codes, dims))
+                    .unwrap()
+            };
+            let (dq, dk, dv) = (
+                up(&z.q.codes, dims_q),
+                up(&z.k.codes, dims_kv),
+                up(&z.v.codes, dims_kv),
+            );
+            let mut o = gpu
+                .stream()
+                .clone_htod(&vec![f16::NAN; s.o_elems()])
+                .unwrap();
+            let mut lse = gpu
+                .stream()
+                .clone_htod(&vec![f32::NAN; s.lse_elems()])
+                .unwrap();
+            let view = |x| Tensor::contiguous(x, dims_kv, Layout::Bshd);
+            gpu.forward_fp8(Fp8Forward {
+                problem: &p,
+                q: Tensor::contiguous(dq.as_view(), dims_q, Layout::Bshd),
+                k: view(dk.as_view()),
+                v: view(dv.as_view()),
+                scales: Fp8Scales {
+                    q: qs.as_view(),
+                    k: ks.as_view(),
+                    v: vs.as_view(),
+                },
+                o: TensorMut::contiguous(o.as_view_mut(), dims_q, Layout::Bshd),
+                lse: Some(lse.as_view_mut()),
+                options: opts,
+            })
+            .unwrap();
+            let o = Layout::Bshd.to_bhsd(&gpu.stream().clone_dtoh(&o).unwrap(), dims_q);
+            let lse = gpu.stream().clone_dtoh(&lse).unwrap();
+            let same_o = o
+                .iter()
+                .zip(&dense.o)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            let same_lse = lse
+                .iter()
+                .zip(&dense.lse)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same_o && same_lse,
+                "seed {seed}, D = {d}, {causal}: bshd views differ from bhsd (O equal: {same_o}, LSE equal: {same_lse})"
+            );
+        }
+    }
 }
