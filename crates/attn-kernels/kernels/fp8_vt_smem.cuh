@@ -4,8 +4,8 @@
 //
 // Source: one V stage as TMA lands it, BN key rows of DK bytes in sub-tiles of kRB-byte rows
 // (kRB = min(DK, 128)) in TMA's kRB-byte swizzle. Target: DK rows of BN key bytes in sub-tiles
-// of one swizzle span along the keys (`vt_span`: 128 bytes, or 64 when BN is not a multiple of
-// 128), the K-major B operand of the 8-bit wgmma, with the keys of every 32-key
+// of one swizzle span along the keys (`vt_span`: 128, 64 or 32 bytes, the widest that divides
+// BN), the K-major B operand of the 8-bit wgmma, with the keys of every 32-key
 // group in fp8_prep.cuh's order (slot 16h + 4t + i holds key 16h + 2t + i for i < 2 and
 // 16h + 8 + 2t + i − 2 otherwise), so P goes from the S accumulator to the A operand without
 // shuffles.
@@ -43,8 +43,8 @@ template <int R> __device__ __forceinline__ uint32_t swizzled(uint32_t off) {
     return off ^ (((off >> 7) & (R / 16 - 1)) << 4);
 }
 
-// Key bytes per Vᵀ sub-tile row: one 128- or 64-byte swizzle span.
-__host__ __device__ constexpr int vt_span(int bn) { return bn % 128 == 0 ? 128 : 64; }
+// Key bytes per Vᵀ sub-tile row: the widest swizzle span (128, 64 or 32 bytes) that divides BN.
+__host__ __device__ constexpr int vt_span(int bn) { return bn % 128 == 0 ? 128 : bn % 64 == 0 ? 64 : 32; }
 
 // Transposes one stage: warp W of WARPS takes units W, W + WARPS, .., BATCH at a time (their
 // ldmatrix loads in flight together). Every unit's offsets are compile-time constants. They

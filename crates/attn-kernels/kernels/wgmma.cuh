@@ -27,8 +27,8 @@ namespace attn {
 // Advancing k by 32 bytes inside the span adds 2 to the descriptor (addresses are in 16-byte
 // units): the hardware applies the swizzle to the computed address.
 template <int ROW_BYTES> __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_byte_addr) {
-    static_assert(ROW_BYTES == 64 || ROW_BYTES == 128, "rows of one 64- or 128-byte swizzle span");
-    constexpr uint64_t kSwizzle = ROW_BYTES == 128 ? 1 : 2; // bits 62-63: 1 = 128B, 2 = 64B
+    static_assert(ROW_BYTES == 32 || ROW_BYTES == 64 || ROW_BYTES == 128, "rows of one swizzle span");
+    constexpr uint64_t kSwizzle = ROW_BYTES == 128 ? 1 : ROW_BYTES == 64 ? 2 : 3; // bits 62-63: 1 = 128B, 2 = 64B, 3 = 32B
     uint64_t d = static_cast<uint64_t>((smem_byte_addr & 0x3FFFF) >> 4);
     d |= static_cast<uint64_t>(1) << 16;                        // leading byte offset (unused)
     d |= static_cast<uint64_t>((8 * ROW_BYTES) >> 4) << 32;     // stride byte offset
@@ -121,6 +121,15 @@ template <int NT> __device__ __forceinline__ void wgmma_fence_operands(float (&a
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
 
+#define ATTN_WG_REGS112 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111}"
+
 #define ATTN_WG_REGS128 \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -150,12 +159,19 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[N / 8][4], uint64_t des
                      ", %64, %65, p, 1, 1;\n}\n"
                      : ATTN_WG_ACC8(d, 0), ATTN_WG_ACC8(d, 8)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    } else {
-        static_assert(N == 192, "N = 64, 128 or 192");
+    } else if constexpr (N == 192) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " ATTN_WG_REGS96
                      ", %96, %97, p, 1, 1;\n}\n"
                      : ATTN_WG_ACC8(d, 0), ATTN_WG_ACC8(d, 8), ATTN_WG_ACC8(d, 16)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+        static_assert(N == 224, "N = 64, 128, 192 or 224");
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n224k32.f32.e4m3.e4m3 " ATTN_WG_REGS112
+                     ", %112, %113, p, 1, 1;\n}\n"
+                     : ATTN_WG_ACC8(d, 0), ATTN_WG_ACC8(d, 8), ATTN_WG_ACC8(d, 16), ATTN_WG_ACC2(d, 24),
+                       ATTN_WG_ACC2(d, 26)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
     }
 #else
@@ -202,6 +218,7 @@ template <typename T, int N> struct Wgmma16;
 #undef ATTN_WG_REGS32
 #undef ATTN_WG_REGS64
 #undef ATTN_WG_REGS96
+#undef ATTN_WG_REGS112
 #undef ATTN_WG_REGS128
 #undef ATTN_WG_ACC8
 #undef ATTN_WG_ACC2

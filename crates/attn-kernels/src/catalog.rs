@@ -785,12 +785,13 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
 
 /// The Hopper engine's FP8 (E4M3 in, f16/bf16 out) configs for head dim 64, 128 or 256, the
 /// default first ([`hopper_fp8_default_tile`]): 128 keys per stage, 64 at D = 256; at D = 128
-/// 192 keys (FlashAttention-3 runs 224), whose Vᵀ sub-tiles are 64-byte swizzle spans
-/// (kernels/fp8_vt_smem.cuh).
+/// 192 keys, whose Vᵀ sub-tiles are 64-byte swizzle spans (kernels/fp8_vt_smem.cuh), and
+/// FlashAttention-3's 224 (32-byte spans; without ping-pong, which spills 8 bytes).
 pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
-    const TILES: [HopperTile; 6] = [
+    const TILES: [HopperTile; 7] = [
         ht(192, 2, false, true),
         ht(192, 2, true, true),
+        ht(224, 2, false, true),
         ht(128, 2, false, true),
         ht(128, 2, false, false),
         ht(128, 2, true, true),
@@ -833,11 +834,19 @@ pub fn hopper_fp8_default_tile(head_dim: usize, causal: bool) -> Option<HopperTi
 }
 
 /// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile, the K and Vᵀ rings and V's
-/// four landing stages, which the producer transposes into the Vᵀ ring (one byte per element),
-/// the mbarriers; mirrors `HopperFwdLayout<…, FP8>::kSmemBytes` (the generated units assert
-/// that they agree).
+/// landing stages (four, or two where four do not fit), which the producer transposes into the
+/// Vᵀ ring (one byte per element), the mbarriers; mirrors `HopperFwdLayout<…, FP8>::kSmemBytes`
+/// (the generated units assert that they agree).
 pub const fn hopper_fp8_smem_bytes(tile: &HopperTile, head_dim: usize) -> usize {
-    let landing = 4;
+    let four = fp8_smem_with_landing(tile, head_dim, 4);
+    if four <= 232_448 {
+        four
+    } else {
+        fp8_smem_with_landing(tile, head_dim, 2)
+    }
+}
+
+const fn fp8_smem_with_landing(tile: &HopperTile, head_dim: usize, landing: usize) -> usize {
     1024 + tile.block_m() * head_dim
         + (2 * tile.stages + landing) * tile.block_n * head_dim
         + 8 * (2 + 4 * tile.stages + 2 * landing)
