@@ -102,7 +102,7 @@ struct HopperFwdLayout {
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets are multiples of 32 up to 256");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and TMA box rows");
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
-    static_assert(!FP8 || ((DK == 64 || DK == 128 || DK == 256) && (BN == 64 || BN == 128 || BN == 192 || BN == 224)),
+    static_assert(!FP8 || ((DK == 64 || DK == 128 || DK == 256) && (BN == 64 || BN == 96 || BN == 128 || BN == 192 || BN == 224)),
                   "FP8: Q/K sub-tiles of one 64- or 128-byte swizzle span, Vᵀ sub-tiles of vt_span(BN)");
     // The epilogue stages O (2-byte elements, rows padded to 64) from the start of the tiles.
     static_assert(kBM * ((DK + 63) / 64 * 64) * 2 <= kBarOffset, "O staging fits the dead tiles");

@@ -113,6 +113,11 @@ template <int NT> __device__ __forceinline__ void wgmma_fence_operands(float (&a
     "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
     "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
+#define ATTN_WG_REGS48 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
+
 #define ATTN_WG_REGS96 \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -153,6 +158,12 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[N / 8][4], uint64_t des
                      ", %32, %33, p, 1, 1;\n}\n"
                      : ATTN_WG_ACC8(d, 0)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else if constexpr (N == 96) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 " ATTN_WG_REGS48
+                     ", %48, %49, p, 1, 1;\n}\n"
+                     : ATTN_WG_ACC8(d, 0), ATTN_WG_ACC2(d, 8), ATTN_WG_ACC2(d, 10)
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));
     } else if constexpr (N == 128) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ATTN_WG_REGS64
@@ -166,7 +177,7 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[N / 8][4], uint64_t des
                      : ATTN_WG_ACC8(d, 0), ATTN_WG_ACC8(d, 8), ATTN_WG_ACC8(d, 16)
                      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
     } else {
-        static_assert(N == 224, "N = 64, 128, 192 or 224");
+        static_assert(N == 224, "N = 64, 96, 128, 192 or 224");
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n224k32.f32.e4m3.e4m3 " ATTN_WG_REGS112
                      ", %112, %113, p, 1, 1;\n}\n"
@@ -217,6 +228,7 @@ template <typename T, int N> struct Wgmma16;
 
 #undef ATTN_WG_REGS32
 #undef ATTN_WG_REGS64
+#undef ATTN_WG_REGS48
 #undef ATTN_WG_REGS96
 #undef ATTN_WG_REGS112
 #undef ATTN_WG_REGS128
