@@ -784,10 +784,11 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
 }
 
 /// The Hopper engine's FP8 (E4M3 in, f16/bf16 out) configs for head dim 64, 128 or 256, the
-/// default first ([`hopper_fp8_default_tile`]): 192 keys at D = 64 and 128 (Vᵀ sub-tiles of
-/// 64-byte swizzle spans, kernels/fp8_vt_smem.cuh), 96 with ping-pong at D = 256 (32-byte
-/// spans); also 128 (64 at D = 256), and at D = 128 FlashAttention-3's 224 (32-byte spans;
-/// without ping-pong, which spills 8 bytes).
+/// default first ([`hopper_fp8_default_tile`]): three consumer warpgroups (192 rows) of 128
+/// keys at D = 64, 192 keys at D = 128 (Vᵀ sub-tiles of 64-byte swizzle spans,
+/// kernels/fp8_vt_smem.cuh), 96 with ping-pong at D = 256 (32-byte spans); also 128 (64 at
+/// D = 256), and at D = 128 FlashAttention-3's 224 (32-byte spans; without ping-pong, which
+/// spills 8 bytes).
 pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
     const TILES: [HopperTile; 7] = [
         ht(192, 2, false, true),
@@ -798,9 +799,10 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
         ht(128, 2, true, true),
         ht(128, 3, false, true),
     ];
-    // D = 64: also three consumer warpgroups (O 32 and S 64 registers fit 160), the f16
-    // D = 64 winners' shape, and 192 keys on two (three spill 208 bytes).
+    // D = 64: three consumer warpgroups (O 32 and S 64 registers fit 160), the f16 D = 64
+    // winners' shape, and 192 keys on two (three spill 208 bytes).
     const D64: [HopperTile; 9] = [
+        ht3(128, 2, false, true),
         ht(192, 2, false, true),
         ht(128, 2, false, true),
         ht(128, 2, false, false),
@@ -808,7 +810,6 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
         ht(128, 3, false, true),
         ht3(128, 2, true, true),
         ht3(128, 3, false, false),
-        ht3(128, 2, false, true),
         ht(192, 2, true, true),
     ];
     // D = 256: the O accumulator alone is 128 registers per thread; 64 keys keep S at 32, 96
@@ -830,10 +831,11 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
 
 /// The Hopper FP8 tile a launch takes unless it names one: the head dim's first, but for a
 /// causal launch at D = 128 the 192-key tile with ping-pong. H200 (V transposed in the
-/// kernel; docs/PERF.md, runs 191–193): 4,16,4096,128 192 keys 651–661 µs against 731 for 128
+/// kernel; docs/PERF.md, runs 191–195): 4,16,4096,128 192 keys 651–661 µs against 731 for 128
 /// keys without a mask, causal 393–395 µs with ping-pong against 411 without and 428 for 128
-/// keys; 4,16,4096,64 536 against 554 (128 keys); 4,16,4096,256 96 keys with ping-pong
-/// 1193–1205 against 1332–1345 (64 keys).
+/// keys; 4,16,4096,64 three consumers 501–507 against 531–535 for two with 192 keys (causal
+/// 317–321 against 336–339); 4,16,4096,256 96 keys with ping-pong 1193–1205 against 1332–1345
+/// (64 keys).
 pub fn hopper_fp8_default_tile(head_dim: usize, causal: bool) -> Option<HopperTile> {
     if head_dim == 128 && causal {
         return Some(ht(192, 2, true, true));

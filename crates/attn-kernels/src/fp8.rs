@@ -1006,10 +1006,10 @@ mod tests {
             (causal.block_n, causal.pingpong, causal.intra),
             (192, true, true)
         );
-        // D = 64: 192 keys; D = 256: 96 keys with ping-pong (runs 193–194).
+        // D = 64: three consumers of 128 keys; D = 256: 96 keys with ping-pong (runs 193–195).
         let d64 = catalog::hopper_fp8_default_tile(64, true).unwrap();
         let d256 = catalog::hopper_fp8_default_tile(256, false).unwrap();
-        assert_eq!((d64.block_n, d64.pingpong, d64.consumers), (192, false, 2));
+        assert_eq!((d64.block_n, d64.pingpong, d64.consumers), (128, false, 3));
         assert_eq!((d256.block_n, d256.pingpong), (96, true));
         for d in catalog::HOPPER_FP8_HEAD_DIMS {
             for c in [false, true] {
