@@ -60,7 +60,11 @@ struct HopperFwdLayout {
     // for three).
     static constexpr int kProducerRegs = FP8 ? (CONSUMERS == 2 ? 40 : 32) : 24;
     static constexpr int kConsumerRegs = CONSUMERS == 2 ? (FP8 ? 232 : 240) : 160;
-    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * CONSUMERS <= 65536, "register file");
+    // setmaxnreg moves registers within the CTA's pool, which is what the launch allocated:
+    // the launch bounds' registers per thread (65536 / kThreads, in steps of 8) for every
+    // thread (a larger sum would leave setmaxnreg.inc waiting forever).
+    static constexpr int kPoolRegs = 65536 / kThreads / 8 * 8 * kThreads;
+    static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * CONSUMERS <= kPoolRegs, "the CTA's register pool");
     static constexpr int kSubTiles = FP8 ? (DK + 127) / 128 : (DK + 63) / 64; // swizzled sub-tiles per row
     static constexpr int kRowBytes = FP8 ? (DK < 128 ? DK : 128) : 128;      // bytes per sub-tile row
     static constexpr int kColsPerSub = FP8 ? kRowBytes : 64;                  // elements per sub-tile row
