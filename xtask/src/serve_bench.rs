@@ -13,6 +13,10 @@
 //! - **E4M3 KV cache**: the same paged decode (pages of 16) and its dense cache with K/V as
 //!   E4M3 codes (`forward_kv_fp8`, per-head scales), against the f16 paged run; and the
 //!   single-sequence decode (1, 32, 1 → 8192, 128) with an f16 and an E4M3 cache.
+//! - **decode with sinks or ALiBi**: a gpt-oss-like step (1 sequence, Hq 64 / Hkv 8, D 64,
+//!   8192 keys, f16 cache) plain, with attention sinks (also under a 128-key window), and with
+//!   ALiBi, on the default engine and on the engines `Engine::Auto` took before sinks split
+//!   (the Hopper feature entry, one CTA per head; mma.sync unsplit).
 
 use std::sync::Arc;
 
@@ -106,10 +110,16 @@ fn report(
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let gpu = crate::forward::gpu()?;
+    // SAFETY: every set issues all its work on the launcher's one stream, so cudarc's
+    // cross-stream event tracking is not needed; without it, no event wait enters the
+    // captured CUDA graphs of launches under 20 µs (with it, capture failed with
+    // CUDA_ERROR_STREAM_CAPTURE_ISOLATION, run 198).
+    unsafe { gpu.context().disable_event_tracking() };
     let mut json = Vec::new();
     varlen(&gpu, &args, &mut json)?;
     paged(&gpu, &args, &mut json)?;
     decode(&gpu, &args, &mut json)?;
+    decode_features(&gpu, &args, &mut json)?;
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -717,6 +727,96 @@ fn decode(
     }
     report(
         &format!("decode: 1 × {h} heads × {ctx} keys, D {d}; time only (bytes differ per row)"),
+        &rows,
+        1.0,
+        "1/µs",
+        json,
+    )?;
+    Ok(())
+}
+
+/// A decode step with attention sinks or ALiBi (gpt-oss's sinks and 128-key window layers;
+/// 1 × 64 query heads / 8 KV heads × 8192 keys, D 64, f16), against the plain step, on the
+/// default engine and on the engines `Engine::Auto` chose before sinks could split.
+fn decode_features(
+    gpu: &Arc<FlashAttention>,
+    args: &Args,
+    json: &mut Vec<serde_json::Value>,
+) -> anyhow::Result<()> {
+    let (hq, hkv, ctx, d) = (64usize, 8usize, 8192usize, 64usize);
+    let mut rng = StdRng::seed_from_u64(args.seed + 2);
+    let st = gpu.stream().clone();
+    let plain = Problem::new(AttnShape::new(1, hq, hkv, 1, ctx, d)?, Causal::BottomRight);
+    let s = *plain.shape();
+    let q = randn(&st, &mut rng, s.q_elems())?;
+    let k = randn(&st, &mut rng, s.kv_elems())?;
+    let v = randn(&st, &mut rng, s.kv_elems())?;
+    let mut o = st.alloc_zeros::<f16>(s.q_elems())?;
+    let sinks: Vec<f32> = (0..hq).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+    let slopes: Vec<f32> = (0..hq)
+        .map(|h| 2f32.powf(-8.0 * (h as f32 + 1.0) / hq as f32))
+        .collect();
+    let with_sinks = plain.clone().with_sinks(sinks.clone())?;
+    let window_sinks = plain.clone().with_window(128, 0)?.with_sinks(sinks)?;
+    let alibi = plain.clone().with_alibi(attn_ref::Alibi::PerHead(slopes))?;
+    let hopper = Engine::Hopper(None);
+    let unsplit = (Engine::MmaSync, Some(1));
+    let variants: Vec<(&str, &Problem, Engine, Option<usize>)> = vec![
+        ("plain", &plain, Engine::Auto, None),
+        ("sinks", &with_sinks, Engine::Auto, None),
+        (
+            "sinks, Hopper engine (Auto's old choice)",
+            &with_sinks,
+            hopper,
+            None,
+        ),
+        (
+            "sinks, mma.sync unsplit (the old mma.sync path)",
+            &with_sinks,
+            unsplit.0,
+            unsplit.1,
+        ),
+        ("sinks + 128-key window", &window_sinks, Engine::Auto, None),
+        ("ALiBi", &alibi, Engine::Auto, None),
+        (
+            "ALiBi, Hopper engine (Auto's old choice)",
+            &alibi,
+            hopper,
+            None,
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (name, p, engine, splits) in variants {
+        let options = ForwardOptions {
+            engine,
+            splits,
+            ..ForwardOptions::default()
+        };
+        let mut kernel = String::new();
+        let mut launch = |_: usize| -> anyhow::Result<()> {
+            let info = gpu.forward(Forward {
+                problem: p,
+                q: Tensor::bhsd(&q, dims_q(&s)),
+                k: Tensor::bhsd(&k, dims_kv(&s)),
+                v: Tensor::bhsd(&v, dims_kv(&s)),
+                o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                lse: None,
+                options: options.clone(),
+            })?;
+            kernel = format!("{} ({} splits)", info.kernel, info.splits);
+            Ok(())
+        };
+        let samples = time_samples(gpu, args, &mut launch)?;
+        rows.push(Timed {
+            name: name.into(),
+            kernel,
+            samples,
+        });
+    }
+    report(
+        &format!(
+            "decode with sinks / ALiBi: 1 × {hq} / {hkv} heads × {ctx} keys, D {d}, f16; time only"
+        ),
         &rows,
         1.0,
         "1/µs",

@@ -21,8 +21,11 @@
 // widened exactly in registers (sm_89+'s cvt.f16x2.e4m3x2; fp8.cuh's integer trick on
 // sm_80), the scales folded into the scores and O. One code layout for dense, packed (cu_seqlens_k) and paged caches, `seqused_k` and
 // split-KV: all runtime values (p.seqs, p.n_splits), so the catalog instantiates one entry
-// per (type, cache type, head-dim bucket, ROWS bucket). Softcap and (for one row) the sliding
-// window are runtime features; ALiBi and sinks run in the general MMA entries.
+// per (type, cache type, head-dim bucket, ROWS bucket). Softcap, attention sinks and (for one
+// row) the sliding window are runtime features; ALiBi runs in the general MMA entries. The
+// rows of one launch are one query head's (the launcher packs GQA heads as rows only without
+// sinks), so a row's sink is p.feat.sinks[h]: it joins the rows' merge here when the keys are
+// not split, and split_combine's otherwise (once, not per split).
 #pragma once
 #include "decode_tc.cuh"
 #include "kv_fp8.cuh"
@@ -421,8 +424,11 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
     __shared__ float row_m[ROWS], row_l[ROWS];
     const float v_desc = KV8 ? kv_descale(p.feat.v_descale, p.feat.descale_per_head, kvh) * kDecodeWidenGain : 1.f;
     const bool split_kv = p.n_splits > 1;
+    const float sink = sink_log2(h, p);
     if (tid < ROWS) {
-        const RowMerge mr = merge_row(kGroups, [&](int g) { return make_float2(sm_m[g * ROWS + tid], sm_l[g * ROWS + tid]); });
+        const RowMerge mr = merge_row(
+            kGroups, [&](int g) { return make_float2(sm_m[g * ROWS + tid], sm_l[g * ROWS + tid]); },
+            split_kv ? -INFINITY : sink);
         float mx = -INFINITY;
         for (int g = 0; g < kGroups; ++g) mx = fmaxf(mx, sm_m[g * ROWS + tid]);
         for (int g = 0; g < kGroups; ++g)
@@ -472,7 +478,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
     split_combine<T, DK, ROWS, Cfg::kThreads>(ws_o + block * p.n_splits * (ROWS * DK),
                                               ws_ml + block * p.n_splits * (ROWS * 2), counters + block,
                                               p.n_splits, o_head, lse_head, 0, p.q_len, p.o_stride[2],
-                                              p.head_dim, tid);
+                                              p.head_dim, tid, sink);
 }
 
 } // namespace attn

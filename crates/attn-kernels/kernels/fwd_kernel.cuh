@@ -52,9 +52,9 @@ struct FwdConfig {
 // FEATURES: sliding window, softcap, ALiBi and sinks as runtime values of p.feat
 // (score_mod.cuh); the key tiles outside the block's window are skipped. FEATURES entries
 // also run varlen batches and KV caches with per-sequence lengths (p.seqs, seqs.cuh), and
-// PAGED ones read K/V through a block table (load_tile_paged). FEATURES entries split only
-// without sinks (the launcher's rule: split_combine has no sink term), each split taking an
-// equal share of the block's visible key tiles. KV_FP8 (FEATURES only): K and V are E4M3
+// PAGED ones read K/V through a block table (load_tile_paged). FEATURES entries split
+// (unmasked launches), each split taking an equal share of the block's visible key tiles;
+// the sink joins once, in split_combine's merge. KV_FP8 (FEATURES only): K and V are E4M3
 // codes with per-KV-head scales p.feat.k_descale / v_descale (kv_fp8.cuh).
 template <typename T, int DK, int BM, int BN, int STAGES, int WARPS, bool CAUSAL, bool BREAK_RESCALE,
           bool SPLIT, bool FEATURES = false, bool PAGED = false, bool KV_FP8 = false,
@@ -358,7 +358,8 @@ __device__ __forceinline__ void fwd_kernel(const T* __restrict__ q, const KV* __
         split_combine<T, DK, BM, Cfg::kThreads>(ws_o + block * p.n_splits * (BM * DK),
                                                 ws_ml + block * p.n_splits * (BM * 2),
                                                 counters + block, p.n_splits, o_head, lse_head, m0,
-                                                p.q_len, p.o_stride[2], p.head_dim, tid);
+                                                p.q_len, p.o_stride[2], p.head_dim, tid,
+                                                FEATURES ? sink_log2(h, p) : -INFINITY);
     } else {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)

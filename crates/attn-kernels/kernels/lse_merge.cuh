@@ -24,16 +24,24 @@ struct RowMerge {
     __device__ __forceinline__ float weight(float m) const { return exp2f(m - m_use) * inv_l; }
 };
 
-// `ml_at(s)` returns partial s's (m, l) as a float2.
+// `ml_at(s)` returns partial s's (m, l) as a float2. `sink_log2`: an attention sink's logit in
+// base 2 (-inf: none), which joins the merged max and denominator but adds no value, as in
+// epilogue.cuh's `write_output`: the split-KV combine adds it once for all splits. A row no
+// partial saw a key of stays empty even then.
 template <typename MlAt>
-__device__ __forceinline__ RowMerge merge_row(int n, MlAt ml_at) {
+__device__ __forceinline__ RowMerge merge_row(int n, MlAt ml_at, float sink_log2 = -INFINITY) {
     float mx = -INFINITY;
     for (int s = 0; s < n; ++s) mx = fmaxf(mx, ml_at(s).x);
-    const float m_use = mx == -INFINITY ? 0.f : mx;
+    float m_use = mx == -INFINITY ? 0.f : mx;
     float l = 0.f;
     for (int s = 0; s < n; ++s) {
         const float2 ml = ml_at(s);
         l += ml.y * exp2f(ml.x - m_use);
+    }
+    if (sink_log2 != -INFINITY && l != 0.f) {
+        const float m_new = fmaxf(m_use, sink_log2);
+        l = l * exp2f(m_use - m_new) + exp2f(sink_log2 - m_new);
+        m_use = mx = m_new;
     }
     return RowMerge{m_use, l == 0.f ? 0.f : 1.f / l, l == 0.f ? -INFINITY : (mx + log2f(l)) * kLn2};
 }

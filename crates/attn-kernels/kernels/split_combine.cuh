@@ -2,7 +2,8 @@
 // CTA that finishes last (an atomic ticket per query block, the "threadfence reduction"
 // pattern of the CUDA samples) merges the splits in split order (lse_merge.cuh's `merge_row`)
 // — so the result does not depend on which CTA came last — writes O and LSE, and resets the
-// ticket for the next launch.
+// ticket for the next launch. `sink_log2`: the head's attention sink (base 2; -inf: none),
+// added once in the merge (lse_merge.cuh `merge_row`), never by the splits themselves.
 #pragma once
 #include "lse_merge.cuh"
 #include "softmax.cuh"
@@ -36,7 +37,8 @@ template <typename T, int D, int BM, int NTHREADS>
 __device__ __forceinline__ void split_combine(const float* ws_o, const float* ws_ml,
                                               unsigned int* counter, int n_splits,
                                               T* __restrict__ o_head, float* __restrict__ lse_head,
-                                              int m0, int q_len, int64_t o_row_stride, int head_dim, int tid) {
+                                              int m0, int q_len, int64_t o_row_stride, int head_dim, int tid,
+                                              float sink_log2 = -INFINITY) {
     __shared__ unsigned int is_last;
     __threadfence(); // this split's partials are visible device-wide before the ticket
     __syncthreads();
@@ -53,7 +55,7 @@ __device__ __forceinline__ void split_combine(const float* ws_o, const float* ws
     for (int row = tid; row < BM; row += NTHREADS) {
         const RowMerge mr = merge_row(n_splits, [&](int s) {
             return make_float2(__ldcg(ws_ml + s * BM * 2 + 2 * row), __ldcg(ws_ml + s * BM * 2 + 2 * row + 1));
-        });
+        }, sink_log2);
         row_max[row] = mr.m_use;
         row_inv[row] = mr.inv_l;
         if (lse_head != nullptr && m0 + row < q_len) lse_head[m0 + row] = mr.lse;

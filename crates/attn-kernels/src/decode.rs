@@ -60,8 +60,8 @@ pub(crate) fn decode_refusal(
             s.q_len()
         ));
     }
-    if f.alibi.is_some() || f.sinks.is_some() {
-        return Some("ALiBi and attention sinks run on the general mma.sync entries".into());
+    if f.alibi.is_some() {
+        return Some("ALiBi runs on the general mma.sync entries".into());
     }
     if f.window.is_some() && s.q_len() != 1 {
         return Some("a sliding window over several query rows".into());
@@ -344,14 +344,18 @@ mod tests {
     }
 
     #[test]
-    fn the_decode_kernel_takes_few_unmasked_rows_without_alibi_or_sinks() {
+    fn the_decode_kernel_takes_few_unmasked_rows_without_alibi() {
         let p = decode_problem(2, 8, 8, 4, 4096);
         assert_eq!(decode_refusal(&p, false, None), None);
         assert!(decode_refusal(&p, true, None).is_some());
         assert!(decode_refusal(&decode_problem(2, 8, 8, 9, 4096), false, None).is_some());
         let causal = Problem::new(*p.shape(), Causal::TopLeft);
         assert!(decode_refusal(&causal, false, None).is_some());
-        assert!(decode_refusal(&p.with_sinks(vec![0.1; 8]).unwrap(), false, None).is_some());
+        // Sinks join the rows' merge (or the split combine's).
+        assert_eq!(
+            decode_refusal(&p.with_sinks(vec![0.1; 8]).unwrap(), false, None),
+            None
+        );
         let alibi = attn_ref::Alibi::PerHead(vec![0.1; 8]);
         assert!(decode_refusal(&p.with_alibi(alibi).unwrap(), false, None).is_some());
         // Softcap is a runtime feature of the kernel; a window only for one row.

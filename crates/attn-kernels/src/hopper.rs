@@ -198,7 +198,10 @@ impl HopperTile {
 /// Whether `Engine::Auto` takes the Hopper kernel for `problem` on an sm_90 device: not when
 /// the mma.sync kernel would split the keys (`mma_config` is its default config), nor when the
 /// caller pinned an mma.sync config or a split count other than 1. Problems with features
-/// (window, softcap, ALiBi, sinks), which both engines run and neither splits, take it.
+/// (window, softcap, ALiBi, sinks), which both engines run, take it unless they are
+/// decode-like (one 64-row block per head) and unmasked, where the mma.sync general entries
+/// split the keys and the Hopper ones do not (a long-context decode with ALiBi or sinks
+/// would otherwise run one CTA per head).
 pub(crate) fn auto_prefers_hopper(
     problem: &Problem,
     mma_config: &KernelConfig,
@@ -209,11 +212,19 @@ pub(crate) fn auto_prefers_hopper(
     if pinned_config || splits.is_some_and(|n| n != 1) {
         return false;
     }
-    if !problem.features().is_empty() {
-        return true;
-    }
     let s = problem.shape();
     let d = s.head_dim();
+    if !problem.features().is_empty() {
+        if s.q_len() > 64 || problem.causal() != Causal::None {
+            return true;
+        }
+        let Ok(feat) = crate::launch::feature_config(d) else {
+            return true;
+        };
+        let ctas = s.q_len().div_ceil(feat.block_m) * s.batch() * s.q_heads();
+        let key_tiles = s.kv_len().div_ceil(feat.block_n);
+        return crate::config::one_wave_splits(ctas, key_tiles, sm_count) == 1;
+    }
     let ctas = s.q_len().div_ceil(mma_config.block_m) * s.batch() * s.q_heads();
     let key_tiles = s.kv_len().div_ceil(mma_config.block_n);
     choose_splits(mma_config, d, ctas, key_tiles, sm_count) == 1
@@ -1006,8 +1017,9 @@ mod tests {
             plan_hopper(&p, Some(other), 232_448, None, 132, TileSchedule::Auto),
             Err(KernelError::EngineUnavailable(_))
         ));
-        // Decode with sinks: the mma.sync kernel would not split it (features never split),
-        // so Auto takes the Hopper engine; a pinned mma.sync config still wins.
+        // Decode with sinks: the mma.sync general entries split it and the Hopper ones do
+        // not, so Auto leaves it to them; a prefill with sinks, a causal decode-like launch
+        // (no split twin) and a grid that fills the chip take the Hopper engine.
         let sm = 132;
         let decode = Problem::new(
             AttnShape::new(1, 32, 8, 1, 8192, 128).unwrap(),
@@ -1016,8 +1028,23 @@ mod tests {
         .with_sinks(vec![0.0; 32])
         .unwrap();
         let cfg = crate::config::choose_config(1, 32, 1, 128, sm, 232_448);
-        assert!(auto_prefers_hopper(&decode, &cfg, false, None, sm));
+        assert!(!auto_prefers_hopper(&decode, &cfg, false, None, sm));
         assert!(!auto_prefers_hopper(&decode, &cfg, true, None, sm));
+        let four_rows = decode
+            .with_shape(AttnShape::new(1, 32, 8, 4, 8192, 128).unwrap())
+            .unwrap();
+        let masked = Problem::new(*four_rows.shape(), Causal::BottomRight)
+            .with_sinks(vec![0.0; 32])
+            .unwrap();
+        assert!(auto_prefers_hopper(&masked, &cfg, false, None, sm));
+        let prefill = decode
+            .with_shape(AttnShape::new(1, 32, 8, 2048, 8192, 128).unwrap())
+            .unwrap();
+        assert!(auto_prefers_hopper(&prefill, &cfg, false, None, sm));
+        let full = decode
+            .with_shape(AttnShape::new(8, 32, 8, 1, 8192, 128).unwrap())
+            .unwrap();
+        assert!(auto_prefers_hopper(&full, &cfg, false, None, sm));
     }
 
     #[test]

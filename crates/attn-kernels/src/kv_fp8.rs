@@ -9,7 +9,7 @@
 //! the scales are folded into the scores (`k_scale`) and the output (`v_scale`). Everything
 //! those entries run composes with it: dense, packed (varlen) and paged caches,
 //! `seqused_k`, both causal alignments, GQA (and GQA-packed decode), the window, softcap,
-//! ALiBi and sinks, and split-KV for unmasked launches without sinks.
+//! ALiBi and sinks, and split-KV for unmasked launches.
 //!
 //! The reference semantics: the f64 reference on `decode(code) · scale` of every element
 //! (attn-quant's decoding), so the kernel adds no error beyond the cache's quantization.
@@ -107,8 +107,8 @@ impl FlashAttention {
     /// with K and V decoded from their codes, on the mma.sync engine's general entries. With
     /// `seqs`, K/V may be packed (varlen) or a paged cache and the queries packed, exactly as
     /// in [`FlashAttention::forward_sequences`]. Decode (one query row) with GQA packs the
-    /// query heads of a KV head into one CTA, and unmasked launches without sinks split the
-    /// keys when the grid is small, as the f16 kernels do.
+    /// query heads of a KV head into one CTA, and unmasked launches split the keys when the
+    /// grid is small, as the f16 kernels do.
     ///
     /// Validated before anything is launched (tensors, layout, scale lengths, head dim a
     /// multiple of 16, options); on error nothing is written.

@@ -915,11 +915,9 @@ impl FlashAttention {
                     None if general => feature_config(d)?,
                     None => self.default_config(problem),
                 };
-                // The general entries split unmasked launches without sinks (split_combine has no
-                // sink term).
-                let general_split = general
-                    && problem.causal() == Causal::None
-                    && problem.features().sinks.is_none();
+                // The general entries split unmasked launches (sinks join once, in
+                // split_combine's merge).
+                let general_split = general && problem.causal() == Causal::None;
                 if general && !features {
                     let want = feature_config(d)?;
                     if config != want {
@@ -1398,8 +1396,11 @@ pub(crate) fn plan_launch(
     splits: Option<usize>,
     sm_count: usize,
 ) -> Result<LaunchPlan, KernelError> {
+    // As the launcher: feature entries have split twins for unmasked launches.
+    let features = !problem.features().is_empty();
     let general = GeneralEntry {
-        general: !problem.features().is_empty(),
+        general: features,
+        split: features && problem.causal() == Causal::None,
         ..GeneralEntry::default()
     };
     plan_launch_entry(problem, config, splits, sm_count, general)
@@ -1431,7 +1432,7 @@ pub(crate) fn plan_launch_entry(
     let q_tiles = s.q_len().div_ceil(config.block_m);
     let key_tiles = s.kv_len().div_ceil(config.block_n);
     let n_splits = match splits {
-        // The general entries split only where they have a split twin (unmasked, no sinks).
+        // The general entries split only where they have a split twin (unmasked).
         None if entry.general && entry.split => crate::config::one_wave_splits(
             q_tiles * s.batch() * s.q_heads(),
             key_tiles,
@@ -1452,7 +1453,7 @@ pub(crate) fn plan_launch_entry(
         Some(n) if entry.general && entry.split => n.min(MAX_SPLITS),
         Some(n) if entry.general => {
             return Err(KernelError::UnsupportedFeature(format!(
-                "{} with split-KV ({n} splits asked; the general entries split only unmasked launches without sinks: use 1 or the default)",
+                "{} with split-KV ({n} splits asked; the general entries split only unmasked launches: use 1 or the default)",
                 feature_names(problem)
             )))
         }
@@ -1834,11 +1835,14 @@ mod tests {
     }
 
     #[test]
-    fn general_entries_split_unmasked_launches_without_sinks() {
+    fn general_entries_split_unmasked_launches_sinks_included() {
         let cfg = crate::config::cfg(64, 64, 4, 2);
-        // Decode: 2 · 8 = 16 CTAs on 132 SMs, 8192 keys = 128 tiles.
+        // Decode: 2 · 8 = 16 CTAs on 132 SMs, 8192 keys = 128 tiles; a sink per head joins
+        // once, in the combine, so the launch splits as without it.
         let p = problem(1, 8192, 128, Causal::None)
             .with_window(500, 0)
+            .unwrap()
+            .with_sinks(vec![0.5; 8])
             .unwrap();
         let split = GeneralEntry {
             general: true,
@@ -1848,7 +1852,7 @@ mod tests {
         let plan = plan_launch_entry(&p, cfg, None, 132, split).unwrap();
         assert_eq!(plan.params.n_splits, 16); // min(264 / 16 → 17, 128 / 8 = 16)
         assert_eq!(plan.grid, (16, 8, 2));
-        // No split twin (a causal mask, or sinks): one split, and asking for more is refused.
+        // No split twin (a causal mask): one split, and asking for more is refused.
         let single = GeneralEntry {
             split: false,
             ..split
@@ -2001,7 +2005,7 @@ mod tests {
     }
 
     #[test]
-    fn features_run_in_the_feature_config_unsplit_and_fp8_refuses_them() {
+    fn features_run_in_the_feature_config_and_fp8_refuses_them() {
         let feat = crate::config::cfg(64, 64, 4, 2);
         let p = problem(8, 8, 64, Causal::None).with_softcap(30.0).unwrap();
         let plan = plan_launch(&p, feat, None, 132).unwrap();
@@ -2012,7 +2016,8 @@ mod tests {
             matches!(&e, KernelError::UnsupportedFeature(f) if f.contains("softcap") && f.contains("64_64_4_s2")),
             "{e}"
         );
-        // A decode shape the heuristic would split runs unsplit; asking for splits is refused.
+        // A decode shape splits, with sinks too (they join once, in the combine); under a
+        // causal mask a feature launch has no split twin, and asking for splits is refused.
         let decode = Problem::new(
             AttnShape::new(1, 32, 8, 1, 8192, 128).unwrap(),
             Causal::None,
@@ -2025,18 +2030,35 @@ mod tests {
                 > 1
         );
         let decode = decode.with_sinks(vec![0.5; 32]).unwrap();
-        assert_eq!(
+        assert!(
             plan_launch(&decode, feat, None, 132)
+                .unwrap()
+                .params
+                .n_splits
+                > 1
+        );
+        assert_eq!(
+            plan_launch(&decode, feat, Some(4), 132)
+                .unwrap()
+                .params
+                .n_splits,
+            4
+        );
+        let masked = Problem::new(*decode.shape(), Causal::BottomRight)
+            .with_sinks(vec![0.5; 32])
+            .unwrap();
+        assert_eq!(
+            plan_launch(&masked, feat, None, 132)
                 .unwrap()
                 .params
                 .n_splits,
             1
         );
         assert!(matches!(
-            plan_launch(&decode, feat, Some(4), 132),
+            plan_launch(&masked, feat, Some(4), 132),
             Err(KernelError::UnsupportedFeature(_))
         ));
-        assert!(plan_launch(&decode, feat, Some(1), 132).is_ok());
+        assert!(plan_launch(&masked, feat, Some(1), 132).is_ok());
         // D > 128 runs features in 64×32 tiles (they fit sm_89's 99 KiB).
         assert_eq!(
             feature_config(200).unwrap(),

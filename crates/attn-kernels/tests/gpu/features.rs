@@ -487,6 +487,151 @@ fn correctness_features_empty_rows_and_long_rows() {
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
 
+/// Attention sinks where the keys split: the decode kernel (one to four rows, GQA unpacked,
+/// split and not) and the mma.sync general entries' split twins, which `Engine::Auto` now
+/// takes for an unmasked decode with ALiBi or sinks. The sink must join once, in the merge:
+/// added per split it would count n_splits times. Each case also asserts which kernel ran and
+/// how many splits it took, so a case that silently stopped splitting fails.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_features_sinks_split_and_decode() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    let hq = 8;
+    // (dims, causal, extra features, engine, splits asked, kernel prefix, more than one split)
+    type Case = (
+        Dims,
+        Causal,
+        Features,
+        Engine,
+        Option<usize>,
+        &'static str,
+        bool,
+    );
+    let window = Features {
+        window: Some((500, 0)),
+        ..Features::default()
+    };
+    let alibi = Features {
+        alibi: Some(Alibi::PerHead(alibi_slopes(hq))),
+        ..Features::default()
+    };
+    let cases: Vec<Case> = vec![
+        (
+            (1, hq, 2, 1, 3000, 128),
+            Causal::None,
+            Features::default(),
+            Engine::Decode,
+            None,
+            "attn_dec_",
+            true,
+        ),
+        (
+            (2, hq, 4, 4, 777, 64),
+            Causal::None,
+            Features::default(),
+            Engine::Decode,
+            Some(1),
+            "attn_dec_",
+            false,
+        ),
+        (
+            (1, hq, 2, 1, 4000, 128),
+            Causal::BottomRight,
+            window,
+            Engine::Auto,
+            None,
+            "attn_dec_",
+            true,
+        ),
+        (
+            (1, hq, 2, 3, 2000, 128),
+            Causal::None,
+            Features::default(),
+            Engine::MmaSync,
+            Some(4),
+            "attn_fwd_",
+            true,
+        ),
+        (
+            (1, hq, 2, 1, 5000, 96),
+            Causal::None,
+            alibi,
+            Engine::Auto,
+            None,
+            "attn_fwd_",
+            true,
+        ),
+    ];
+    for (dims, causal, extra, engine, splits, prefix, split) in cases {
+        for dtype in [Dtype::F16, Dtype::Bf16] {
+            let features = Features {
+                sinks: Some(sinks(&mut rng, hq)),
+                ..extra.clone()
+            };
+            let p = with_features(dims, causal, &features);
+            let tag = format!(
+                "{:?} {causal:?} {engine:?} {splits:?} {dtype} seed {seed}",
+                p.shape()
+            );
+            let opts = ForwardOptions {
+                engine,
+                splits,
+                ..Default::default()
+            };
+            let run = match dtype {
+                Dtype::F16 => run_checked::<f16>(&gpu, &p, &mut rng, &opts, dtype),
+                Dtype::Bf16 => run_checked::<bf16>(&gpu, &p, &mut rng, &opts, dtype),
+            };
+            match run {
+                Err(e) => failures.push(format!("{tag}: {e}")),
+                Ok((kernel, n_splits, check)) => {
+                    if !kernel.starts_with(prefix) || (n_splits > 1) != split {
+                        failures.push(format!("{tag}: ran {kernel} with {n_splits} splits"));
+                    }
+                    if let Err(e) = check {
+                        failures.push(format!("{tag} ({kernel}, {n_splits} splits): {e}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// One `[B,H,S,D]` forward of fresh N(0, 1) inputs in `T` against the f64 reference: the
+/// kernel's name, its split count and attn-oracle's verdict.
+fn run_checked<T: StorageType + attn_ref::Element>(
+    gpu: &FlashAttention,
+    p: &Problem,
+    rng: &mut StdRng,
+    opts: &ForwardOptions,
+    dtype: Dtype,
+) -> Result<(String, usize, Result<(), String>), String> {
+    let s = p.shape();
+    let q: Vec<T> = randn(rng, s.q_elems());
+    let k: Vec<T> = randn(rng, s.kv_elems());
+    let v: Vec<T> = randn(rng, s.kv_elems());
+    let reference = reference::forward(p, &q, &k, &v).map_err(|e| e.to_string())?;
+    let emu = emulate::forward_emulated(p, &to_f32s(&q), &to_f32s(&k), &to_f32s(&v), dtype)
+        .map_err(|e| e.to_string())?;
+    let out = gpu
+        .forward_host_layout(p, &q, &k, &v, Layout::Bhsd, opts)
+        .map_err(|e| e.to_string())?;
+    let check = check_output(
+        p,
+        &to_f32s(&out.o),
+        &out.lse,
+        &reference,
+        &emu,
+        dtype.into(),
+    )
+    .map_err(|e| e.to_string());
+    Ok((out.launch.kernel.clone(), out.launch.splits, check))
+}
+
 /// `Engine::Auto` runs a feature entry (the Hopper one on sm_90), and launches with the same
 /// sinks reuse the launcher's device copy (the second launch gives the same bits).
 #[test]

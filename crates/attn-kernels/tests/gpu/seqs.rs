@@ -996,8 +996,9 @@ fn correctness_seqs_decode_kv8_wide_bf16_queries() {
 }
 
 /// What the decode kernel refuses when named ([`Engine::Decode`]): more than 8 rows after
-/// packing, a causal mask over several rows, ALiBi, sinks, packed queries — typed errors,
-/// nothing written.
+/// packing, a causal mask over several rows, ALiBi, a window over several rows, packed
+/// queries — typed errors, nothing written. (Sinks it runs:
+/// `features::correctness_features_sinks_split_and_decode`.)
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn validation_decode_refusals_write_nothing() {
@@ -1062,12 +1063,12 @@ fn validation_decode_refusals_write_nothing() {
             },
         ),
         (
-            "sinks",
+            "a window over 4 rows",
+            2,
             4,
-            1,
             Causal::None,
             Features {
-                sinks: Some(vec![0.5; 4]),
+                window: Some((64, 0)),
                 ..Features::default()
             },
         ),
@@ -1169,7 +1170,8 @@ fn sanitize_seqs_decode_corrupt_indices() {
 
 /// Split-KV in the general entries (f16/bf16 caches): single-row launches with a window and
 /// softcap over dense and paged caches split their keys (the grid is small), and the result
-/// equals the reference; with sinks they do not split.
+/// equals the reference; with every feature too, sinks included (they join once, in the
+/// split combine's merge).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_seqs_general_split() {
