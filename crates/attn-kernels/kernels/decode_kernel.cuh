@@ -22,10 +22,11 @@
 // sm_80), the scales folded into the scores and O. One code layout for dense, packed (cu_seqlens_k) and paged caches, `seqused_k` and
 // split-KV: all runtime values (p.seqs, p.n_splits), so the catalog instantiates one entry
 // per (type, cache type, head-dim bucket, ROWS bucket). Softcap, attention sinks and (for one
-// row) the sliding window are runtime features; ALiBi runs in the general MMA entries. The
-// rows of one launch are one query head's (the launcher packs GQA heads as rows only without
-// sinks), so a row's sink is p.feat.sinks[h]: it joins the rows' merge here when the keys are
-// not split, and split_combine's otherwise (once, not per split).
+// row) the sliding window are runtime features; ALiBi runs in the general MMA entries. Row r's
+// sink is query head h·q_len + r's: GQA-packed rows are the query heads of KV head h, and
+// unpacked launches with sinks have one row (the launcher's rule). It is added once: by the
+// unsplit merge, or by split 0's partial, which sees a key whenever the row does (a launch's
+// rows share their visible keys, and split 0 takes the first visible tile).
 #pragma once
 #include "decode_tc.cuh"
 #include "kv_fp8.cuh"
@@ -424,16 +425,14 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
     __shared__ float row_m[ROWS], row_l[ROWS];
     const float v_desc = KV8 ? kv_descale(p.feat.v_descale, p.feat.descale_per_head, kvh) * kDecodeWidenGain : 1.f;
     const bool split_kv = p.n_splits > 1;
-    const float sink = sink_log2(h, p);
     if (tid < ROWS) {
+        const float sink = split == 0 && tid < p.q_len ? sink_log2(h * p.q_len + tid, p) : -INFINITY;
         const RowMerge mr = merge_row(
-            kGroups, [&](int g) { return make_float2(sm_m[g * ROWS + tid], sm_l[g * ROWS + tid]); },
-            split_kv ? -INFINITY : sink);
-        float mx = -INFINITY;
-        for (int g = 0; g < kGroups; ++g) mx = fmaxf(mx, sm_m[g * ROWS + tid]);
+            kGroups, [&](int g) { return make_float2(sm_m[g * ROWS + tid], sm_l[g * ROWS + tid]); }, sink);
         for (int g = 0; g < kGroups; ++g)
             sm_w[g * ROWS + tid] = exp2f(sm_m[g * ROWS + tid] - mr.m_use) * (split_kv ? v_desc : mr.inv_l * v_desc);
-        row_m[tid] = mx;
+        // The partial's frame and denominator (the sink's included in split 0's).
+        row_m[tid] = mr.inv_l == 0.f ? -INFINITY : mr.m_use;
         row_l[tid] = mr.inv_l == 0.f ? 0.f : 1.f / mr.inv_l;
         if (!split_kv && lse_head != nullptr && tid < p.q_len) lse_head[tid] = mr.lse;
     }
@@ -478,7 +477,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
     split_combine<T, DK, ROWS, Cfg::kThreads>(ws_o + block * p.n_splits * (ROWS * DK),
                                               ws_ml + block * p.n_splits * (ROWS * 2), counters + block,
                                               p.n_splits, o_head, lse_head, 0, p.q_len, p.o_stride[2],
-                                              p.head_dim, tid, sink);
+                                              p.head_dim, tid);
 }
 
 } // namespace attn

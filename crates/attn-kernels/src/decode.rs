@@ -63,6 +63,11 @@ pub(crate) fn decode_refusal(
     if f.alibi.is_some() {
         return Some("ALiBi runs on the general mma.sync entries".into());
     }
+    // The kernel reads row r's sink at h·q_len + r: GQA-packed rows (whose problem carries no
+    // sinks; the launcher binds the original's) or one row per head.
+    if f.sinks.is_some() && s.q_len() != 1 {
+        return Some("attention sinks over several query rows of one head".into());
+    }
     if f.window.is_some() && s.q_len() != 1 {
         return Some("a sliding window over several query rows".into());
     }
@@ -351,9 +356,11 @@ mod tests {
         assert!(decode_refusal(&decode_problem(2, 8, 8, 9, 4096), false, None).is_some());
         let causal = Problem::new(*p.shape(), Causal::TopLeft);
         assert!(decode_refusal(&causal, false, None).is_some());
-        // Sinks join the rows' merge (or the split combine's).
+        // Sinks join the rows' merge (or split 0's partial), one row per head.
+        assert!(decode_refusal(&p.with_sinks(vec![0.1; 8]).unwrap(), false, None).is_some());
+        let one = decode_problem(2, 8, 8, 1, 4096);
         assert_eq!(
-            decode_refusal(&p.with_sinks(vec![0.1; 8]).unwrap(), false, None),
+            decode_refusal(&one.with_sinks(vec![0.1; 8]).unwrap(), false, None),
             None
         );
         let alibi = attn_ref::Alibi::PerHead(vec![0.1; 8]);

@@ -786,11 +786,36 @@ impl FlashAttention {
         );
         // Tensors whose dims do not match the problem keep them, for the usual error below.
         let want = dims_q(problem.shape());
+        let original = problem;
+        // Whether `unit`'s decode entries are in this build (a filtered build may lack them).
+        let decode_built = |d: usize| {
+            crate::config::bucket_for(d).is_ok_and(|bucket| {
+                let dunit = crate::decode::decode_unit(Arch::Sm80, T::DTYPE, bucket);
+                cubin::select(&dunit, false, self.cache.major, self.cache.minor).is_some()
+            })
+        };
         let packed_problem = if planted_any || !dense_q || q.dims != want || o.dims != want {
             None
         } else {
             gqa_packed_decode(problem)
         };
+        // Packed rows with sinks: only if the decode kernel takes the packed launch (the others
+        // read one sink per head); otherwise the heads stay unpacked.
+        let sinks_packed = original.features().sinks.is_some();
+        let packed_problem = packed_problem.filter(|packed| {
+            !sinks_packed
+                || matches!(
+                    crate::decode::decode_choice(
+                        packed,
+                        &opts,
+                        false,
+                        extras.seqs.as_ref(),
+                        decode_built(packed.shape().head_dim())
+                    ),
+                    Ok(Some(_))
+                )
+        });
+        let sinks_packed = sinks_packed && packed_problem.is_some();
         let problem = match &packed_problem {
             Some(packed) => {
                 let group = problem.shape().group_size();
@@ -863,14 +888,13 @@ impl FlashAttention {
             ));
         }
         // Decode-shaped launches (1–8 rows after packing) run the decode kernel.
-        let decode_rows = {
-            // `select` picks the arch; a filtered build may lack the unit.
-            let built = crate::config::bucket_for(d).is_ok_and(|bucket| {
-                let dunit = crate::decode::decode_unit(Arch::Sm80, T::DTYPE, bucket);
-                cubin::select(&dunit, false, self.cache.major, self.cache.minor).is_some()
-            });
-            crate::decode::decode_choice(problem, &opts, planted, extras.seqs.as_ref(), built)?
-        };
+        let decode_rows = crate::decode::decode_choice(
+            problem,
+            &opts,
+            planted,
+            extras.seqs.as_ref(),
+            decode_built(d),
+        )?;
         let hopper = if kv_fp8 || decode_rows.is_some() {
             None
         } else {
@@ -980,7 +1004,9 @@ impl FlashAttention {
             index_guards = bind_indices(stream, seqs, &mut params.seqs);
         }
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
-        let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
+        // Packed rows with sinks read the original problem's per-query-head array.
+        let arrays_of = if sinks_packed { original } else { problem };
+        let feature_guard = bind_features(stream, &mut feature_bufs, arrays_of, &mut params.feat)?;
         let scale_guards = match &extras.kv_scales {
             Some(scales) => {
                 crate::kv_fp8::bind_kv_scales(stream, scales, shape.kv_heads(), &mut params.feat)?
@@ -1087,7 +1113,10 @@ impl FlashAttention {
 /// Only where the packed problem is the same computation: one query row (any number of
 /// keys), no causal mask that a single row would feel (`TopLeft` shows row 0 key 0 only;
 /// `BottomRight` shows it every key, like no mask), and no feature that differs per query
-/// head or per row (window, ALiBi, sinks); the softcap and the scale carry over.
+/// head or per row (window, ALiBi); the softcap and the scale carry over. Sinks (one per
+/// query head) do not carry over: only the decode kernel runs packed rows with sinks, reading
+/// row r of packed head h's from the original problem's array at h·G + r, so the launcher
+/// packs a problem with sinks only when that kernel takes it and binds the original's sinks.
 pub(crate) fn gqa_packed_decode(problem: &Problem) -> Option<Problem> {
     let s = problem.shape();
     let f = problem.features();
@@ -1097,7 +1126,6 @@ pub(crate) fn gqa_packed_decode(problem: &Problem) -> Option<Problem> {
         || problem.causal() == Causal::TopLeft
         || f.window.is_some()
         || f.alibi.is_some()
-        || f.sinks.is_some()
     {
         return None;
     }
@@ -1807,9 +1835,15 @@ mod tests {
         assert!(no(Problem::new(shape, Causal::None)
             .with_window(100, 0)
             .unwrap()));
-        assert!(no(Problem::new(shape, Causal::None)
-            .with_sinks(vec![0.0; 32])
-            .unwrap()));
+        // Sinks do not carry over (the launcher binds the original's for the decode kernel).
+        let sinks = super::gqa_packed_decode(
+            &Problem::new(shape, Causal::None)
+                .with_sinks(vec![0.0; 32])
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(sinks.shape().q_len(), 4);
+        assert!(sinks.features().sinks.is_none());
         assert!(no(Problem::new(shape, Causal::None)
             .with_features(Features {
                 alibi: Some(attn_ref::Alibi::PerHead(vec![0.5; 32])),

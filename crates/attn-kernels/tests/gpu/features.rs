@@ -487,11 +487,12 @@ fn correctness_features_empty_rows_and_long_rows() {
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
 
-/// Attention sinks where the keys split: the decode kernel (one to four rows, GQA unpacked,
-/// split and not) and the mma.sync general entries' split twins, which `Engine::Auto` now
-/// takes for an unmasked decode with ALiBi or sinks. The sink must join once, in the merge:
-/// added per split it would count n_splits times. Each case also asserts which kernel ran and
-/// how many splits it took, so a case that silently stopped splitting fails.
+/// Attention sinks where the keys split: the decode kernel (GQA-packed rows reading one sink
+/// each, groups too large to pack, one row per head; split and not) and the mma.sync general
+/// entries' split twins, which `Engine::Auto` now takes for an unmasked decode with ALiBi or
+/// sinks. The sink must join once: added per split it would count n_splits times, and a
+/// packed row must read its own query head's. Each case also asserts which kernel ran and how
+/// many splits it took, so a case that silently stopped splitting fails.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_features_sinks_split_and_decode() {
@@ -518,59 +519,30 @@ fn correctness_features_sinks_split_and_decode() {
         alibi: Some(Alibi::PerHead(alibi_slopes(hq))),
         ..Features::default()
     };
+    #[rustfmt::skip]
     let cases: Vec<Case> = vec![
-        (
-            (1, hq, 2, 1, 3000, 128),
-            Causal::None,
-            Features::default(),
-            Engine::Decode,
-            None,
-            "attn_dec_",
-            true,
-        ),
-        (
-            (2, hq, 4, 4, 777, 64),
-            Causal::None,
-            Features::default(),
-            Engine::Decode,
-            Some(1),
-            "attn_dec_",
-            false,
-        ),
-        (
-            (1, hq, 2, 1, 4000, 128),
-            Causal::BottomRight,
-            window,
-            Engine::Auto,
-            None,
-            "attn_dec_",
-            true,
-        ),
-        (
-            (1, hq, 2, 3, 2000, 128),
-            Causal::None,
-            Features::default(),
-            Engine::MmaSync,
-            Some(4),
-            "attn_fwd_",
-            true,
-        ),
-        (
-            (1, hq, 2, 1, 5000, 96),
-            Causal::None,
-            alibi,
-            Engine::Auto,
-            None,
-            "attn_fwd_",
-            true,
-        ),
+        // GQA groups of 4 and 8: packed rows, each reading its own query head's sink.
+        ((1, hq, 2, 1, 3000, 128), Causal::None, Features::default(), Engine::Decode, None, "attn_dec_f16_d128_r4", true),
+        ((1, 2 * hq, 2, 1, 3000, 64), Causal::BottomRight, Features::default(), Engine::Auto, None, "attn_dec_f16_d64_r8", true),
+        ((2, hq, 4, 1, 777, 64), Causal::None, Features::default(), Engine::Decode, Some(1), "attn_dec_f16_d64_r2", false),
+        // A group of 16 does not pack (eight rows at most): one row per head.
+        ((1, 4 * hq, 2, 1, 2000, 128), Causal::None, Features::default(), Engine::Auto, None, "attn_dec_f16_d128_r1", true),
+        // A window (one row per head: windows do not pack).
+        ((1, hq, 2, 1, 4000, 128), Causal::BottomRight, window, Engine::Auto, None, "attn_dec_f16_d128_r1", true),
+        // Several rows of one head: the mma.sync general entries' split twins.
+        ((1, hq, 2, 3, 2000, 128), Causal::None, Features::default(), Engine::MmaSync, Some(4), "attn_fwd_", true),
+        ((1, hq, 2, 3, 2000, 128), Causal::None, Features::default(), Engine::Auto, None, "attn_fwd_", true),
+        // ALiBi: the decode kernel refuses it, Auto takes the split twins.
+        ((1, hq, 2, 1, 5000, 96), Causal::None, alibi, Engine::Auto, None, "attn_fwd_", true),
     ];
     for (dims, causal, extra, engine, splits, prefix, split) in cases {
         for dtype in [Dtype::F16, Dtype::Bf16] {
             let features = Features {
-                sinks: Some(sinks(&mut rng, hq)),
+                sinks: Some(sinks(&mut rng, dims.1)),
                 ..extra.clone()
             };
+            // The entry names carry the dtype.
+            let prefix = prefix.replace("_f16_", &format!("_{dtype}_"));
             let p = with_features(dims, causal, &features);
             let tag = format!(
                 "{:?} {causal:?} {engine:?} {splits:?} {dtype} seed {seed}",
@@ -588,7 +560,7 @@ fn correctness_features_sinks_split_and_decode() {
             match run {
                 Err(e) => failures.push(format!("{tag}: {e}")),
                 Ok((kernel, n_splits, check)) => {
-                    if !kernel.starts_with(prefix) || (n_splits > 1) != split {
+                    if !kernel.starts_with(&prefix) || (n_splits > 1) != split {
                         failures.push(format!("{tag}: ran {kernel} with {n_splits} splits"));
                     }
                     if let Err(e) = check {
