@@ -324,8 +324,9 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
     }
 
     // The keys this split reads: an equal share of the visible key tiles (the window's for
-    // one row; every key otherwise).
-    const KeyRange visible = row_key_range<false>(0, p);
+    // one row; every key otherwise). The last row's: GQA-packed rows are one position, whose
+    // diagonal (kv_len − 1) is the last row's here; unpacked launches with a window have one row.
+    const KeyRange visible = row_key_range<false>(p.q_len - 1, p);
     const int key_lo = visible.lo;
     const int key_hi = visible.hi > visible.lo ? visible.hi : visible.lo;
     const int n_tiles = (key_hi - key_lo + kKeys - 1) / kKeys;

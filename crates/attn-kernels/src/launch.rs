@@ -799,11 +799,12 @@ impl FlashAttention {
         } else {
             gqa_packed_decode(problem)
         };
-        // Packed rows with sinks: only if the decode kernel takes the packed launch (the others
-        // read one sink per head); otherwise the heads stay unpacked.
-        let sinks_packed = original.features().sinks.is_some();
+        // Packed rows with sinks or a window: only if the decode kernel takes the packed launch
+        // (the others read one sink per head, and a window per row); otherwise the heads stay
+        // unpacked.
+        let per_head = original.features().sinks.is_some() || original.features().window.is_some();
         let packed_problem = packed_problem.filter(|packed| {
-            !sinks_packed
+            !per_head
                 || matches!(
                     crate::decode::decode_choice(
                         packed,
@@ -815,7 +816,7 @@ impl FlashAttention {
                     Ok(Some(_))
                 )
         });
-        let sinks_packed = sinks_packed && packed_problem.is_some();
+        let per_head_packed = per_head && packed_problem.is_some();
         let problem = match &packed_problem {
             Some(packed) => {
                 let group = problem.shape().group_size();
@@ -917,11 +918,15 @@ impl FlashAttention {
         let (unit, name, plan) = match decode_rows {
             Some(rows) => {
                 let dunit = crate::decode::decode_unit(Arch::Sm80, T::DTYPE, unit.head_dim);
-                // Paged and dense caches: their capacity; packed keys: the problem's Sk.
+                // Paged and dense caches: their capacity; packed keys: the problem's Sk; at most
+                // a window's left span + 1 (the decode kernel's rows are one position, the last
+                // key's), so a short window does not split into empty splits (run 201: 32
+                // splits for a 128-key window took 2.2× one row per head's time).
                 let kv_len = seq_plan
                     .map(|s| s.kv_len)
                     .filter(|&n| n > 0)
                     .unwrap_or(shape.kv_len());
+                let kv_len = decode_keys_bound(original, kv_len);
                 let plan = crate::decode::plan_decode(
                     problem,
                     rows,
@@ -1004,8 +1009,13 @@ impl FlashAttention {
             index_guards = bind_indices(stream, seqs, &mut params.seqs);
         }
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
-        // Packed rows with sinks read the original problem's per-query-head array.
-        let arrays_of = if sinks_packed { original } else { problem };
+        // Packed rows with sinks or a window take the original problem's.
+        let arrays_of = if per_head_packed {
+            packed_decode_features(original, &mut params.feat);
+            original
+        } else {
+            problem
+        };
         let feature_guard = bind_features(stream, &mut feature_bufs, arrays_of, &mut params.feat)?;
         let scale_guards = match &extras.kv_scales {
             Some(scales) => {
@@ -1112,21 +1122,18 @@ impl FlashAttention {
 ///
 /// Only where the packed problem is the same computation: one query row (any number of
 /// keys), no causal mask that a single row would feel (`TopLeft` shows row 0 key 0 only;
-/// `BottomRight` shows it every key, like no mask), and no feature that differs per query
-/// head or per row (window, ALiBi); the softcap and the scale carry over. Sinks (one per
-/// query head) do not carry over: only the decode kernel runs packed rows with sinks, reading
-/// row r of packed head h's from the original problem's array at h·G + r, so the launcher
-/// packs a problem with sinks only when that kernel takes it and binds the original's sinks.
+/// `BottomRight` shows it every key, like no mask), and no ALiBi (a slope per query head); the
+/// softcap and the scale carry over. Sinks (one per query head) and a window (the packed rows
+/// are one position, not G) do not carry over: only the decode kernel runs packed rows with
+/// them — it reads row r of packed head h's sink at h·G + r of the original problem's array,
+/// and takes the window of the last row, whose diagonal is the original row's — so the
+/// launcher packs such a problem only when that kernel takes it, and binds the original's
+/// sinks and window ([`packed_decode_features`]).
 pub(crate) fn gqa_packed_decode(problem: &Problem) -> Option<Problem> {
     let s = problem.shape();
     let f = problem.features();
     let group = s.group_size();
-    if s.q_len() != 1
-        || group < 2
-        || problem.causal() == Causal::TopLeft
-        || f.window.is_some()
-        || f.alibi.is_some()
-    {
+    if s.q_len() != 1 || group < 2 || problem.causal() == Causal::TopLeft || f.alibi.is_some() {
         return None;
     }
     let shape = attn_ref::AttnShape::new(
@@ -1144,6 +1151,30 @@ pub(crate) fn gqa_packed_decode(problem: &Problem) -> Option<Problem> {
     match f.softcap {
         Some(c) => packed.with_softcap(c).ok(),
         None => Some(packed),
+    }
+}
+
+/// The features a GQA-packed decode launch takes from the original problem (one query row per
+/// head), which its packed problem cannot carry ([`gqa_packed_decode`]): the window, which the
+/// decode kernel applies from the last packed row's diagonal (the original row's). The sinks'
+/// array is bound from the original problem by the launcher.
+pub(crate) fn packed_decode_features(original: &Problem, feat: &mut FwdFeatures) {
+    let f = fwd_features(original);
+    feat.window_left = f.window_left;
+    feat.window_right = f.window_right;
+}
+
+/// The keys a decode launch's rows can see, for its split count: `kv_len`, or fewer under a
+/// window with a left bound (one position sees at most `left + 1` keys: itself and those
+/// before it; the right bound adds none past the last key).
+pub(crate) fn decode_keys_bound(original: &Problem, kv_len: usize) -> usize {
+    match original.features().window {
+        Some((left, _)) if left >= 0 => kv_len.min(
+            usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .saturating_add(1),
+        ),
+        _ => kv_len,
     }
 }
 
@@ -1832,9 +1863,6 @@ mod tests {
             AttnShape::new(2, 8, 8, 1, 4096, 128).unwrap(),
             Causal::None
         )));
-        assert!(no(Problem::new(shape, Causal::None)
-            .with_window(100, 0)
-            .unwrap()));
         // Sinks do not carry over (the launcher binds the original's for the decode kernel).
         let sinks = super::gqa_packed_decode(
             &Problem::new(shape, Causal::None)
@@ -1844,6 +1872,23 @@ mod tests {
         .unwrap();
         assert_eq!(sinks.shape().q_len(), 4);
         assert!(sinks.features().sinks.is_none());
+        // Nor does a window; the launch takes the original's, clamped as its own would be.
+        let windowed = Problem::new(shape, Causal::BottomRight)
+            .with_window(100, 0)
+            .unwrap();
+        let packed = super::gqa_packed_decode(&windowed).unwrap();
+        assert!(packed.features().window.is_none());
+        let mut feat = super::fwd_features(&packed);
+        assert_eq!((feat.window_left, feat.window_right), (-1, -1));
+        super::packed_decode_features(&windowed, &mut feat);
+        assert_eq!((feat.window_left, feat.window_right), (100, 0));
+        // Its split count sizes for the window's keys, not the cache's.
+        assert_eq!(super::decode_keys_bound(&windowed, 4096), 101);
+        assert_eq!(super::decode_keys_bound(&windowed, 50), 50);
+        let right_only = Problem::new(shape, Causal::None)
+            .with_window(-1, 7)
+            .unwrap();
+        assert_eq!(super::decode_keys_bound(&right_only, 4096), 4096);
         assert!(no(Problem::new(shape, Causal::None)
             .with_features(Features {
                 alibi: Some(attn_ref::Alibi::PerHead(vec![0.5; 32])),

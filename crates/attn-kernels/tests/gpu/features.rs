@@ -487,12 +487,13 @@ fn correctness_features_empty_rows_and_long_rows() {
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
 
-/// Attention sinks where the keys split: the decode kernel (GQA-packed rows reading one sink
-/// each, groups too large to pack, one row per head; split and not) and the mma.sync general
-/// entries' split twins, which `Engine::Auto` now takes for an unmasked decode with ALiBi or
-/// sinks. The sink must join once: added per split it would count n_splits times, and a
-/// packed row must read its own query head's. Each case also asserts which kernel ran and how
-/// many splits it took, so a case that silently stopped splitting fails.
+/// Attention sinks and windows where the keys split: the decode kernel (GQA-packed rows reading
+/// one sink each and the original row's window, groups too large to pack, one row per head;
+/// split and not) and the mma.sync general entries' split twins, which `Engine::Auto` now
+/// takes for an unmasked decode with ALiBi or sinks. The sink must join once: added per split
+/// it would count n_splits times, and a packed row must read its own query head's. Each case
+/// also asserts which kernel ran and how many splits it took, so a case that silently stopped
+/// splitting (or packing) fails.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_features_sinks_split_and_decode() {
@@ -512,7 +513,11 @@ fn correctness_features_sinks_split_and_decode() {
         bool,
     );
     let window = Features {
-        window: Some((500, 0)),
+        window: Some((1500, 0)),
+        ..Features::default()
+    };
+    let short = Features {
+        window: Some((100, 0)),
         ..Features::default()
     };
     let alibi = Features {
@@ -527,8 +532,12 @@ fn correctness_features_sinks_split_and_decode() {
         ((2, hq, 4, 1, 777, 64), Causal::None, Features::default(), Engine::Decode, Some(1), "attn_dec_f16_d64_r2", false),
         // A group of 16 does not pack (eight rows at most): one row per head.
         ((1, 4 * hq, 2, 1, 2000, 128), Causal::None, Features::default(), Engine::Auto, None, "attn_dec_f16_d128_r1", true),
-        // A window (one row per head: windows do not pack).
-        ((1, hq, 2, 1, 4000, 128), Causal::BottomRight, window, Engine::Auto, None, "attn_dec_f16_d128_r1", true),
+        // A window: packed rows take the original row's window (the last packed row's).
+        ((1, hq, 2, 1, 4000, 128), Causal::BottomRight, window.clone(), Engine::Auto, None, "attn_dec_f16_d128_r4", true),
+        ((2, 2 * hq, 2, 1, 900, 64), Causal::None, short.clone(), Engine::Decode, Some(1), "attn_dec_f16_d64_r8", false),
+        // A short window sizes the split count: 101 keys do not split.
+        ((1, 2 * hq, 2, 1, 3000, 64), Causal::BottomRight, short, Engine::Auto, None, "attn_dec_f16_d64_r8", false),
+        ((1, 4 * hq, 2, 1, 3000, 64), Causal::BottomRight, window, Engine::Auto, None, "attn_dec_f16_d64_r1", true),
         // Several rows of one head: the mma.sync general entries' split twins.
         ((1, hq, 2, 3, 2000, 128), Causal::None, Features::default(), Engine::MmaSync, Some(4), "attn_fwd_", true),
         ((1, hq, 2, 3, 2000, 128), Causal::None, Features::default(), Engine::Auto, None, "attn_fwd_", true),
@@ -536,16 +545,19 @@ fn correctness_features_sinks_split_and_decode() {
         ((1, hq, 2, 1, 5000, 96), Causal::None, alibi, Engine::Auto, None, "attn_fwd_", true),
     ];
     for (dims, causal, extra, engine, splits, prefix, split) in cases {
-        for dtype in [Dtype::F16, Dtype::Bf16] {
+        // Windowed cases also run without sinks (f16 alone): a window alone packs too.
+        let variants = [(Dtype::F16, true), (Dtype::Bf16, true), (Dtype::F16, false)];
+        let runs = if extra.window.is_some() { 3 } else { 2 };
+        for &(dtype, with_sinks) in &variants[..runs] {
             let features = Features {
-                sinks: Some(sinks(&mut rng, dims.1)),
+                sinks: with_sinks.then(|| sinks(&mut rng, dims.1)),
                 ..extra.clone()
             };
             // The entry names carry the dtype.
             let prefix = prefix.replace("_f16_", &format!("_{dtype}_"));
             let p = with_features(dims, causal, &features);
             let tag = format!(
-                "{:?} {causal:?} {engine:?} {splits:?} {dtype} seed {seed}",
+                "{:?} {causal:?} {engine:?} {splits:?} {dtype} sinks {with_sinks} seed {seed}",
                 p.shape()
             );
             let opts = ForwardOptions {
@@ -587,10 +599,21 @@ fn run_checked<T: StorageType + attn_ref::Element>(
     let k: Vec<T> = randn(rng, s.kv_elems());
     let v: Vec<T> = randn(rng, s.kv_elems());
     let reference = reference::forward(p, &q, &k, &v).map_err(|e| e.to_string())?;
-    let emu = emulate::forward_emulated(p, &to_f32s(&q), &to_f32s(&k), &to_f32s(&v), dtype)
-        .map_err(|e| e.to_string())?;
     let out = gpu
         .forward_host_layout(p, &q, &k, &v, Layout::Bhsd, opts)
+        .map_err(|e| e.to_string())?;
+    // The decode kernel's tensor-core stages round P per (split, warp) state.
+    let states = if out.launch.kernel.starts_with("attn_dec_") {
+        let bucket = attn_kernels::bucket_for(s.head_dim()).map_err(|e| e.to_string())?;
+        attn_kernels::decode::decode_key_states(bucket, false, out.launch.splits)
+    } else {
+        emulate::KeyStates::One
+    };
+    let spec = emulate::EmuSpec {
+        states,
+        ..emulate::EmuSpec::storage(dtype)
+    };
+    let emu = emulate::forward_emulated_spec(p, &to_f32s(&q), &to_f32s(&k), &to_f32s(&v), &spec)
         .map_err(|e| e.to_string())?;
     let check = check_output(
         p,
