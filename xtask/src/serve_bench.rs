@@ -59,6 +59,27 @@ fn randn(
     Ok(stream.clone_htod(&host)?)
 }
 
+/// Dense `[B, H, S, D]` inputs of `shape`: Q, K and V drawn from N(0, 1), O zeroed.
+type DenseInputs = (
+    CudaSlice<f16>,
+    CudaSlice<f16>,
+    CudaSlice<f16>,
+    CudaSlice<f16>,
+);
+
+fn dense_inputs(
+    stream: &Arc<cudarc::driver::CudaStream>,
+    rng: &mut StdRng,
+    shape: &AttnShape,
+) -> anyhow::Result<DenseInputs> {
+    Ok((
+        randn(stream, rng, shape.q_elems())?,
+        randn(stream, rng, shape.kv_elems())?,
+        randn(stream, rng, shape.kv_elems())?,
+        stream.alloc_zeros::<f16>(shape.q_elems())?,
+    ))
+}
+
 struct Timed {
     name: String,
     kernel: String,
@@ -630,10 +651,7 @@ fn decode(
     let st = gpu.stream().clone();
     let p = Problem::new(AttnShape::new(1, h, h, 1, ctx, d)?, Causal::BottomRight);
     let s = *p.shape();
-    let q = randn(&st, &mut rng, s.q_elems())?;
-    let k = randn(&st, &mut rng, s.kv_elems())?;
-    let v = randn(&st, &mut rng, s.kv_elems())?;
-    let mut o = st.alloc_zeros::<f16>(s.q_elems())?;
+    let (q, k, v, mut o) = dense_inputs(&st, &mut rng, &s)?;
     let codes = |rng: &mut StdRng| -> anyhow::Result<CudaSlice<u8>> {
         let host: Vec<u8> = (0..s.kv_elems())
             .map(|_| rng.random_range(0u8..0x7E) | (rng.random::<u8>() & 0x80))
@@ -748,10 +766,7 @@ fn decode_features(
     let st = gpu.stream().clone();
     let plain = Problem::new(AttnShape::new(1, hq, hkv, 1, ctx, d)?, Causal::BottomRight);
     let s = *plain.shape();
-    let q = randn(&st, &mut rng, s.q_elems())?;
-    let k = randn(&st, &mut rng, s.kv_elems())?;
-    let v = randn(&st, &mut rng, s.kv_elems())?;
-    let mut o = st.alloc_zeros::<f16>(s.q_elems())?;
+    let (q, k, v, mut o) = dense_inputs(&st, &mut rng, &s)?;
     let sinks: Vec<f32> = (0..hq).map(|_| rng.random_range(-2.0f32..2.0)).collect();
     let slopes: Vec<f32> = (0..hq)
         .map(|h| 2f32.powf(-8.0 * (h as f32 + 1.0) / hq as f32))
