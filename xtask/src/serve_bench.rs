@@ -775,30 +775,15 @@ fn decode_features(
     let window_sinks = plain.clone().with_window(128, 0)?.with_sinks(sinks)?;
     let alibi = plain.clone().with_alibi(attn_ref::Alibi::PerHead(slopes))?;
     let hopper = Engine::Hopper(None);
-    let unsplit = (Engine::MmaSync, Some(1));
+    #[rustfmt::skip]
     let variants: Vec<(&str, &Problem, Engine, Option<usize>)> = vec![
         ("plain", &plain, Engine::Auto, None),
         ("sinks", &with_sinks, Engine::Auto, None),
-        (
-            "sinks, Hopper engine (Auto's old choice)",
-            &with_sinks,
-            hopper,
-            None,
-        ),
-        (
-            "sinks, mma.sync unsplit (the old mma.sync path)",
-            &with_sinks,
-            unsplit.0,
-            unsplit.1,
-        ),
+        ("sinks, Hopper engine (Auto's old choice)", &with_sinks, hopper, None),
+        ("sinks, mma.sync unsplit (the old mma.sync path)", &with_sinks, Engine::MmaSync, Some(1)),
         ("sinks + 128-key window", &window_sinks, Engine::Auto, None),
         ("ALiBi", &alibi, Engine::Auto, None),
-        (
-            "ALiBi, Hopper engine (Auto's old choice)",
-            &alibi,
-            hopper,
-            None,
-        ),
+        ("ALiBi, Hopper engine (Auto's old choice)", &alibi, hopper, None),
     ];
     let mut rows = Vec::new();
     for (name, p, engine, splits) in variants {

@@ -16,7 +16,9 @@ use attn_ref::{
 use half::{bf16, f16};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-use crate::{check_output, family::run_layout, fresh_seed, gpu, problem, randn, to_f32s, Dims};
+use crate::{
+    check_output, emu_spec_for, family::run_layout, fresh_seed, gpu, problem, randn, to_f32s, Dims,
+};
 
 const CAUSALS: [Causal; 3] = [Causal::None, Causal::TopLeft, Causal::BottomRight];
 
@@ -602,17 +604,7 @@ fn run_checked<T: StorageType + attn_ref::Element>(
     let out = gpu
         .forward_host_layout(p, &q, &k, &v, Layout::Bhsd, opts)
         .map_err(|e| e.to_string())?;
-    // The decode kernel's tensor-core stages round P per (split, warp) state.
-    let states = if out.launch.kernel.starts_with("attn_dec_") {
-        let bucket = attn_kernels::bucket_for(s.head_dim()).map_err(|e| e.to_string())?;
-        attn_kernels::decode::decode_key_states(bucket, false, out.launch.splits)
-    } else {
-        emulate::KeyStates::One
-    };
-    let spec = emulate::EmuSpec {
-        states,
-        ..emulate::EmuSpec::storage(dtype)
-    };
+    let spec = emu_spec_for(&out.launch, s.head_dim(), false, dtype)?;
     let emu = emulate::forward_emulated_spec(p, &to_f32s(&q), &to_f32s(&k), &to_f32s(&v), &spec)
         .map_err(|e| e.to_string())?;
     let check = check_output(

@@ -189,6 +189,26 @@ fn check_typed<T: StorageType + attn_ref::Element>(
 /// caps of `storage`, no NaN/Inf the reference lacks, LSE within its cap (−∞ exactly where
 /// the reference has −∞). Plus what the rule does not cover: a fully masked row's O is
 /// exactly 0.
+/// attn-ref's emulation of the kernel that ran: the decode kernel's tensor-core stages round P
+/// per (split, warp) state (`decode::decode_key_states`), every other kernel in one state.
+fn emu_spec_for(
+    launch: &attn_kernels::LaunchInfo,
+    head_dim: usize,
+    kv8: bool,
+    dtype: Dtype,
+) -> Result<emulate::EmuSpec, String> {
+    let states = if launch.kernel.starts_with("attn_dec_") {
+        let bucket = attn_kernels::bucket_for(head_dim).map_err(|e| e.to_string())?;
+        attn_kernels::decode::decode_key_states(bucket, kv8, launch.splits)
+    } else {
+        emulate::KeyStates::One
+    };
+    Ok(emulate::EmuSpec {
+        states,
+        ..emulate::EmuSpec::storage(dtype)
+    })
+}
+
 fn check_output(
     p: &Problem,
     o: &[f32],

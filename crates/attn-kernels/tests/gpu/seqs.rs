@@ -23,7 +23,7 @@ use half::{bf16, f16};
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
-use crate::{check_output, features::alibi_slopes, fresh_seed, gpu, randn, to_f32s};
+use crate::{check_output, emu_spec_for, features::alibi_slopes, fresh_seed, gpu, randn, to_f32s};
 
 /// How a case stores its keys.
 #[derive(Debug, Clone, Copy)]
@@ -426,17 +426,7 @@ fn run_case<T: StorageType + Element>(
         }
         let p = template.sequence(i, sq, sk).map_err(|e| e.to_string())?;
         let r = reference::forward(&p, &s.q, &s.k, &s.v).map_err(|e| e.to_string())?;
-        // The decode kernel's tensor-core stage rounds P per (split, warp) state.
-        let states = if launch.kernel.starts_with("attn_dec_") {
-            let bucket = attn_kernels::bucket_for(d).map_err(|e| e.to_string())?;
-            attn_kernels::decode::decode_key_states(bucket, c.kv8.is_some(), launch.splits)
-        } else {
-            emulate::KeyStates::One
-        };
-        let spec = emulate::EmuSpec {
-            states,
-            ..emulate::EmuSpec::storage(dtype)
-        };
+        let spec = emu_spec_for(&launch, d, c.kv8.is_some(), dtype)?;
         let emu = emulate::forward_emulated_spec(
             &p,
             &to_f32s(&s.q),
