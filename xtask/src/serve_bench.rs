@@ -15,8 +15,9 @@
 //!   single-sequence decode (1, 32, 1 → 8192, 128) with an f16 and an E4M3 cache.
 //! - **decode with sinks or ALiBi**: a gpt-oss-like step (1 sequence, Hq 64 / Hkv 8, D 64,
 //!   8192 keys, f16 cache) plain, with attention sinks (also under a 128-key window), and with
-//!   ALiBi, on the default engine and on the engines `Engine::Auto` took before sinks split
-//!   (the Hopper feature entry, one CTA per head; mma.sync unsplit).
+//!   ALiBi, on the default engine and on the engines `Engine::Auto` took before (the Hopper
+//!   feature entry, one CTA per head; mma.sync unsplit; for ALiBi, the mma.sync split
+//!   entries, before the decode kernel ran ALiBi).
 
 use std::sync::Arc;
 
@@ -755,7 +756,8 @@ fn decode(
 
 /// A decode step with attention sinks or ALiBi (gpt-oss's sinks and 128-key window layers;
 /// 1 × 64 query heads / 8 KV heads × 8192 keys, D 64, f16), against the plain step, on the
-/// default engine and on the engines `Engine::Auto` chose before sinks could split.
+/// default engine and on the engines `Engine::Auto` chose before sinks could split (and before
+/// the decode kernel ran ALiBi).
 fn decode_features(
     gpu: &Arc<FlashAttention>,
     args: &Args,
@@ -783,6 +785,7 @@ fn decode_features(
         ("sinks, mma.sync unsplit (the old mma.sync path)", &with_sinks, Engine::MmaSync, Some(1)),
         ("sinks + 128-key window", &window_sinks, Engine::Auto, None),
         ("ALiBi", &alibi, Engine::Auto, None),
+        ("ALiBi, mma.sync split entries (Auto's previous choice)", &alibi, Engine::MmaSync, None),
         ("ALiBi, Hopper engine (Auto's old choice)", &alibi, hopper, None),
     ];
     let mut rows = Vec::new();

@@ -21,10 +21,11 @@
 // widened exactly in registers (sm_89+'s cvt.f16x2.e4m3x2; fp8.cuh's integer trick on
 // sm_80), the scales folded into the scores and O. One code layout for dense, packed (cu_seqlens_k) and paged caches, `seqused_k` and
 // split-KV: all runtime values (p.seqs, p.n_splits), so the catalog instantiates one entry
-// per (type, cache type, head-dim bucket, ROWS bucket). Softcap, attention sinks and (for one
-// row) the sliding window are runtime features; ALiBi runs in the general MMA entries. Row r's
-// sink is query head h·q_len + r's: GQA-packed rows are the query heads of KV head h, and
-// unpacked launches with sinks have one row (the launcher's rule). It is added once: by the
+// per (type, cache type, head-dim bucket, ROWS bucket). Softcap, ALiBi, attention sinks and
+// the sliding window are runtime features. A launch's rows are one position (one row per
+// head, or the GQA-packed query heads of one token: the launcher's rule), so they share the
+// window and ALiBi's distances. Row r's sink and ALiBi slope are query head h·q_len + r's:
+// GQA-packed rows are the query heads of KV head h. The sink is added once: by the
 // unsplit merge, or by split 0's partial, which sees a key whenever the row does (a launch's
 // rows share their visible keys, and split 0 takes the first visible tile).
 #pragma once
@@ -158,8 +159,8 @@ template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
 
     // One ring stage: this group's keys are group, group + kGroups, … of the stage, whose
     // first key is key0.
-    __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int key0, int key_hi,
-                                          float softcap_in, float score_mul, int tid) {
+    __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int key0,
+                                          const DecodeScores& sc, int tid) {
         constexpr int KPG = Cfg::kKeysPerGroup;
         constexpr int kLanes = Cfg::kLanes;
         const int lane = tid % kLanes;
@@ -189,14 +190,29 @@ template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
             for (int r = 0; r < ROWS; ++r)
 #pragma unroll
                 for (int kk = 0; kk < KPG; ++kk) s[r][kk] += __shfl_xor_sync(0xffffffffu, s[r][kk], off);
-        // Softcap, scale, the tail mask, then the online softmax per row. The softcap is its
-        // own uniform branch over the whole fragment: inside the loop below, ptxas if-converts
-        // the (one-instruction) tanh and the 4-row entries spill 60+ bytes more.
-        if (softcap_in != 0.f) {
+        // Softcap, scale, ALiBi, the tail mask (DecodeScores), then the online softmax per row.
+        // The softcap and ALiBi are their own uniform branches over the whole fragment: inside
+        // the loop below, ptxas if-converts the (one-instruction) tanh and the 4-row entries
+        // spill 60+ bytes more.
+        if (sc.softcap_in != 0.f) {
 #pragma unroll
             for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-                for (int kk = 0; kk < KPG; ++kk) s[r][kk] = softcap_tanh(s[r][kk] * softcap_in);
+                for (int kk = 0; kk < KPG; ++kk) s[r][kk] = softcap_tanh(s[r][kk] * sc.softcap_in);
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+            for (int kk = 0; kk < KPG; ++kk) s[r][kk] *= sc.score_mul;
+        if (sc.alibi != nullptr) {
+            const float dist0 = static_cast<float>(sc.diag - key0 - group); // this group's first key
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                const float slope = sc.alibi[r];
+#pragma unroll
+                for (int kk = 0; kk < KPG; ++kk)
+                    s[r][kk] = fmaf(-slope, fabsf(dist0 - static_cast<float>(kk * kGroups)), s[r][kk]);
+            }
         }
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
@@ -204,8 +220,7 @@ template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
 #pragma unroll
             for (int kk = 0; kk < KPG; ++kk) {
                 float x = s[r][kk];
-                x *= score_mul;
-                if (key0 + group + kk * kGroups >= key_hi) x = -INFINITY;
+                if (key0 + group + kk * kGroups >= sc.key_hi) x = -INFINITY;
                 s[r][kk] = x;
                 mx = fmaxf(mx, x);
             }
@@ -270,10 +285,10 @@ struct DecodeTcStage : std::conditional_t<KV8, DecodeTc<T, DecodeConfig<T, KV8, 
     __device__ __forceinline__ float load_q(const T* q_head, int64_t row_stride, int q_len, int head_dim, int tid) {
         return Base::load_q(q_head, row_stride, q_len, head_dim, tid % 32);
     }
-    __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int key0, int key_hi,
-                                          float softcap_in, float score_mul, int tid) {
+    __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int key0,
+                                          const DecodeScores& sc, int tid) {
         const int row0 = (tid / 32) * 16 * kBlocks;
-        Base::template stage<kBlocks>(sk, sv, row0, key0 + row0, key_hi, softcap_in, score_mul, tid % 32);
+        Base::template stage<kBlocks>(sk, sv, row0, key0 + row0, sc, tid % 32);
     }
     __device__ __forceinline__ void finish(float* o_rows, float* m_rows, float* l_rows, int tid) {
         Base::finish(o_rows, m_rows, l_rows, tid % 32);
@@ -340,8 +355,14 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
     // Scores in log2 units: s·k_scale·scale_log2, or through the softcap first.
     const float k_desc =
         (KV8 ? kv_descale(p.feat.k_descale, p.feat.descale_per_head, kvh) * kDecodeWidenGain : 1.f) * q_unscale;
-    const float softcap_in = p.feat.softcap_in * k_desc;
-    const float score_mul = p.feat.softcap_in != 0.f ? p.scale_log2 : p.scale_log2 * k_desc;
+    // ALiBi: row r's slope (query head h·q_len + r's, as the sinks) in log2 units: the raw-score
+    // slope times the softmax scale, whatever the softcap or the cache's scales.
+    __shared__ float row_alibi[8];
+    const bool alibi = p.feat.alibi != nullptr;
+    if (alibi && tid < 8) row_alibi[tid] = tid < p.q_len ? alibi_slope(b, h * p.q_len + tid, p) * p.scale_log2 : 0.f;
+    const DecodeScores scores{p.feat.softcap_in * k_desc,
+                              p.feat.softcap_in != 0.f ? p.scale_log2 : p.scale_log2 * k_desc, key_hi,
+                              p.kv_len - 1, alibi ? row_alibi : nullptr};
 
     // The ring: stage s holds K then V rows of kKeys keys, each kRowBytes (16-byte chunks
     // XOR-swizzled by the row for the tensor-core stage; a key group of the FMA stage reads
@@ -406,7 +427,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
         }
         cp_async_commit();
         const unsigned char* sk = smem_raw + (t % kStages) * Cfg::kStageBytes;
-        st.stage(sk, sk + kKeys * Cfg::kRowBytes, key_begin + t * kKeys, key_hi, softcap_in, score_mul, tid);
+        st.stage(sk, sk + kKeys * Cfg::kRowBytes, key_begin + t * kKeys, scores, tid); // row_alibi: after a sync
     }
     cp_async_wait<0>();
     __syncthreads(); // the ring is free for the merge

@@ -40,6 +40,20 @@
 
 namespace attn {
 
+// What a decode stage does to its raw scores before the online softmax, in score_mod.cuh's
+// order: the softcap's tanh(s · softcap_in) (0: off), the scale into log2 units (score_mul),
+// ALiBi's −slope·|diag − key| with the row's slope in log2 units (`alibi`: the launch's rows'
+// slopes in shared memory, nullptr: off), then the mask of keys at or past key_hi. Every row
+// of a decode launch is one position — one row per head, or the GQA-packed query heads of
+// one token — whose diagonal is the last key, diag = kv_len − 1.
+struct DecodeScores {
+    float softcap_in;
+    float score_mul;
+    int key_hi;
+    int diag;
+    const float* alibi;
+};
+
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
     uint32_t y;
     asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
@@ -83,21 +97,26 @@ template <int kMmas> struct DecodeTcSoftmax {
     }
 
     // Sᵀ fragments s[b][i] (key 16b + g + 8·(i >> 1), row 2c + (i & 1)) of BLOCKS 16-key blocks
-    // from key0: softcap, scale (log2 units), the tail mask at key_hi; the running max and the
+    // from key0 through DecodeScores (softcap, scale, ALiBi, tail mask); the running max and the
     // rescale of l and O. Returns the max to subtract in m_use (0 for a row with no key yet).
     template <int BLOCKS>
-    __device__ __forceinline__ void update(float (&s)[BLOCKS][4], int key0, int key_hi, float softcap_in,
-                                           float score_mul, float (&m_use)[2], int lane) {
-        const int g = lane >> 2;
+    __device__ __forceinline__ void update(float (&s)[BLOCKS][4], int key0, const DecodeScores& sc, float (&m_use)[2],
+                                           int lane) {
+        const int g = lane >> 2, c = lane & 3;
         float mx[2] = {m[0], m[1]};
+        // ALiBi: rows 2c, 2c+1's slopes; the distance of key key0 + g from the diagonal.
+        const bool alibi = sc.alibi != nullptr;
+        const float slope[2] = {alibi ? sc.alibi[2 * c] : 0.f, alibi ? sc.alibi[2 * c + 1] : 0.f};
+        const float dist0 = static_cast<float>(sc.diag - key0 - g);
 #pragma unroll
         for (int b = 0; b < BLOCKS; ++b)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 float x = s[b][i];
-                if (softcap_in != 0.f) x = softcap_tanh(x * softcap_in);
-                x *= score_mul;
-                if (key0 + 16 * b + g + 8 * (i >> 1) >= key_hi) x = -INFINITY;
+                if (sc.softcap_in != 0.f) x = softcap_tanh(x * sc.softcap_in);
+                x *= sc.score_mul;
+                if (alibi) x = fmaf(-slope[i & 1], fabsf(dist0 - static_cast<float>(16 * b + 8 * (i >> 1))), x);
+                if (key0 + 16 * b + g + 8 * (i >> 1) >= sc.key_hi) x = -INFINITY;
                 s[b][i] = x;
                 mx[i & 1] = fmaxf(mx[i & 1], x);
             }
@@ -217,11 +236,10 @@ template <typename T, int DK, int ROWS> struct DecodeTc : DecodeTcSoftmax<DK / 1
     }
 
     // One ring stage's share of this warp: BLOCKS blocks of 16 keys from stage row `row0`,
-    // whose first key is `key0`; keys at or past key_hi are masked. Scores are multiplied by
-    // `score_mul` (log2 units), through the softcap first when softcap_in != 0.
+    // whose first key is `key0`; its scores go through `sc` (DecodeScores) into the softmax.
     template <int BLOCKS>
     __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int row0, int key0,
-                                          int key_hi, float softcap_in, float score_mul, int lane) {
+                                          const DecodeScores& sc, int lane) {
         const int g = lane >> 2, c = lane & 3;
         float s[BLOCKS][4];
         // Sᵀ = K·Qᵀ per block: A rows g and g+8 are keys row0 + 16b + g (+8).
@@ -245,7 +263,7 @@ template <typename T, int DK, int ROWS> struct DecodeTc : DecodeTcSoftmax<DK / 1
             }
         }
         float m_use[2];
-        Softmax::template update<BLOCKS>(s, key0, key_hi, softcap_in, score_mul, m_use, lane);
+        Softmax::template update<BLOCKS>(s, key0, sc, m_use, lane);
         // Oᵀ += Vᵀ·Pᵀ per block.
 #pragma unroll
         for (int b = 0; b < BLOCKS; ++b) {
@@ -341,7 +359,7 @@ template <typename T, int DK, int ROWS> struct DecodeTc16 : DecodeTcSoftmax<DK /
     // One ring stage's share of this warp, as DecodeTc::stage.
     template <int BLOCKS>
     __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int row0, int key0,
-                                          int key_hi, float softcap_in, float score_mul, int lane) {
+                                          const DecodeScores& sc, int lane) {
         const uint32_t k_base = smem_addr(sk), v_base = smem_addr(sv);
         float s[BLOCKS][4];
         // Sᵀ = K·Qᵀ: matrices (keys 0–7 | 8–15) × (columns 16j.. | 16j + 8..), lanes 8i.. address
@@ -359,7 +377,7 @@ template <typename T, int DK, int ROWS> struct DecodeTc16 : DecodeTcSoftmax<DK /
             }
         }
         float m_use[2];
-        Softmax::template update<BLOCKS>(s, key0, key_hi, softcap_in, score_mul, m_use, lane);
+        Softmax::template update<BLOCKS>(s, key0, sc, m_use, lane);
         // Oᵀ += Vᵀ·Pᵀ: transposed matrices (keys 0–7 | 8–15) × (columns 16j.. | 16j + 8..) give
         // a0 = [D rows 16j..][keys 0–7], a1 = [16j + 8..][0–7], a2 = [16j..][8–15], a3.
         const int v_row = (lane & 7) + (lane >> 4) * 8, v_chunk = (lane >> 3) & 1;

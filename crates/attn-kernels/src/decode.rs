@@ -60,13 +60,14 @@ pub(crate) fn decode_refusal(
             s.q_len()
         ));
     }
-    if f.alibi.is_some() {
-        return Some("ALiBi runs on the general mma.sync entries".into());
-    }
-    // The kernel reads row r's sink at h·q_len + r: GQA-packed rows (whose problem carries no
-    // sinks; the launcher binds the original's) or one row per head.
+    // The kernel reads row r's sink and ALiBi slope at h·q_len + r, and takes every row as one
+    // position: GQA-packed rows (whose problem carries neither; the launcher binds the
+    // original's) or one row per head.
     if f.sinks.is_some() && s.q_len() != 1 {
         return Some("attention sinks over several query rows of one head".into());
+    }
+    if f.alibi.is_some() && s.q_len() != 1 {
+        return Some("ALiBi over several query rows of one head".into());
     }
     if f.window.is_some() && s.q_len() != 1 {
         return Some("a sliding window over several query rows".into());
@@ -349,7 +350,7 @@ mod tests {
     }
 
     #[test]
-    fn the_decode_kernel_takes_few_unmasked_rows_without_alibi() {
+    fn the_decode_kernel_takes_few_unmasked_rows_of_one_position() {
         let p = decode_problem(2, 8, 8, 4, 4096);
         assert_eq!(decode_refusal(&p, false, None), None);
         assert!(decode_refusal(&p, true, None).is_some());
@@ -363,8 +364,13 @@ mod tests {
             decode_refusal(&one.with_sinks(vec![0.1; 8]).unwrap(), false, None),
             None
         );
+        // ALiBi: a slope per row, one position (the distances of one row per head).
         let alibi = attn_ref::Alibi::PerHead(vec![0.1; 8]);
-        assert!(decode_refusal(&p.with_alibi(alibi).unwrap(), false, None).is_some());
+        assert!(decode_refusal(&p.with_alibi(alibi.clone()).unwrap(), false, None).is_some());
+        assert_eq!(
+            decode_refusal(&one.with_alibi(alibi).unwrap(), false, None),
+            None
+        );
         // Softcap is a runtime feature of the kernel; a window only for one row.
         assert_eq!(
             decode_refusal(&p.with_softcap(30.0).unwrap(), false, None),

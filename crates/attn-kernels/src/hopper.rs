@@ -34,7 +34,8 @@ pub enum Engine {
     /// default (`None`). A typed error on devices other than sm_90.
     Hopper(Option<HopperTile>),
     /// The decode kernel (kernels/decode_kernel.cuh, every arch): 1–8 query rows per head
-    /// after GQA packing, unmasked, without ALiBi or sinks. `Auto` already picks it for every
+    /// after GQA packing, unmasked, one position (sinks, ALiBi and a window need one row per
+    /// head, or GQA-packed rows of one token). `Auto` already picks it for every
     /// launch it can run; this names it, and refuses the others with the reason.
     Decode,
 }
@@ -200,8 +201,9 @@ impl HopperTile {
 /// caller pinned an mma.sync config or a split count other than 1. Problems with features
 /// (window, softcap, ALiBi, sinks), which both engines run, take it unless they are
 /// decode-like (one 64-row block per head) and unmasked, where the mma.sync general entries
-/// split the keys and the Hopper ones do not (a long-context decode with ALiBi or sinks
-/// would otherwise run one CTA per head).
+/// split the keys and the Hopper ones do not (a decode step over several rows of one head
+/// with ALiBi or sinks would otherwise run one CTA per head; one row per head runs the
+/// decode kernel).
 pub(crate) fn auto_prefers_hopper(
     problem: &Problem,
     mma_config: &KernelConfig,

@@ -799,10 +799,11 @@ impl FlashAttention {
         } else {
             gqa_packed_decode(problem)
         };
-        // Packed rows with sinks or a window: only if the decode kernel takes the packed launch
-        // (the others read one sink per head, and a window per row); otherwise the heads stay
-        // unpacked.
-        let per_head = original.features().sinks.is_some() || original.features().window.is_some();
+        // Packed rows with sinks, ALiBi or a window: only if the decode kernel takes the packed
+        // launch (the others read one sink and slope per head, and a window per row);
+        // otherwise the heads stay unpacked.
+        let of = original.features();
+        let per_head = of.sinks.is_some() || of.alibi.is_some() || of.window.is_some();
         let packed_problem = packed_problem.filter(|packed| {
             !per_head
                 || matches!(
@@ -1009,7 +1010,7 @@ impl FlashAttention {
             index_guards = bind_indices(stream, seqs, &mut params.seqs);
         }
         let mut feature_bufs = self.features.lock().map_err(|_| KernelError::Poisoned)?;
-        // Packed rows with sinks or a window take the original problem's.
+        // Packed rows with sinks, ALiBi or a window take the original problem's.
         let arrays_of = if per_head_packed {
             packed_decode_features(original, &mut params.feat);
             original
@@ -1122,18 +1123,18 @@ impl FlashAttention {
 ///
 /// Only where the packed problem is the same computation: one query row (any number of
 /// keys), no causal mask that a single row would feel (`TopLeft` shows row 0 key 0 only;
-/// `BottomRight` shows it every key, like no mask), and no ALiBi (a slope per query head); the
-/// softcap and the scale carry over. Sinks (one per query head) and a window (the packed rows
-/// are one position, not G) do not carry over: only the decode kernel runs packed rows with
-/// them — it reads row r of packed head h's sink at h·G + r of the original problem's array,
-/// and takes the window of the last row, whose diagonal is the original row's — so the
+/// `BottomRight` shows it every key, like no mask); the softcap and the scale carry over.
+/// Sinks and ALiBi slopes (one per query head) and a window (the packed rows are one
+/// position, not G) do not carry over: only the decode kernel runs packed rows with them — it
+/// reads row r of packed head h's sink and slope at h·G + r of the original problem's arrays,
+/// and takes the window and ALiBi distances of one position, the original row's — so the
 /// launcher packs such a problem only when that kernel takes it, and binds the original's
-/// sinks and window ([`packed_decode_features`]).
+/// arrays and window ([`packed_decode_features`]).
 pub(crate) fn gqa_packed_decode(problem: &Problem) -> Option<Problem> {
     let s = problem.shape();
     let f = problem.features();
     let group = s.group_size();
-    if s.q_len() != 1 || group < 2 || problem.causal() == Causal::TopLeft || f.alibi.is_some() {
+    if s.q_len() != 1 || group < 2 || problem.causal() == Causal::TopLeft {
         return None;
     }
     let shape = attn_ref::AttnShape::new(
@@ -1156,12 +1157,14 @@ pub(crate) fn gqa_packed_decode(problem: &Problem) -> Option<Problem> {
 
 /// The features a GQA-packed decode launch takes from the original problem (one query row per
 /// head), which its packed problem cannot carry ([`gqa_packed_decode`]): the window, which the
-/// decode kernel applies from the last packed row's diagonal (the original row's). The sinks'
-/// array is bound from the original problem by the launcher.
+/// decode kernel applies from the last packed row's diagonal (the original row's), and the
+/// ALiBi slopes' batch stride (the original's query heads). The sinks' and slopes' array is
+/// bound from the original problem by the launcher.
 pub(crate) fn packed_decode_features(original: &Problem, feat: &mut FwdFeatures) {
     let f = fwd_features(original);
     feat.window_left = f.window_left;
     feat.window_right = f.window_right;
+    feat.alibi_batch_stride = f.alibi_batch_stride;
 }
 
 /// The keys a decode launch's rows can see, for its split count: `kv_len`, or fewer under a
@@ -1889,12 +1892,19 @@ mod tests {
             .with_window(-1, 7)
             .unwrap();
         assert_eq!(super::decode_keys_bound(&right_only, 4096), 4096);
-        assert!(no(Problem::new(shape, Causal::None)
+        // Nor do ALiBi's slopes; the launch takes the original's batch stride ([B, Hq] slopes).
+        let alibi = Problem::new(shape, Causal::None)
             .with_features(Features {
-                alibi: Some(attn_ref::Alibi::PerHead(vec![0.5; 32])),
+                alibi: Some(attn_ref::Alibi::PerBatchHead(vec![0.5; 2 * 32])),
                 ..Features::default()
             })
-            .unwrap()));
+            .unwrap();
+        let packed = super::gqa_packed_decode(&alibi).unwrap();
+        assert!(packed.features().alibi.is_none());
+        let mut feat = super::fwd_features(&packed);
+        assert_eq!(feat.alibi_batch_stride, 0);
+        super::packed_decode_features(&alibi, &mut feat);
+        assert_eq!(feat.alibi_batch_stride, 32);
         // Views: query head h·G + g of batch b is row g of packed head h.
         let bshd = crate::Layout::Bshd.strides([2, 32, 1, 128]);
         let (dims, st) = super::pack_query_heads([2, 32, 1, 128], bshd, 4);

@@ -18,7 +18,8 @@
 //!   ring attention in attn-dist uses).
 //!
 //! [`Engine::Auto`] runs decode steps (at most 8 unmasked query rows per KV head after GQA
-//! packing, no ALiBi or sinks) on the decode kernel ([`decode`], every arch), and otherwise
+//! packing; with sinks, ALiBi or a window, one position per head) on the decode kernel
+//! ([`decode`], every arch), and otherwise
 //! picks the Hopper kernel on sm_90 unless the problem wants split-KV.
 //!
 //! Problems are described with [`attn_ref`]'s types; tensors are cudarc views with dims and

@@ -489,11 +489,12 @@ fn correctness_features_empty_rows_and_long_rows() {
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
 
-/// Attention sinks and windows where the keys split: the decode kernel (GQA-packed rows reading
-/// one sink each and the original row's window, groups too large to pack, one row per head;
-/// split and not) and the mma.sync general entries' split twins, which `Engine::Auto` now
-/// takes for an unmasked decode with ALiBi or sinks. The sink must join once: added per split
-/// it would count n_splits times, and a packed row must read its own query head's. Each case
+/// Attention sinks, ALiBi and windows where the keys split: the decode kernel (GQA-packed rows
+/// reading one sink and slope each and the original row's window and distances, groups too
+/// large to pack, one row per head; split and not) and the mma.sync general entries' split
+/// twins, which `Engine::Auto` takes for an unmasked decode with ALiBi or sinks over several
+/// rows of one head. The sink must join once: added per split it would count n_splits times,
+/// and a packed row must read its own query head's sink and slope. Each case
 /// also asserts which kernel ran and how many splits it took, so a case that silently stopped
 /// splitting (or packing) fails.
 #[test]
@@ -522,9 +523,27 @@ fn correctness_features_sinks_split_and_decode() {
         window: Some((100, 0)),
         ..Features::default()
     };
-    let alibi = Features {
-        alibi: Some(Alibi::PerHead(alibi_slopes(hq))),
+    let alibi = |heads: usize| Features {
+        alibi: Some(Alibi::PerHead(alibi_slopes(heads))),
         ..Features::default()
+    };
+    // [B, Hq] slopes: each sequence its own.
+    let alibi_per_batch = |b: usize, heads: usize| Features {
+        alibi: Some(Alibi::PerBatchHead(
+            (0..b)
+                .flat_map(|i| {
+                    alibi_slopes(heads)
+                        .into_iter()
+                        .map(move |x| x * (i + 2) as f32 / 2.0)
+                })
+                .collect(),
+        )),
+        ..Features::default()
+    };
+    let alibi_window_softcap = Features {
+        window: Some((1500, 0)),
+        softcap: Some(20.0),
+        ..alibi(hq)
     };
     #[rustfmt::skip]
     let cases: Vec<Case> = vec![
@@ -543,13 +562,22 @@ fn correctness_features_sinks_split_and_decode() {
         // Several rows of one head: the mma.sync general entries' split twins.
         ((1, hq, 2, 3, 2000, 128), Causal::None, Features::default(), Engine::MmaSync, Some(4), "attn_fwd_", true),
         ((1, hq, 2, 3, 2000, 128), Causal::None, Features::default(), Engine::Auto, None, "attn_fwd_", true),
-        // ALiBi: the decode kernel refuses it, Auto takes the split twins.
-        ((1, hq, 2, 1, 5000, 96), Causal::None, alibi, Engine::Auto, None, "attn_fwd_", true),
+        // ALiBi: packed rows read their query head's slope; a group of 16 runs one row per head.
+        ((1, hq, 2, 1, 5000, 96), Causal::None, alibi(hq), Engine::Auto, None, "attn_dec_f16_d96_r4", true),
+        ((2, 2 * hq, 2, 1, 900, 64), Causal::BottomRight, alibi_per_batch(2, 2 * hq), Engine::Decode, Some(1), "attn_dec_f16_d64_r8", false),
+        ((1, 4 * hq, 2, 1, 3000, 128), Causal::None, alibi(4 * hq), Engine::Auto, None, "attn_dec_f16_d128_r1", true),
+        ((1, hq, 2, 1, 4000, 64), Causal::BottomRight, alibi_window_softcap, Engine::Auto, None, "attn_dec_f16_d64_r4", true),
+        // ALiBi over several rows of one head: the split twins.
+        ((1, hq, 2, 3, 2000, 128), Causal::None, alibi(hq), Engine::Auto, None, "attn_fwd_", true),
     ];
     for (dims, causal, extra, engine, splits, prefix, split) in cases {
-        // Windowed cases also run without sinks (f16 alone): a window alone packs too.
+        // Windowed and ALiBi cases also run without sinks (f16 alone): they pack alone too.
         let variants = [(Dtype::F16, true), (Dtype::Bf16, true), (Dtype::F16, false)];
-        let runs = if extra.window.is_some() { 3 } else { 2 };
+        let runs = if extra.window.is_some() || extra.alibi.is_some() {
+            3
+        } else {
+            2
+        };
         for &(dtype, with_sinks) in &variants[..runs] {
             let features = Features {
                 sinks: with_sinks.then(|| sinks(&mut rng, dims.1)),

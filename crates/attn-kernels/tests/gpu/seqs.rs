@@ -522,24 +522,28 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
     }
 }
 
-/// Whether the launcher runs `c` on the decode kernel: `Auto` or `Decode`, dense queries, no
-/// ALiBi or sinks, and at most 8 unmasked rows per CTA after GQA packing (one query row per
-/// head; a single row's bottom-right mask hides nothing) — src/decode.rs's rule.
+/// Whether the launcher runs `c` on the decode kernel: `Auto` or `Decode`, dense queries, and
+/// at most 8 unmasked rows per CTA after GQA packing (one query row per head; a single row's
+/// bottom-right mask hides nothing); with sinks, ALiBi or a window, one position per head
+/// (GQA groups above 8 then stay unpacked, one row per CTA) — src/decode.rs's rule.
 fn runs_decode(c: &SeqCase) -> bool {
     if !matches!(c.engine, Engine::Auto | Engine::Decode) || c.q_packed {
         return false;
     }
     let f = &c.features;
-    if f.alibi.is_some() || f.sinks.is_some() {
-        return false;
-    }
+    let per_head = f.alibi.is_some() || f.sinks.is_some() || f.window.is_some();
     let (hq, hkv) = c.heads;
+    let group = hq / hkv;
     let sq = c.q_lens[0];
-    let packs = sq == 1 && hq / hkv > 1 && c.causal != Causal::TopLeft && f.window.is_none();
-    let rows = if packs { hq / hkv } else { sq };
+    let packs = sq == 1 && group > 1 && c.causal != Causal::TopLeft;
+    let rows = if packs && (group <= 8 || !per_head) {
+        group
+    } else {
+        sq
+    };
     let unmasked =
         c.causal == Causal::None || packs || (sq == 1 && c.causal == Causal::BottomRight);
-    unmasked && rows <= 8 && (f.window.is_none() || sq == 1)
+    unmasked && rows <= 8 && (!per_head || sq == 1)
 }
 
 /// The serving features every matrix also runs with: all four at once.
@@ -818,8 +822,9 @@ fn correctness_seqs_kv_fp8() {
 /// one query row per head (MHA: 1 row per CTA; GQA groups of 3, 4 and 8 packed as 4-, 4- and
 /// 8-row CTAs), two rows without a mask, f16/bf16 and E4M3 caches, dense caches with
 /// `seqused_k`, packed keys and paged caches (pages of 16 and 48 keys), empty and one-key
-/// sequences, the split heuristic, no split and forced splits, softcap, and a window on one
-/// row. Unused cache rows are NaN and outputs start NaN (as in every case here).
+/// sequences, the split heuristic, no split and forced splits, softcap, a window on one row,
+/// and ALiBi ([Hq] and [B, Hq] slopes) with sinks or a window on GQA-packed rows. Unused cache
+/// rows are NaN and outputs start NaN (as in every case here).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_seqs_decode() {
@@ -894,7 +899,15 @@ fn correctness_seqs_decode() {
                 };
                 run_dtypes(&gpu, &c, &mut rng, &mut failures);
             }
-            // Two rows per head, no mask; softcap; a window over one row (GQA unpacked).
+            // Two rows per head, no mask; softcap; a window over one row; ALiBi ([B, Hq]
+            // slopes) with sinks, and ALiBi with a window and softcap (GQA groups of 4 and 3,
+            // packed: each row reads its query head's slope and sink).
+            // Each sequence its own slopes: 0.5×, 1×, 1.5×, … the per-head ones.
+            let per_batch_slopes = (0..k_lens.len()).flat_map(|b| {
+                alibi_slopes(8)
+                    .into_iter()
+                    .map(move |x| x * (b + 1) as f32 / 2.0)
+            });
             let features = [
                 (2, (4, 4), Features::default()),
                 (
@@ -910,6 +923,25 @@ fn correctness_seqs_decode() {
                     (8, 2),
                     Features {
                         window: Some((100, 0)),
+                        softcap: Some(8.0),
+                        ..Features::default()
+                    },
+                ),
+                (
+                    1,
+                    (8, 2),
+                    Features {
+                        alibi: Some(Alibi::PerBatchHead(per_batch_slopes.collect())),
+                        sinks: Some((0..8).map(|h| h as f32 * 0.7 - 2.0).collect()),
+                        ..Features::default()
+                    },
+                ),
+                (
+                    1,
+                    (6, 2),
+                    Features {
+                        alibi: Some(Alibi::PerHead(alibi_slopes(6))),
+                        window: Some((300, 0)),
                         softcap: Some(8.0),
                         ..Features::default()
                     },
@@ -986,9 +1018,9 @@ fn correctness_seqs_decode_kv8_wide_bf16_queries() {
 }
 
 /// What the decode kernel refuses when named ([`Engine::Decode`]): more than 8 rows after
-/// packing, a causal mask over several rows, ALiBi, a window over several rows, packed
-/// queries — typed errors, nothing written. (Sinks it runs:
-/// `features::correctness_features_sinks_split_and_decode`.)
+/// packing, a causal mask over several rows, ALiBi, sinks or a window over several rows of one
+/// head, packed queries — typed errors, nothing written. (ALiBi, sinks and windows over one
+/// position it runs: `features::correctness_features_sinks_split_and_decode`.)
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn validation_decode_refusals_write_nothing() {
@@ -1043,12 +1075,22 @@ fn validation_decode_refusals_write_nothing() {
             Features::default(),
         ),
         (
-            "ALiBi",
+            "ALiBi over 2 rows",
             4,
-            1,
+            2,
             Causal::None,
             Features {
                 alibi: Some(Alibi::PerHead(alibi_slopes(4))),
+                ..Features::default()
+            },
+        ),
+        (
+            "sinks over 2 rows",
+            4,
+            2,
+            Causal::None,
+            Features {
+                sinks: Some(vec![0.5; 4]),
                 ..Features::default()
             },
         ),
