@@ -12,7 +12,8 @@
 //!   cache with `seqused_k`. Reported as K/V bytes read per µs.
 //! - **E4M3 KV cache**: the same paged decode (pages of 16) and its dense cache with K/V as
 //!   E4M3 codes (`forward_kv_fp8`, per-head scales), against the f16 paged run; and the
-//!   single-sequence decode (1, 32, 1 → 8192, 128) with an f16 and an E4M3 cache.
+//!   single-sequence decode (1, 32, 1 → 8192, 128) with an f16 and an E4M3 cache, and the same
+//!   at Gemma 2's D = 256 (Hq 16 / Hkv 8).
 //! - **decode with sinks or ALiBi**: a gpt-oss-like step (1 sequence, Hq 64 / Hkv 8, D 64,
 //!   8192 keys, f16 cache) plain, with attention sinks (also under a 128-key window), and with
 //!   ALiBi, on the default engine and on the engines `Engine::Auto` took before (the Hopper
@@ -140,7 +141,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut json = Vec::new();
     varlen(&gpu, &args, &mut json)?;
     paged(&gpu, &args, &mut json)?;
-    decode(&gpu, &args, &mut json)?;
+    decode(&gpu, &args, &mut json, (32, 32, 128), true)?;
+    // Gemma 2's head dim (9B: 16 query heads over 8 KV heads).
+    decode(&gpu, &args, &mut json, (16, 8, 256), false)?;
     decode_features(&gpu, &args, &mut json)?;
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
@@ -638,19 +641,21 @@ fn paged(
     Ok(())
 }
 
-/// One sequence decoding against a long cache, DESIGN.md §7's decode shape (1, 32, 1 → 8192,
-/// 128; Hq = Hkv): the f16 cache through the plain forward and the same keys as an E4M3
-/// cache (`forward_kv_fp8`), each on the decode kernel and on mma.sync's split entries, with
-/// the copy bandwidth.
+/// One sequence decoding against a long cache of 8192 keys with `hq` query heads over `hkv`
+/// KV heads at head dim `d`: the f16 cache through the plain forward and the same keys as an
+/// E4M3 cache (`forward_kv_fp8`), on the decode kernel, with the copy bandwidth. `sweep` adds
+/// forced split counts and mma.sync's split entries (for DESIGN.md §7's decode shape).
 fn decode(
     gpu: &Arc<FlashAttention>,
     args: &Args,
     json: &mut Vec<serde_json::Value>,
+    (hq, hkv, d): (usize, usize, usize),
+    sweep: bool,
 ) -> anyhow::Result<()> {
-    let (h, ctx, d) = (32usize, 8192usize, 128usize);
+    let ctx = 8192usize;
     let mut rng = StdRng::seed_from_u64(args.seed + 1);
     let st = gpu.stream().clone();
-    let p = Problem::new(AttnShape::new(1, h, h, 1, ctx, d)?, Causal::BottomRight);
+    let p = Problem::new(AttnShape::new(1, hq, hkv, 1, ctx, d)?, Causal::BottomRight);
     let s = *p.shape();
     let (q, k, v, mut o) = dense_inputs(&st, &mut rng, &s)?;
     let codes = |rng: &mut StdRng| -> anyhow::Result<CudaSlice<u8>> {
@@ -660,12 +665,12 @@ fn decode(
         Ok(st.clone_htod(&host)?)
     };
     let (k8, v8) = (codes(&mut rng)?, codes(&mut rng)?);
-    let scales = st.clone_htod(&vec![0.01f32; h])?;
+    let scales = st.clone_htod(&vec![0.01f32; hkv])?;
     let mut rows = Vec::new();
     // The decode kernel (the default engine) with the heuristic's split count, then a sweep
     // of split counts; mma.sync's split entries with their heuristic for comparison.
-    let variants = [false, true].into_iter().flat_map(|fp8| {
-        [
+    let engines: &[(Engine, Option<usize>)] = if sweep {
+        &[
             (Engine::Auto, None),
             (Engine::Auto, Some(8)),
             (Engine::Auto, Some(16)),
@@ -673,8 +678,12 @@ fn decode(
             (Engine::Auto, Some(32)),
             (Engine::MmaSync, None),
         ]
-        .map(|(e, n)| (fp8, e, n))
-    });
+    } else {
+        &[(Engine::Auto, None)]
+    };
+    let variants = [false, true]
+        .into_iter()
+        .flat_map(|fp8| engines.iter().map(move |&(e, n)| (fp8, e, n)));
     for (fp8, engine, splits) in variants {
         let options = ForwardOptions {
             splits,
@@ -745,7 +754,9 @@ fn decode(
         });
     }
     report(
-        &format!("decode: 1 × {h} heads × {ctx} keys, D {d}; time only (bytes differ per row)"),
+        &format!(
+            "decode: 1 × {hq} / {hkv} heads × {ctx} keys, D {d}; time only (bytes differ per row)"
+        ),
         &rows,
         1.0,
         "1/µs",

@@ -1,21 +1,20 @@
 // The decode kernel: a few query rows (one token per sequence, or the G query heads of one
 // KV head packed as rows) against a long KV cache, which is a pure streaming problem — every
 // K/V byte is read once and feeds ROWS·2 FMAs per element. A 64-row MMA tile would waste
-// 60+ of its rows; this kernel instead follows FlashInfer's decode (Ye et al. 2025,
-// "FlashInfer: Efficient and Customizable Attention Engine for LLM Inference Serving") and
-// Flash-Decoding (Dao et al. 2023): keys are spread over groups of lanes, each group
-// computes whole dot products on the FMA pipe (8 columns per lane, a shuffle reduction),
-// keeps its own online-softmax state, and the groups' states are merged once at the end.
+// 60+ of its rows; this kernel instead follows Flash-Decoding (Dao et al. 2023) and
+// FlashInfer's decode (Ye et al. 2025, "FlashInfer: Efficient and Customizable Attention
+// Engine for LLM Inference Serving"): the keys are spread over the CTA's warps, each warp
+// keeps its own online-softmax state, and the warps' states are merged once at the end.
 // K/V stream through a 3-stage cp.async ring of ~16 KiB stages, so each CTA keeps ~32 KiB in
-// flight; four CTAs per SM (128 threads, 48 KiB of shared memory, ≤ 128 registers up to 4
-// rows) keep ~128 KiB per SM in flight, several times what hides DRAM latency. The f16/bf16
-// tensor-core entries at D ≥ 96 take 24–32 KiB stages instead, two CTAs per SM, the same
-// ~128 KiB per SM in flight.
+// flight; four CTAs per SM (48 KiB of shared memory each) keep ~128 KiB per SM in flight,
+// several times what hides DRAM latency. The f16/bf16 entries at D ≥ 96 take 24–32 KiB
+// stages instead, two CTAs per SM, the same ~128 KiB per SM in flight.
 //
-// The per-stage math is a policy: decode_tc.cuh's tensor-core stages — both GEMMs on
-// mma.sync — for every bucket of an f16/bf16 cache (DecodeTc16; 96, 160 and 224 on rows
-// padded to 128, 192 and 256) and for E4M3 caches at D ≤ 128 (DecodeTc), or DecodeFma below
-// (E4M3 caches above 128). The FMA stage was issue-bound on GQA groups (docs/PERF.md).
+// Each warp's math is decode_tc.cuh's tensor-core stage — both GEMMs on mma.sync with the
+// query rows as the MMA's N — for every bucket: DecodeTc16 for f16/bf16 caches (96, 160 and
+// 224 on rows padded to 128, 192 and 256), DecodeTc for E4M3 caches (96 on 128, 160–224 on
+// 256). It replaced an FMA-pipe stage (FlashInfer's layout: lane groups computing whole dot
+// products), which was issue-bound on GQA groups (docs/PERF.md).
 //
 // KV8: K/V are E4M3 codes (an FP8 KV cache, kv_fp8.cuh's format): half the bytes per stage,
 // widened exactly in registers (sm_89+'s cvt.f16x2.e4m3x2; fp8.cuh's integer trick on
@@ -40,238 +39,55 @@ namespace attn {
 template <typename T, bool KV8, int DK, int ROWS>
 struct DecodeConfig {
     using KV = std::conditional_t<KV8, uint8_t, T>;
-    // The ring's head dim: the bucket, except where a tensor-core stage runs on rows padded
+    // The ring's head dim: the bucket, except where the tensor-core stage runs on rows padded
     // with zero columns (the copies zero-fill them, so they cost no DRAM bytes): bucket 96 on
     // the stage of 128 (the FMA stage read 96-column rows at 2.8 TB/s where this reads them
-    // at 3.2, H200, docs/PERF.md run 187), and for f16/bf16 caches 160 on 192, 224 on 256.
-    static constexpr int kRingDk = DK == 96 ? 128 : !KV8 && DK == 160 ? 192 : !KV8 && DK == 224 ? 256 : DK;
-    // The tensor-core stages (decode_tc.cuh): D = 32/64/128 for both cache types, and
-    // 192/256 for f16/bf16 caches. Each warp takes whole 16-key blocks of a stage and its ring
-    // rows are chunk-swizzled.
+    // at 3.2, H200, docs/PERF.md run 187), for f16/bf16 caches 160 on 192 and 224 on 256, and
+    // for E4M3 caches 160–224 on 256 (DecodeTc's XOR swizzle wants a power-of-two count of
+    // 16-byte chunks per row: 192 codes are 12).
+    static constexpr int kRingDk = DK == 96 ? 128 : DK <= 128 ? DK : KV8 || DK > 192 ? 256 : 192;
+    // The tensor-core stages (decode_tc.cuh) run every bucket: D = 32/64/128/256 for both
+    // cache types, and 192 for f16/bf16 caches. Each warp takes whole 16-key blocks of a stage
+    // and its ring rows are chunk-swizzled. (The FMA stage that ran E4M3 caches above 128
+    // until 2026-11-29 spilled up to 464 bytes there: docs/PERF.md.)
     static constexpr bool kTensorCores =
-        kRingDk == 32 || kRingDk == 64 || kRingDk == 128 || (!KV8 && (kRingDk == 192 || kRingDk == 256));
-    // Four warps, except the tensor-core stage at D ≥ 192, which takes two: a stage of 32
-    // keys (16 per warp) then keeps three stages within 96 KiB at D = 256, which sm_86/89's
-    // 99 KiB per CTA allows; with four warps a stage would be 64 KiB.
-    static constexpr int kWarps = kTensorCores && kRingDk >= 192 ? 2 : 4;
+        kRingDk == 32 || kRingDk == 64 || kRingDk == 128 || kRingDk == 256 || (!KV8 && kRingDk == 192);
+    static_assert(kTensorCores, "every bucket runs a tensor-core stage");
+    // Four warps, except f16/bf16 rows of 192 or 256, which take two: a stage of 32 keys (16
+    // per warp) then keeps three stages within 96 KiB at D = 256, which sm_86/89's 99 KiB per
+    // CTA allows; with four warps a stage would be 64 KiB. E4M3 rows of 256 keep four warps
+    // and 64-key stages (the same 96 KiB): with two warps, the 256 CTAs of a 16/8-head decode
+    // left ~4 warps per SM and ran 1.16x the FMA stage's time (run 204).
+    static constexpr int kWarps = !KV8 && kRingDk >= 192 ? 2 : 4;
     static constexpr int kThreads = 32 * kWarps;
-    static constexpr int kVec = 8;              // columns of a key per lane
-    static constexpr int kActive = DK / kVec;   // lanes that hold columns
-    // Lanes per key: a power of two (so the xor reduction stays inside the group); D = 96,
-    // 160, 192, 224 leave the top lanes of each group idle.
-    static constexpr int kLanes = kActive <= 4 ? 4 : kActive <= 8 ? 8 : kActive <= 16 ? 16 : 32;
-    static constexpr int kGroups = kThreads / kLanes; // keys computed side by side
     static constexpr int kRowBytes = kRingDk * static_cast<int>(sizeof(KV));
-    static constexpr int kChunks = kRowBytes / 16;    // 16-byte chunks per key row
-    // ~16 KiB of K and V per stage (8 KiB each), a whole number of keys per group.
-    static constexpr int kKeysPerGroupRaw = 8192 / kRowBytes / kGroups;
-    static constexpr int kKeysPerGroup = kKeysPerGroupRaw < 1 ? 1 : kKeysPerGroupRaw;
-    // The tensor-core stages take at least a 16-key block per warp: 64 keys (32 KiB of f16 K
-    // and V at D = 128), or 32 at D ≥ 192.
-    static constexpr int kKeys =
-        kTensorCores && kKeysPerGroup * kGroups < 16 * kWarps ? 16 * kWarps : kKeysPerGroup * kGroups;
+    static constexpr int kChunks = kRowBytes / 16; // 16-byte chunks per key row
+    // ~8 KiB of K (and of V) per stage, at least a 16-key block per warp: 64 keys (32 KiB of
+    // f16 K and V) at D = 128, 32 for f16/bf16 at D ≥ 192, 64 for E4M3 at D ≥ 160.
+    static constexpr int kKeys = 8192 / kRowBytes > 16 * kWarps ? 8192 / kRowBytes : 16 * kWarps;
     static constexpr int kStages = 3;
     static constexpr int kStageBytes = 2 * kKeys * kRowBytes;
     // The copies of one stage's K (or V) tile per thread.
     static constexpr int kCopies = (kKeys * kChunks + kThreads - 1) / kThreads;
-    // The merge of the groups' states reuses the ring: O [groups][ROWS][kRingDk], then (m, l) and
-    // the groups' weights.
-    static constexpr int kMergeBytes = (kGroups * ROWS * kRingDk + 3 * kGroups * ROWS) * 4;
+    // The merge of the warps' states reuses the ring: O [warps][ROWS][kRingDk], then (m, l) and
+    // the warps' weights.
+    static constexpr int kMergeBytes = (kWarps * ROWS * kRingDk + 3 * kWarps * ROWS) * 4;
     static constexpr int kSmemBytes =
         kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes;
-    static constexpr int kSwizzle = kTensorCores ? (kChunks < 8 ? kChunks : 8) - 1 : 0; // DecodeTc's, DecodeTc16's
-    static_assert(!kTensorCores || kKeys % (16 * kWarps) == 0, "whole 16-key blocks per warp");
+    static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1; // DecodeTc's, DecodeTc16's
+    static_assert(kKeys % (16 * kWarps) == 0, "whole 16-key blocks per warp");
     static_assert(kSmemBytes <= 99 * 1024, "fits sm_86/89's shared memory per CTA");
-    // CTAs per SM the launch bounds promise: four (128 registers), except the FMA stage's
-    // eight-row entries, whose Q and O alone are 128 f32 registers, and the f16/bf16
-    // tensor-core entries at D ≥ 128, whose 72–96 KiB rings let only two fit anyway (at 128
-    // registers the D = 128 copies' page lookups spilled) (catalog.rs mirrors this).
-    static constexpr int kMinBlocks = kTensorCores ? (!KV8 && kRingDk >= 128 ? 2 : 4) : ROWS <= 4 ? 4 : 2;
+    // CTAs per SM the launch bounds promise: four (128 registers), except the f16/bf16 entries
+    // at D ≥ 128 and the E4M3 ones at 256, whose 72–96 KiB rings let only two fit anyway (at
+    // 128 registers the D = 128 copies' page lookups spilled; E4M3 at 256 needs ~212).
+    static constexpr int kMinBlocks = (!KV8 && kRingDk >= 128) || kRingDk == 256 ? 2 : 4;
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets");
     static_assert(ROWS >= 1 && ROWS <= 8, "decode rows");
     static_assert(!KV8 || DK % 16 == 0, "E4M3 rows are read in 16-byte chunks");
 };
 
-// Eight columns of one key row (16 bytes of T, or 8 bytes of E4M3 codes) as f32.
-template <typename T, bool KV8>
-__device__ __forceinline__ void load_row8(float (&x)[8], const void* src) {
-    if constexpr (KV8) {
-        const uint2 c = *reinterpret_cast<const uint2*>(src);
-        const uint32_t h[4] = {e4m3x2_to_f16x2(c.x, false), e4m3x2_to_f16x2(c.x, true),
-                               e4m3x2_to_f16x2(c.y, false), e4m3x2_to_f16x2(c.y, true)};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[i]));
-            x[2 * i] = f.x;
-            x[2 * i + 1] = f.y;
-        }
-    } else {
-        const uint4 u = *reinterpret_cast<const uint4*>(src);
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float2 f = StorageTraits<T>::unpack(w[i]);
-            x[2 * i] = f.x;
-            x[2 * i + 1] = f.y;
-        }
-    }
-}
-
-// The FMA stage: keys spread over groups of kLanes lanes, each lane holding 8 columns of a
-// key; whole dot products by a shuffle reduction inside the group; each group keeps its own
-// online-softmax state for all ROWS rows (the same on every lane of the group).
-template <typename T, bool KV8, int DK, int ROWS> struct DecodeFma {
-    using Cfg = DecodeConfig<T, KV8, DK, ROWS>;
-    static constexpr int kGroups = Cfg::kGroups;
-    // The key group thread tid belongs to (also its slot in the merge).
-    static __device__ __forceinline__ int group_of(int tid) { return tid / Cfg::kLanes; }
-
-    float qf[ROWS][8];
-    float m[ROWS], l[ROWS], acc[ROWS][8];
-
-    // Q rows in f32 registers (rows past q_len and columns past head_dim are zero); the
-    // scores need no correction (returns 1).
-    __device__ __forceinline__ float load_q(const T* q_head, int64_t row_stride, int q_len, int head_dim, int tid) {
-        const int lane = tid % Cfg::kLanes;
-        const bool active = lane < Cfg::kActive;
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            if (r < q_len && active && lane < (head_dim >> 3)) {
-                const uint4 u = *reinterpret_cast<const uint4*>(q_head + static_cast<int64_t>(r) * row_stride + lane * 8);
-                const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float2 f = StorageTraits<T>::unpack(w[i]);
-                    qf[r][2 * i] = f.x;
-                    qf[r][2 * i + 1] = f.y;
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; ++i) qf[r][i] = 0.f;
-            }
-            m[r] = -INFINITY;
-            l[r] = 0.f;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
-        }
-        return 1.f;
-    }
-
-    // One ring stage: this group's keys are group, group + kGroups, … of the stage, whose
-    // first key is key0.
-    __device__ __forceinline__ void stage(const unsigned char* sk, const unsigned char* sv, int key0,
-                                          const DecodeScores& sc, int tid) {
-        constexpr int KPG = Cfg::kKeysPerGroup;
-        constexpr int kLanes = Cfg::kLanes;
-        const int lane = tid % kLanes;
-        const int group = group_of(tid);
-        const bool active = lane < Cfg::kActive;
-        float s[ROWS][KPG];
-#pragma unroll
-        for (int kk = 0; kk < KPG; ++kk) {
-            float kf[8];
-            if (active) {
-                load_row8<T, KV8>(kf, sk + (group + kk * kGroups) * Cfg::kRowBytes + lane * 8 * sizeof(typename Cfg::KV));
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; ++i) kf[i] = 0.f;
-            }
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                float d = 0.f;
-#pragma unroll
-                for (int i = 0; i < 8; ++i) d = fmaf(qf[r][i], kf[i], d);
-                s[r][kk] = d;
-            }
-        }
-#pragma unroll
-        for (int off = kLanes / 2; off > 0; off >>= 1)
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-                for (int kk = 0; kk < KPG; ++kk) s[r][kk] += __shfl_xor_sync(0xffffffffu, s[r][kk], off);
-        // Softcap, scale, ALiBi, the tail mask (DecodeScores), then the online softmax per row.
-        // The softcap and ALiBi are their own uniform branches over the whole fragment: inside
-        // the loop below, ptxas if-converts the (one-instruction) tanh and the 4-row entries
-        // spill 60+ bytes more.
-        if (sc.softcap_in != 0.f) {
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-                for (int kk = 0; kk < KPG; ++kk) s[r][kk] = softcap_tanh(s[r][kk] * sc.softcap_in);
-        }
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-            for (int kk = 0; kk < KPG; ++kk) s[r][kk] *= sc.score_mul;
-        if (sc.alibi != nullptr) {
-            const float dist0 = static_cast<float>(sc.diag - key0 - group); // this group's first key
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                const float slope = sc.alibi[r];
-#pragma unroll
-                for (int kk = 0; kk < KPG; ++kk)
-                    s[r][kk] = fmaf(-slope, fabsf(dist0 - static_cast<float>(kk * kGroups)), s[r][kk]);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            float mx = m[r];
-#pragma unroll
-            for (int kk = 0; kk < KPG; ++kk) {
-                float x = s[r][kk];
-                if (key0 + group + kk * kGroups >= sc.key_hi) x = -INFINITY;
-                s[r][kk] = x;
-                mx = fmaxf(mx, x);
-            }
-            const float m_use = mx == -INFINITY ? 0.f : mx;
-            const float corr = exp2f(m[r] - m_use);
-            m[r] = mx;
-            float sum = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < KPG; ++kk) {
-                s[r][kk] = exp2f(s[r][kk] - m_use);
-                sum += s[r][kk];
-            }
-            l[r] = l[r] * corr + sum;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc[r][i] *= corr;
-        }
-        // O += P·V.
-        if (active) {
-#pragma unroll
-            for (int kk = 0; kk < KPG; ++kk) {
-                float vf[8];
-                load_row8<T, KV8>(vf, sv + (group + kk * kGroups) * Cfg::kRowBytes + lane * 8 * sizeof(typename Cfg::KV));
-#pragma unroll
-                for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) acc[r][i] = fmaf(s[r][kk], vf[i], acc[r][i]);
-            }
-        }
-    }
-
-    // This group's state for the merge: O rows into o_rows [ROWS][DK], (m, l) per row.
-    __device__ __forceinline__ void finish(float* o_rows, float* m_rows, float* l_rows, int tid) {
-        const int lane = tid % Cfg::kLanes;
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            if (lane < Cfg::kActive) {
-#pragma unroll
-                for (int i = 0; i < 8; i += 4)
-                    *reinterpret_cast<float4*>(o_rows + r * DK + lane * 8 + i) =
-                        make_float4(acc[r][i], acc[r][i + 1], acc[r][i + 2], acc[r][i + 3]);
-            }
-            if (lane == 0) {
-                m_rows[r] = m[r];
-                l_rows[r] = l[r];
-            }
-        }
-    }
-};
-
-// A tensor-core stage (decode_tc.cuh: DecodeTc, or DecodeTc16) behind DecodeFma's interface:
-// one group per warp, 16-key blocks.
+// The tensor-core stage (decode_tc.cuh: DecodeTc for E4M3 caches, DecodeTc16 for f16/bf16)
+// of a CTA: one key group per warp, 16-key blocks.
 template <typename T, bool KV8, int DK, int ROWS>
 struct DecodeTcStage : std::conditional_t<KV8, DecodeTc<T, DecodeConfig<T, KV8, DK, ROWS>::kRingDk, ROWS>,
                                           DecodeTc16<T, DecodeConfig<T, KV8, DK, ROWS>::kRingDk, ROWS>> {
@@ -304,7 +120,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
                                               const FwdParams& launch_p) {
     using Cfg = DecodeConfig<T, KV8, DK, ROWS>;
     using KV = typename Cfg::KV;
-    using Stage = std::conditional_t<Cfg::kTensorCores, DecodeTcStage<T, KV8, DK, ROWS>, DecodeFma<T, KV8, DK, ROWS>>;
+    using Stage = DecodeTcStage<T, KV8, DK, ROWS>;
     constexpr int kGroups = Stage::kGroups;
     constexpr int kKeys = Cfg::kKeys;
     constexpr int kStages = Cfg::kStages;
@@ -365,8 +181,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
                               p.kv_len - 1, alibi ? row_alibi : nullptr};
 
     // The ring: stage s holds K then V rows of kKeys keys, each kRowBytes (16-byte chunks
-    // XOR-swizzled by the row for the tensor-core stage; a key group of the FMA stage reads
-    // one whole row, conflict-free unswizzled).
+    // XOR-swizzled by the row: the tensor-core stage's fragment loads are conflict-free).
     const int* table = paged ? p.seqs.block_table + static_cast<int64_t>(b) * p.seqs.max_blocks : nullptr;
     const PageDiv div{p.seqs.page_size, p.seqs.page_mul, p.seqs.page_shift};
     const int code_chunks = KV8 ? p.head_dim >> 4 : p.head_dim >> 3; // 16-byte chunks of a row of D

@@ -1,6 +1,6 @@
-// The decode kernel's tensor-core stage for an E4M3 KV cache (decode_kernel.cuh picks it for
-// head-dim buckets 32, 64 and 128). The FMA stage spends ~111 warp instructions per key on a
-// 4-row GQA group (ncu, docs/PERF.md run 34): dot products, a shuffle reduction and the
+// The decode kernel's tensor-core stage for an E4M3 KV cache (every head-dim bucket, on rows
+// of 32, 64, 128 or 256 codes: decode_kernel.cuh). The FMA stage it replaced spent ~111 warp
+// instructions per key on a 4-row GQA group (ncu, docs/PERF.md run 34): dot products, a shuffle reduction and the
 // softmax of every score repeated on 16 lanes. Here each warp owns 16-key blocks of the ring
 // stage and runs both GEMMs on mma.m16n8k16 with the query rows as the 8-wide N dimension
 // (the swapped form FlashAttention-3's backward uses for Sᵀ = K·Qᵀ):
@@ -180,7 +180,7 @@ template <typename T, int DK, int ROWS> struct DecodeTc : DecodeTcSoftmax<DK / 1
     using Softmax::acc;
     using Softmax::l;
     using Softmax::m;
-    static_assert(DK == 32 || DK == 64 || DK == 128, "tensor-core decode buckets");
+    static_assert(DK == 32 || DK == 64 || DK == 128 || DK == 256, "tensor-core decode buckets");
     static_assert(ROWS <= 8, "the query rows are the MMA's N = 8");
     static constexpr int kRowBytes = DK;          // E4M3 codes
     static constexpr int kChunks = DK / 16;       // 16-byte chunks per row

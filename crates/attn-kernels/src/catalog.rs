@@ -1441,14 +1441,12 @@ pub fn decode_rows_bucket(rows: usize) -> Option<usize> {
 }
 
 /// Dynamic shared memory of a decode CTA (`DecodeConfig::kSmemBytes` in
-/// kernels/decode_kernel.cuh, which this mirrors): three ring stages of ~16 KiB of K and V
-/// rows (32 KiB for f16/bf16 at D = 128: see [`decode_geometry`]), or the merge of the key
-/// groups' states if larger.
+/// kernels/decode_kernel.cuh, which this mirrors): three ring stages of K and V rows
+/// ([`decode_keys`] each), or the merge of the warps' states if larger.
 pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
-    let (lanes, keys) = decode_geometry(bucket, kv8);
-    let groups = 32 * decode_warps(bucket, kv8) / lanes;
-    let ring = 3 * 2 * keys * decode_row_bytes(bucket, kv8);
-    let merge = (groups * rows * decode_ring_head_dim(bucket, kv8) + 3 * groups * rows) * 4;
+    let warps = decode_warps(bucket, kv8);
+    let ring = 3 * 2 * decode_keys(bucket, kv8) * decode_row_bytes(bucket, kv8);
+    let merge = (warps * rows * decode_ring_head_dim(bucket, kv8) + 3 * warps * rows) * 4;
     if ring > merge {
         ring
     } else {
@@ -1457,21 +1455,24 @@ pub const fn decode_smem_bytes(bucket: usize, kv8: bool, rows: usize) -> usize {
 }
 
 /// The head dim of a decode entry's ring rows (`DecodeConfig::kRingDk`): the bucket, except
-/// where a tensor-core stage runs on rows padded with zero columns: bucket 96 on the stage
-/// of 128, and for f16/bf16 caches 160 on 192 and 224 on 256.
+/// where the tensor-core stage runs on rows padded with zero columns: bucket 96 on the stage
+/// of 128, for f16/bf16 caches 160 on 192 and 224 on 256, and for E4M3 caches 160–224 on 256
+/// (the stage's XOR swizzle wants a power-of-two count of 16-byte chunks per row).
 pub const fn decode_ring_head_dim(bucket: usize, kv8: bool) -> usize {
     match (bucket, kv8) {
         (96, _) => 128,
-        (160, false) => 192,
-        (224, false) => 256,
-        _ => bucket,
+        (b, _) if b <= 128 => b,
+        (_, true) => 256,
+        (b, false) if b <= 192 => 192,
+        _ => 256,
     }
 }
 
-/// Warps of a decode CTA (`DecodeConfig::kWarps`): four, or two for the f16/bf16
-/// tensor-core stage at D ≥ 192, whose 32-key stages keep the ring within 96 KiB.
+/// Warps of a decode CTA (`DecodeConfig::kWarps`): four, or two on f16/bf16 rows of 192 or
+/// 256, whose 32-key stages keep the ring within 96 KiB (E4M3 rows of 256 keep four warps and
+/// 64-key stages in the same 96 KiB).
 pub const fn decode_warps(bucket: usize, kv8: bool) -> usize {
-    if decode_tensor_cores(bucket, kv8) && decode_ring_head_dim(bucket, kv8) >= 192 {
+    if !kv8 && decode_ring_head_dim(bucket, kv8) >= 192 {
         2
     } else {
         4
@@ -1482,42 +1483,17 @@ const fn decode_row_bytes(bucket: usize, kv8: bool) -> usize {
     decode_ring_head_dim(bucket, kv8) * if kv8 { 1 } else { 2 }
 }
 
-/// Lanes per key group and keys per ring stage of a decode entry (`DecodeConfig::kLanes`,
-/// `kKeys`): 8 columns per lane, the lane count rounded up to a power of two (4 to 32), and
-/// ~8 KiB of K per stage, a whole number of keys per group of the CTA's threads. The
-/// tensor-core stages ([`decode_tensor_cores`]) take at least a 16-key block per warp: 64
-/// keys per stage (32 KiB of f16 K and V at D = 128), 32 with two warps at D ≥ 192.
-pub const fn decode_geometry(bucket: usize, kv8: bool) -> (usize, usize) {
-    let active = bucket / 8;
-    let lanes = if active <= 4 {
-        4
-    } else if active <= 8 {
-        8
-    } else if active <= 16 {
-        16
+/// Keys per ring stage of a decode entry (`DecodeConfig::kKeys`): ~8 KiB of K (and of V), at
+/// least a 16-key block per warp — 64 keys (32 KiB of f16 K and V) at D = 128, 32 for f16/bf16
+/// at D ≥ 192, 64 for E4M3 at D ≥ 160.
+pub const fn decode_keys(bucket: usize, kv8: bool) -> usize {
+    let fit = 8192 / decode_row_bytes(bucket, kv8);
+    let least = 16 * decode_warps(bucket, kv8);
+    if fit > least {
+        fit
     } else {
-        32
-    };
-    let warps = decode_warps(bucket, kv8);
-    let groups = 32 * warps / lanes;
-    let raw = 8192 / decode_row_bytes(bucket, kv8) / groups;
-    let keys = if raw < 1 { 1 } else { raw } * groups;
-    (
-        lanes,
-        if decode_tensor_cores(bucket, kv8) && keys < 16 * warps {
-            16 * warps
-        } else {
-            keys
-        },
-    )
-}
-
-/// Whether a decode entry runs a tensor-core stage (kernels/decode_tc.cuh) rather than the
-/// FMA stage (`DecodeConfig::kTensorCores`): every bucket of an f16/bf16 cache (96, 160 and
-/// 224 on padded rows, [`decode_ring_head_dim`]), and buckets up to 128 of an E4M3 cache.
-pub const fn decode_tensor_cores(bucket: usize, kv8: bool) -> bool {
-    let ring = decode_ring_head_dim(bucket, kv8);
-    matches!(ring, 32 | 64 | 128) || !kv8 && matches!(ring, 192 | 256)
+        least
+    }
 }
 
 /// The extern "C" name of a decode entry: `attn_dec_f16_d128_r4`, `attn_dec_bf16_d64_r1_kv8`.

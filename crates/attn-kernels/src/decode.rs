@@ -116,37 +116,19 @@ pub(crate) fn decode_choice(
 
 /// Keys per ring stage of a decode entry (`DecodeConfig::kKeys`).
 pub fn decode_keys_per_stage(bucket: usize, kv8: bool) -> usize {
-    crate::catalog::decode_geometry(bucket, kv8).1
+    crate::catalog::decode_keys(bucket, kv8)
 }
 
 /// How a decode launch spreads a row's keys over online-softmax states, for attn-ref's
-/// emulation (the FA3 rule's `emu` must round P in the kernel's frames). The tensor-core stages
-/// (kernels/decode_tc.cuh; [`crate::catalog::decode_tensor_cores`]) give each of their warps
-/// (four, or two at D ≥ 192) an equal slice of every ring stage of its split, and each warp
-/// rounds P (to f16 for an E4M3 cache, to the cache's type otherwise) against its own running
-/// max. The FMA stage keeps P in f32, so the frames round nothing there: one state, whose
-/// emulated P rounding only widens the bound.
+/// emulation (the FA3 rule's `emu` must round P in the kernel's frames). The tensor-core
+/// stages (kernels/decode_tc.cuh) give each of their warps (four, or two at D ≥ 192) an
+/// equal slice of every ring stage of its split, and each warp rounds P (to f16 for an E4M3
+/// cache, to the cache's type otherwise) against its own running max.
 pub fn decode_key_states(bucket: usize, kv8: bool, splits: usize) -> KeyStates {
-    if crate::catalog::decode_tensor_cores(bucket, kv8) {
-        KeyStates::Split {
-            tile: decode_keys_per_stage(bucket, kv8),
-            splits: splits.max(1),
-            workers: crate::catalog::decode_warps(bucket, kv8),
-        }
-    } else {
-        KeyStates::One
-    }
-}
-
-/// CTAs of a decode entry one SM holds: four (48 KiB rings, ≤ 128 registers by their launch
-/// bounds); the FMA stage's 8-row entries are bounded to two (their state needs ~250
-/// registers), and so are the f16/bf16 tensor-core entries at D ≥ 128 (72–96 KiB rings). The
-/// split heuristic's aim of [`SPLIT_CTAS_PER_SM`] is two, so this counts the smaller.
-fn ctas_per_sm(rows: usize) -> usize {
-    if rows >= 8 {
-        2
-    } else {
-        4
+    KeyStates::Split {
+        tile: decode_keys_per_stage(bucket, kv8),
+        splits: splits.max(1),
+        workers: crate::catalog::decode_warps(bucket, kv8),
     }
 }
 
@@ -157,10 +139,10 @@ fn ctas_per_sm(rows: usize) -> usize {
 pub const SPLIT_CTAS_PER_SM: usize = 2;
 
 /// Key splits for `ctas` (batch × head) blocks of `kv_len` keys: as many as give
-/// two CTAs per SM (⌊2 · SMs / ctas⌋, capped by the CTAs one SM holds),
+/// two CTAs per SM (⌊2 · SMs / ctas⌋; every entry holds at least two per SM),
 /// each reading at least [`DECODE_MIN_KEYS_PER_SPLIT`] keys, at most [`DECODE_MAX_SPLITS`].
-pub fn decode_splits(ctas: usize, kv_len: usize, rows: usize, sm_count: usize) -> usize {
-    let resident = sm_count.max(1) * SPLIT_CTAS_PER_SM.min(ctas_per_sm(rows));
+pub fn decode_splits(ctas: usize, kv_len: usize, sm_count: usize) -> usize {
+    let resident = sm_count.max(1) * SPLIT_CTAS_PER_SM;
     (resident / ctas.max(1))
         .min(kv_len / DECODE_MIN_KEYS_PER_SPLIT)
         .clamp(1, DECODE_MAX_SPLITS)
@@ -183,7 +165,7 @@ pub(crate) fn plan_decode(
     let bucket = crate::config::bucket_for(s.head_dim())?;
     let ctas = s.batch() * s.q_heads();
     let n_splits = match splits {
-        None => decode_splits(ctas, kv_len, rows, sm_count),
+        None => decode_splits(ctas, kv_len, sm_count),
         Some(0) => {
             return Err(
                 attn_ref::AttnError::InvalidArgument("splits must be at least 1".into()).into(),
@@ -259,19 +241,25 @@ mod tests {
         // Bucket 96 runs the stage of 128 on padded rows.
         assert_eq!(decode_keys_per_stage(96, false), 64);
         assert_eq!(decode_keys_per_stage(96, true), 64);
-        // f16/bf16 at D ≥ 160: two warps, a 16-key block each (160 and 224 padded); the E4M3
-        // cache's FMA stage there: ~8 KiB of K per stage.
+        // D ≥ 160: f16/bf16 two warps, a 16-key block each (160 on 192, 224 on 256); E4M3
+        // caches (160–224 on 256) four warps, 64 keys.
         for bucket in [160, 192, 224, 256] {
             assert_eq!(decode_keys_per_stage(bucket, false), 32);
             assert_eq!(crate::catalog::decode_warps(bucket, false), 2);
+            assert_eq!(decode_keys_per_stage(bucket, true), 64);
             assert_eq!(crate::catalog::decode_warps(bucket, true), 4);
+            assert_eq!(crate::catalog::decode_ring_head_dim(bucket, true), 256);
         }
-        assert_eq!(decode_keys_per_stage(256, true), 32);
-        assert_eq!(decode_keys_per_stage(160, true), 48);
+        assert_eq!(crate::catalog::decode_ring_head_dim(160, false), 192);
         assert_eq!(
             decode_smem_bytes(256, false, 8),
             96 * 1024,
             "three 32-key stages of 512-byte K and V rows"
+        );
+        assert_eq!(
+            decode_smem_bytes(192, true, 8),
+            96 * 1024,
+            "three 64-key stages of 256-byte E4M3 K and V rows"
         );
         for bucket in crate::catalog::FWD_HEAD_DIM_BUCKETS {
             for kv8 in [false, true] {
@@ -320,33 +308,33 @@ mod tests {
                 }
             );
         }
-        // Two warps at D ≥ 192 (160 and 224 padded); the E4M3 cache's FMA stage there.
-        for bucket in [160, 256] {
-            assert_eq!(
-                decode_key_states(bucket, false, 3),
-                KeyStates::Split {
-                    tile: 32,
-                    splits: 3,
-                    workers: 2
-                }
-            );
-            assert_eq!(decode_key_states(bucket, true, 3), KeyStates::One);
+        // f16/bf16: two warps at D ≥ 160 (160 and 224 padded), 32-key stages; E4M3 (all on
+        // rows of 256): four warps, 64-key stages.
+        for bucket in [160, 192, 224, 256] {
+            for (kv8, tile, workers) in [(false, 32, 2), (true, 64, 4)] {
+                assert_eq!(
+                    decode_key_states(bucket, kv8, 3),
+                    KeyStates::Split {
+                        tile,
+                        splits: 3,
+                        workers
+                    }
+                );
+            }
         }
-        assert_eq!(decode_key_states(256, true, 3), KeyStates::One);
     }
 
     #[test]
     fn splits_fill_one_wave_of_resident_ctas() {
         // 1 × 32 heads × 8192 keys: 32 CTAs, 2 per SM on 132 SMs → 8 splits (256 CTAs).
-        assert_eq!(decode_splits(32, 8192, 1, 132), 8);
+        assert_eq!(decode_splits(32, 8192, 132), 8);
         // Paged decode, 64 × 8 KV heads: the grid fills the chip alone.
-        assert_eq!(decode_splits(512, 4096, 4, 132), 1);
+        assert_eq!(decode_splits(512, 4096, 132), 1);
         // Short caches split less: ≥ 256 keys per split.
-        assert_eq!(decode_splits(8, 1024, 4, 132), 4);
-        assert_eq!(decode_splits(8, 100, 4, 132), 1);
+        assert_eq!(decode_splits(8, 1024, 132), 4);
+        assert_eq!(decode_splits(8, 100, 132), 1);
         // Tiny grids stop at the cap.
-        assert_eq!(decode_splits(1, 1 << 20, 1, 132), DECODE_MAX_SPLITS);
-        assert_eq!(decode_splits(32, 8192, 8, 132), 8);
+        assert_eq!(decode_splits(1, 1 << 20, 132), DECODE_MAX_SPLITS);
     }
 
     #[test]
@@ -428,7 +416,7 @@ mod tests {
     fn plans_have_one_cta_per_split_head_and_batch() {
         let p = decode_problem(2, 8, 8, 4, 4096);
         let plan = plan_decode(&p, 4, false, None, 4096, 132).unwrap();
-        let splits = decode_splits(16, 4096, 4, 132);
+        let splits = decode_splits(16, 4096, 132);
         assert_eq!(plan.grid, (splits as u32, 8, 2));
         assert_eq!(plan.params.n_splits as usize, splits);
         assert_eq!(plan.config.threads(), DECODE_THREADS);

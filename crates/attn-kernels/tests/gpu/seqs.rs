@@ -976,7 +976,7 @@ fn correctness_seqs_decode() {
 /// bf16 queries far outside f16's range (|q| up to ~5·10^5) and far below its normal range
 /// (~10^-6), with keys scaled the other way, against E4M3 caches: the decode kernel's tensor-core stage runs both GEMMs in f16,
 /// after scaling Q by a power of two, and must neither overflow nor lose the small queries'
-/// bits. Buckets 32, 64 and 128 (the tensor-core ones) and 96 (the FMA stage), 1-8 rows.
+/// bits. Buckets 32, 64, 128 and 256, and 96 and 160 on padded rows; 1-8 rows.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_seqs_decode_kv8_wide_bf16_queries() {
@@ -985,7 +985,7 @@ fn correctness_seqs_decode_kv8_wide_bf16_queries() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
     for q_gain in [2f32.powi(17), 2f32.powi(-20)] {
-        for d in [128, 64, 32, 96] {
+        for d in [128, 64, 32, 96, 256, 160] {
             for (i, heads) in [(8, 2), (16, 2), (4, 4)].into_iter().enumerate() {
                 let c = SeqCase {
                     heads,
