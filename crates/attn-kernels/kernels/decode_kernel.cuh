@@ -186,7 +186,8 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
     const PageDiv div{p.seqs.page_size, p.seqs.page_mul, p.seqs.page_shift};
     const int code_chunks = KV8 ? p.head_dim >> 4 : p.head_dim >> 3; // 16-byte chunks of a row of D
     // The (page, row in page) of each copy's key, looked up one stage ahead (the table read
-    // is then off the path that issues the copies).
+    // is then off the path that issues the copies). The entry is clamped where the copy is
+    // issued, a stage later, so nothing waits on the table read before the stage's math.
     int pg[Cfg::kCopies], pr[Cfg::kCopies];
     auto locate = [&](int key0) {
 #pragma unroll
@@ -195,7 +196,7 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
             const int g = key0 + i / Cfg::kChunks;
             if (paged) {
                 const int slot = div.slot(g);
-                pg[j] = g < key_hi && i < kKeys * Cfg::kChunks ? page_of(table, slot, p.seqs.num_blocks) : 0;
+                pg[j] = g < key_hi && i < kKeys * Cfg::kChunks ? __ldg(table + slot) : 0;
                 pr[j] = g - slot * div.size;
             } else {
                 pg[j] = 0;
@@ -213,8 +214,10 @@ __device__ __forceinline__ void decode_kernel(const T* __restrict__ q,
             const int r = i / Cfg::kChunks;
             const int c = i % Cfg::kChunks;
             const bool in = key0 + r < key_hi && c < code_chunks;
-            const int64_t ko = static_cast<int64_t>(pg[j]) * p.k_stride[0] + static_cast<int64_t>(pr[j]) * p.k_stride[2];
-            const int64_t vo = static_cast<int64_t>(pg[j]) * p.v_stride[0] + static_cast<int64_t>(pr[j]) * p.v_stride[2];
+            // load.cuh's page_of clamp: a corrupt entry reads inside the cache.
+            const int64_t page = paged ? min(max(pg[j], 0), p.seqs.num_blocks - 1) : 0;
+            const int64_t ko = page * p.k_stride[0] + static_cast<int64_t>(pr[j]) * p.k_stride[2];
+            const int64_t vo = page * p.v_stride[0] + static_cast<int64_t>(pr[j]) * p.v_stride[2];
             const int cb = c * 16 / static_cast<int>(sizeof(KV)); // the chunk's first element
             const int dst = r * Cfg::kRowBytes + ((c ^ (r & Cfg::kSwizzle)) << 4);
             cp_async_16(smem_addr(sk + dst), in ? k_head + ko + cb : k_head, in);
