@@ -196,12 +196,15 @@ fn varlen(
         // against a paged KV cache holding the same sequences (chunked prefill's layout):
         // pages shuffled through the cache, a table row per sequence, `seqused_k`.
         let template = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
-        // The Hopper tile that reads a page of ≥ 64 keys in boxes of ≥ 64 rows (the default
-        // non-causal tile, 176 keys, reads every page size in 16-row boxes: gcd(176, page)).
-        let narrow = match attn_kernels::catalog::hopper_feature_tile(d) {
+        // The Hopper tiles of the paged rows: the wide 176-key tile reads every page size in
+        // 16-row TMA boxes (gcd(176, page)), the 128-key tile a page of ≥ 64 keys in boxes of
+        // ≥ 64 rows; the default engine takes the latter there (`hopper_seq_default_tile`).
+        let pinned = |tile: Option<attn_kernels::HopperTile>| match tile {
             Some(t) if gpu.compute_capability() == (9, 0) => Engine::Hopper(Some(t)),
             _ => Engine::Auto,
         };
+        let narrow = pinned(attn_kernels::catalog::hopper_feature_tile(d));
+        let wide = pinned(attn_kernels::catalog::hopper_seq_tile(d));
         for (name, engine, page) in [
             ("varlen (packed), default engine", Engine::Auto, None),
             ("varlen (packed), mma.sync", Engine::MmaSync, None),
@@ -216,13 +219,18 @@ fn varlen(
                 Some(16),
             ),
             (
+                "varlen (packed Q), paged KV, page 16, Hopper 128-key tile",
+                narrow,
+                Some(16),
+            ),
+            (
                 "varlen (packed Q), paged KV, page 64, default engine",
                 Engine::Auto,
                 Some(64),
             ),
             (
-                "varlen (packed Q), paged KV, page 64, Hopper 128-key tile",
-                narrow,
+                "varlen (packed Q), paged KV, page 64, Hopper 176-key tile",
+                wide,
                 Some(64),
             ),
             (
@@ -231,8 +239,8 @@ fn varlen(
                 Some(256),
             ),
             (
-                "varlen (packed Q), paged KV, page 256, Hopper 128-key tile",
-                narrow,
+                "varlen (packed Q), paged KV, page 256, Hopper 176-key tile",
+                wide,
                 Some(256),
             ),
         ] {

@@ -411,18 +411,50 @@ pub fn hopper_seq_tile(bucket: usize) -> Option<HopperTile> {
     (bucket == 128 && hopper_tiles(bucket).contains(&HOPPER_D128_WIDE)).then_some(HOPPER_D128_WIDE)
 }
 
+/// Rows of one K/V TMA box of the Hopper forward over a paged cache: gcd(BN, page size), so
+/// that every box of a key tile lies inside one page (pages hold a multiple of 16 keys, so
+/// boxes keep TMA's swizzle atoms whole). The kernel computes the same gcd.
+pub const fn paged_box_rows(block_n: usize, page_size: usize) -> usize {
+    let (mut a, mut b) = (block_n, page_size);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// The tile an unpinned launch with a sequence layout, ALiBi or sinks runs (softcap and
 /// windows always take [`hopper_feature_tile`]; `hopper::plan_hopper` says why): the dense
 /// default's rule for the wide D = 128 tile ([`hopper_default_tile`]: no mask, at least
 /// [`HOPPER_WIDE_MIN_KEYS`] keys in the longest sequence), else [`hopper_feature_tile`].
-pub fn hopper_seq_default_tile(bucket: usize, kv_len: usize, causal: bool) -> Option<HopperTile> {
+///
+/// A paged cache (`page_size`) arrives in TMA boxes of gcd(BN, page size) rows
+/// ([`paged_box_rows`]). The wide tile's 176 keys cut every power-of-two page into
+/// 16-row boxes, so a paged launch takes it only where its boxes are no smaller than the
+/// feature tile's: with pages of 64 and 256 keys the 128-key tile (boxes of 64 and 128 rows)
+/// ran a varlen prefill 1.07–1.08× faster (run 206, docs/PERF.md: 1090–1101 µs against
+/// 1179–1180).
+pub fn hopper_seq_default_tile(
+    bucket: usize,
+    kv_len: usize,
+    causal: bool,
+    page_size: Option<usize>,
+) -> Option<HopperTile> {
+    let feature = hopper_feature_tile(bucket);
+    let boxes_ok = |wide: HopperTile| {
+        page_size.is_none_or(|page| {
+            feature.is_none_or(|f| {
+                paged_box_rows(wide.block_n, page) >= paged_box_rows(f.block_n, page)
+            })
+        })
+    };
     if !causal
         && kv_len >= HOPPER_WIDE_MIN_KEYS
         && hopper_seq_tile(bucket) == Some(HOPPER_D128_WIDE)
+        && boxes_ok(HOPPER_D128_WIDE)
     {
         return Some(HOPPER_D128_WIDE);
     }
-    hopper_feature_tile(bucket)
+    feature
 }
 
 /// What a Hopper forward entry runs beyond the dense problem.

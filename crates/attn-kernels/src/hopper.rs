@@ -290,6 +290,9 @@ impl HopperPlan {
 pub(crate) struct SeqLaunch {
     /// Packed queries: the rows of the packed tensor (`total_q`), for the flat grid.
     pub packed_total_q: Option<usize>,
+    /// A paged cache's page size, which sizes its TMA boxes
+    /// ([`catalog::hopper_seq_default_tile`]).
+    pub page_size: Option<usize>,
 }
 
 /// `sequences`: a varlen / KV-cache launch, which runs in the `_seq` or `_feat` entries
@@ -317,9 +320,12 @@ pub(crate) fn plan_hopper(
     let wide_ok = problem.features().softcap.is_none() && problem.features().window.is_none();
     let asked = match tile {
         None if features && !wide_ok => catalog::hopper_feature_tile(bucket),
-        None if features || sequences => {
-            catalog::hopper_seq_default_tile(bucket, s.kv_len(), causal)
-        }
+        None if features || sequences => catalog::hopper_seq_default_tile(
+            bucket,
+            s.kv_len(),
+            causal,
+            seq_launch.and_then(|l| l.page_size),
+        ),
         None => catalog::hopper_default_tile(
             bucket,
             s.q_len(),
@@ -486,17 +492,6 @@ pub(crate) fn tma_geometry(
     })
 }
 
-/// Rows of one K/V TMA box of the Hopper forward over a paged cache: gcd(BN, page size), so
-/// that every box of a key tile lies inside one page (pages hold a multiple of 16 keys, so
-/// boxes keep TMA's swizzle atoms whole). The kernel computes the same gcd.
-pub(crate) fn paged_box_rows(block_n: usize, page_size: usize) -> usize {
-    let (mut a, mut b) = (block_n, page_size);
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
 /// One encoded TMA descriptor, passed by value as a `__grid_constant__` kernel parameter.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -637,6 +632,7 @@ mod tests {
 
     #[test]
     fn paged_boxes_divide_the_tile_and_the_page() {
+        use crate::catalog::paged_box_rows;
         let tiles = crate::catalog::FWD_HEAD_DIM_BUCKETS
             .iter()
             .flat_map(|&b| crate::catalog::hopper_tiles(b));
@@ -890,6 +886,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Seqs));
+        // A paged cache: the wide tile only where its TMA boxes are as tall as the feature
+        // tile's (pages of 16: both 16 rows; 64 and 256: 16 against 64 and 128).
+        for (page, want) in [
+            (16, Some(wide)),
+            (64, catalog::hopper_feature_tile(128)),
+            (256, catalog::hopper_feature_tile(128)),
+        ] {
+            let paged = SeqLaunch {
+                page_size: Some(page),
+                ..SeqLaunch::default()
+            };
+            let plan =
+                plan_hopper(&dense, None, 232_448, Some(paged), 132, TileSchedule::Auto).unwrap();
+            assert_eq!(Some(plan.tile), want, "page {page}");
+        }
         let plan = plan_hopper(&dense, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Dense));
         let short = Problem::new(
@@ -948,6 +959,7 @@ mod tests {
         );
         let packed = SeqLaunch {
             packed_total_q: Some(1305),
+            page_size: None,
         };
         let plan = plan_hopper(&p, None, 232_448, Some(packed), 132, TileSchedule::Auto).unwrap();
         let bm = plan.tile.block_m();

@@ -1280,6 +1280,7 @@ impl FlashAttention {
         let seq_launch = seqs.map(|(sp, layout)| crate::hopper::SeqLaunch {
             packed_total_q: matches!(layout.queries, crate::seqs::QueryRows::Packed { .. })
                 .then_some(sp.seqs.total_q as usize),
+            page_size: sp.paged.then_some(sp.seqs.page_size as usize),
         });
         let plan = plan_hopper(
             problem,
@@ -1314,7 +1315,7 @@ impl FlashAttention {
         // A paged cache arrives in boxes inside one page (kernels/fwd_hopper_kernel.cuh).
         let rows_kv = match seqs {
             Some((sp, _)) if sp.paged => {
-                crate::hopper::paged_box_rows(plan.tile.block_n, sp.seqs.page_size as usize)
+                crate::catalog::paged_box_rows(plan.tile.block_n, sp.seqs.page_size as usize)
             }
             _ => plan.tile.block_n,
         };

@@ -464,6 +464,10 @@ fn hopper_suffix(c: &SeqCase) -> &'static str {
             bucket,
             c.k_lens.iter().copied().max().unwrap_or(0),
             c.causal != Causal::None,
+            match c.keys {
+                Keys::Paged { page_size, .. } => Some(page_size),
+                _ => None,
+            },
         ),
     };
     let seq_tile = tile.is_some_and(|t| hopper_seq_tile(bucket) == Some(t));
