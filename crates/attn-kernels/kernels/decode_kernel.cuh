@@ -7,8 +7,8 @@
 // keeps its own online-softmax state, and the warps' states are merged once at the end.
 // K/V stream through a 3-stage cp.async ring of ~16 KiB stages, so each CTA keeps ~32 KiB in
 // flight; four CTAs per SM (48 KiB of shared memory each) keep ~128 KiB per SM in flight,
-// several times what hides DRAM latency. The f16/bf16 entries at D ≥ 96 take 24–32 KiB
-// stages instead, two CTAs per SM, the same ~128 KiB per SM in flight.
+// several times what hides DRAM latency. The f16/bf16 entries at D ≥ 96 and the E4M3 ones at
+// D ≥ 160 take 24–32 KiB stages instead, two CTAs per SM, the same ~128 KiB per SM in flight.
 //
 // Each warp's math is decode_tc.cuh's tensor-core stage — both GEMMs on mma.sync with the
 // query rows as the MMA's N — for every bucket: DecodeTc16 for f16/bf16 caches (96, 160 and
