@@ -6,6 +6,10 @@
 //!   on the mma.sync engine, the same packed queries against a paged KV cache (pages of 16
 //!   and 64 shuffled through the cache, `seqused_k`: chunked prefill's layout), and the padded
 //!   dense batch of the same sequences (B = 16, S = the longest) on both engines;
+//! - **chunked prefill**: 128, 256 and 512 new tokens of one sequence against a paged cache
+//!   of 16384 keys (Hq 32 / Hkv 8, D 128, bottom-right causal) on the default engine (the
+//!   Hopper sequence entries split the keys of a grid that leaves SMs idle), unsplit, and on
+//!   mma.sync;
 //! - **paged decode**: batch 64, Hq 32 / Hkv 8, 4096 keys each, pages of 16 (§7's paged
 //!   shape), one query per sequence, through a shuffled block table, against the same keys in
 //!   a dense `[B, Hkv, S, D]` cache (dense `forward`, which may split) and through the dense
@@ -140,6 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     unsafe { gpu.context().disable_event_tracking() };
     let mut json = Vec::new();
     varlen(&gpu, &args, &mut json)?;
+    chunked_prefill(&gpu, &args, &mut json)?;
     paged(&gpu, &args, &mut json)?;
     decode(&gpu, &args, &mut json, (32, 32, 128), true)?;
     // Gemma 2's head dim (9B: 16 query heads over 8 KV heads).
@@ -392,6 +397,97 @@ fn varlen(
             ),
             &rows,
             flops / 1e6, // TFLOP/s = FLOP / (µs · 1e-6) / 1e12
+            "TFLOP/s",
+            json,
+        )?;
+    }
+    Ok(())
+}
+
+/// Chunked prefill: `chunk` new tokens of one sequence (dense queries `[1, Hq, chunk, D]`,
+/// bottom-right causal: row i sees the cache's `ctx − chunk` older keys and the chunk's first
+/// i + 1) against a paged cache of `ctx` keys (pages of 64, shuffled), Hq 32 / Hkv 8, D 128,
+/// f16. Variants: the default engine (the Hopper sequence entries, which split the keys when
+/// the grid leaves SMs idle), the same entries unsplit (`splits = 1`, what the default ran
+/// before), and mma.sync (whose general entries cannot split under a causal mask).
+fn chunked_prefill(
+    gpu: &Arc<FlashAttention>,
+    args: &Args,
+    json: &mut Vec<serde_json::Value>,
+) -> anyhow::Result<()> {
+    let (hq, hkv, d, ctx, ps) = (32usize, 8usize, 128usize, 16384usize, 64usize);
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let st = gpu.stream().clone();
+    let max_blocks = ctx / ps;
+    let mut pages: Vec<i32> = (0..max_blocks as i32).collect();
+    pages.shuffle(&mut rng);
+    let table = st.clone_htod(&pages)?;
+    let used = st.clone_htod(&[ctx as i32])?;
+    let kd = [max_blocks, hkv, ps, d];
+    let k = randn(&st, &mut rng, max_blocks * ps * hkv * d)?;
+    let v = randn(&st, &mut rng, max_blocks * ps * hkv * d)?;
+    let unsplit = if gpu.compute_capability() == (9, 0) {
+        Engine::Hopper(None)
+    } else {
+        Engine::Auto
+    };
+    for chunk in [128usize, 256, 512] {
+        let p = Problem::new(
+            AttnShape::new(1, hq, hkv, chunk, ctx, d)?,
+            Causal::BottomRight,
+        );
+        let s = *p.shape();
+        // Σ over the chunk's rows of 4·D·(keys the row sees), per query head.
+        let keys: usize = (0..chunk).map(|i| ctx - chunk + i + 1).sum();
+        let flops = 4.0 * (hq * d * keys) as f64;
+        let q = randn(&st, &mut rng, s.q_elems())?;
+        let mut o = st.alloc_zeros::<f16>(s.o_elems())?;
+        let mut rows = Vec::new();
+        for (name, engine, splits) in [
+            ("default engine", Engine::Auto, None),
+            ("default entries unsplit (splits = 1)", unsplit, Some(1)),
+            ("mma.sync", Engine::MmaSync, None),
+        ] {
+            let mut kernel = String::new();
+            let mut launch = |_: usize| -> anyhow::Result<()> {
+                let info = gpu.forward_sequences(
+                    Forward {
+                        problem: &p,
+                        q: Tensor::bhsd(&q, dims_q(&s)),
+                        k: Tensor::contiguous(k.as_view(), kd, Layout::Bshd),
+                        v: Tensor::contiguous(v.as_view(), kd, Layout::Bshd),
+                        o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                        lse: None,
+                        options: ForwardOptions {
+                            engine,
+                            splits,
+                            ..ForwardOptions::default()
+                        },
+                    },
+                    Sequences {
+                        queries: QueryRows::Dense,
+                        keys: KeyRows::Paged {
+                            block_table: Indices::new(table.as_view()),
+                        },
+                        seqused_k: Some(Indices::new(used.as_view())),
+                    },
+                )?;
+                kernel = format!("{} ({} splits)", info.kernel, info.splits);
+                Ok(())
+            };
+            let samples = time_samples(gpu, args, &mut launch)?;
+            rows.push(Timed {
+                name: name.into(),
+                kernel,
+                samples,
+            });
+        }
+        report(
+            &format!(
+                "chunked prefill: {chunk} new tokens against a paged cache of {ctx} keys (page {ps}), Hq {hq} / Hkv {hkv}, D {d}, f16, bottom-right causal; TFLOP/s"
+            ),
+            &rows,
+            flops / 1e6,
             "TFLOP/s",
             json,
         )?;
@@ -800,12 +896,12 @@ fn decode_features(
     let variants: Vec<(&str, &Problem, Engine, Option<usize>)> = vec![
         ("plain", &plain, Engine::Auto, None),
         ("sinks", &with_sinks, Engine::Auto, None),
-        ("sinks, Hopper engine (Auto's old choice)", &with_sinks, hopper, None),
+        ("sinks, Hopper engine unsplit (Auto's old choice)", &with_sinks, hopper, Some(1)),
         ("sinks, mma.sync unsplit (the old mma.sync path)", &with_sinks, Engine::MmaSync, Some(1)),
         ("sinks + 128-key window", &window_sinks, Engine::Auto, None),
         ("ALiBi", &alibi, Engine::Auto, None),
         ("ALiBi, mma.sync split entries (Auto's previous choice)", &alibi, Engine::MmaSync, None),
-        ("ALiBi, Hopper engine (Auto's old choice)", &alibi, hopper, None),
+        ("ALiBi, Hopper engine unsplit (Auto's old choice)", &alibi, hopper, Some(1)),
     ];
     let mut rows = Vec::new();
     for (name, p, engine, splits) in variants {

@@ -24,8 +24,9 @@ use crate::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Engine {
     /// The Hopper kernel on sm_90 devices unless the problem wants split-KV (decode-like
-    /// grids too small for the chip), an explicit mma.sync config or split count, or a
-    /// debug build's tile dumps; the mma.sync kernel everywhere else.
+    /// grids too small for the chip) without a sequence layout (the Hopper sequence entries
+    /// split keys themselves), an explicit mma.sync config or split count, or a debug build's
+    /// tile dumps; the mma.sync kernel everywhere else.
     #[default]
     Auto,
     /// The FlashAttention-2-style mma.sync kernel (every arch; split-KV; tile dumps).
@@ -60,6 +61,8 @@ pub enum TileSchedule {
 /// (or flat-grid block) `w % tiles_x` of head `(w / tiles_x) % heads` of batch
 /// `w / (tiles_x · heads)`; causal launches other than flat grids reorder them longest first
 /// across groups of `lpt_heads` (head, batch) pairs (`item_order` in the tests mirrors it).
+/// `splits` > 1 (sequence and feature entries): grid.y splits each item's key tiles, and the
+/// three device pointers are the split-KV workspace (bound at launch; 0 otherwise).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HopperSched {
@@ -67,6 +70,11 @@ pub(crate) struct HopperSched {
     pub heads: i32,
     pub items: i32,
     pub lpt_heads: i32,
+    pub splits: i32,
+    pub pad: i32,
+    pub ws_o: u64,
+    pub ws_ml: u64,
+    pub counters: u64,
 }
 
 /// The (head, batch) pairs whose causal items run longest first together
@@ -110,7 +118,8 @@ fn item_order(w: i32, s: &HopperSched, causal: bool) -> (i32, i32, i32) {
     (x, rest % s.heads, rest / s.heads)
 }
 
-// SAFETY: plain old data with the layout of the kernel's `HopperSched` (four ints).
+// SAFETY: plain old data with the layout of the kernel's `HopperSched` (six ints, then three
+// device pointers, 8-byte aligned at offset 24).
 unsafe impl DeviceRepr for HopperSched {}
 
 /// The 1-D grid and the item walk of a Hopper launch whose classic grid is `grid`
@@ -149,8 +158,28 @@ pub(crate) fn hopper_schedule(
             heads: grid.1 as i32,
             items: items as i32,
             lpt_heads: 1,
+            splits: 1,
+            pad: 0,
+            ws_o: 0,
+            ws_ml: 0,
+            counters: 0,
         },
     ))
+}
+
+/// Key splits of a Hopper sequence or feature launch of `items` work items whose longest
+/// item walks `key_tiles` key tiles: the split count that fills one wave of one CTA per SM
+/// (these CTAs take all of an SM's shared memory), ⌊SMs / items⌋, each split keeping
+/// [`crate::config::MIN_TILES_PER_SPLIT`] tiles, at most [`crate::config::MAX_SPLITS`]; 1
+/// when the items already cover the SMs. Chunked prefill is the case: a few query blocks of
+/// new tokens against a long cache.
+pub(crate) fn hopper_seq_splits(items: usize, key_tiles: usize, sm_count: usize) -> usize {
+    if items >= sm_count {
+        return 1;
+    }
+    (sm_count / items.max(1))
+        .min(key_tiles / crate::config::MIN_TILES_PER_SPLIT)
+        .clamp(1, crate::config::MAX_SPLITS)
 }
 
 /// The Hopper configs compiled for `head_dim`'s bucket, the default first.
@@ -293,10 +322,16 @@ pub(crate) struct SeqLaunch {
     /// A paged cache's page size, which sizes its TMA boxes
     /// ([`catalog::hopper_seq_default_tile`]).
     pub page_size: Option<usize>,
+    /// The most keys one sequence can have, for the split count: dense keys' Sk, a paged
+    /// cache's capacity, packed keys' `total_k`.
+    pub keys_bound: usize,
 }
 
 /// `sequences`: a varlen / KV-cache launch, which runs in the `_seq` or `_feat` entries
-/// ([`HopperVariant`]); packed queries run a flat grid ([`flat_grid_x`]).
+/// ([`HopperVariant`]); packed queries run a flat grid ([`flat_grid_x`]). `splits`: key
+/// splits (`None`: [`hopper_seq_splits`]); only the `_seq` / `_feat` entries split, so a
+/// dense launch without features refuses a count above 1.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_hopper(
     problem: &Problem,
     tile: Option<HopperTile>,
@@ -304,6 +339,7 @@ pub(crate) fn plan_hopper(
     seq_launch: Option<SeqLaunch>,
     sm_count: usize,
     schedule: TileSchedule,
+    splits: Option<usize>,
 ) -> Result<HopperPlan, KernelError> {
     let sequences = seq_launch.is_some();
     check_sizes(problem)?;
@@ -396,9 +432,48 @@ pub(crate) fn plan_hopper(
         ),
     };
     let walks = catalog::hopper_persistent(bucket, &tile, causal, variant, false);
-    let (launch_grid, mut sched) = hopper_schedule(grid, walks, schedule, sm_count, &tile.name())?;
+    let (mut launch_grid, mut sched) =
+        hopper_schedule(grid, walks, schedule, sm_count, &tile.name())?;
     if causal && flat_block_m == 0 {
         sched.lpt_heads = causal_lpt_heads(bucket, s.kv_len());
+    }
+    let splits = match splits {
+        Some(0) => {
+            return Err(KernelError::UnsupportedFeature(
+                "0 key splits (use 1 for none, or leave it unset)".into(),
+            ))
+        }
+        Some(n) if n > 1 && variant == HopperVariant::Dense => {
+            return Err(KernelError::EngineUnavailable(
+                "the Hopper engine splits keys only in sequence layouts and feature launches; use Engine::MmaSync or Engine::Auto for split-KV here".into(),
+            ))
+        }
+        Some(n) if n > crate::config::MAX_SPLITS => {
+            return Err(KernelError::UnsupportedFeature(format!(
+                "{n} key splits (at most {})",
+                crate::config::MAX_SPLITS
+            )))
+        }
+        Some(n) => n,
+        None if variant == HopperVariant::Dense => 1,
+        None => {
+            // Keys one item can see: the longest sequence's, or a window's span over the block.
+            let mut keys = seq_launch.map_or(s.kv_len(), |l| l.keys_bound);
+            if let Some((left, right)) = problem.features().window {
+                if left >= 0 && right >= 0 {
+                    keys = keys.min(left as usize + right as usize + tile.block_m());
+                }
+            }
+            hopper_seq_splits(
+                sched.items as usize,
+                keys.div_ceil(tile.block_n),
+                sm_count,
+            )
+        }
+    };
+    if splits > 1 {
+        sched.splits = splits as i32;
+        launch_grid.1 = splits as u32;
     }
     Ok(HopperPlan {
         tile,
@@ -678,7 +753,7 @@ mod tests {
             AttnShape::new(2, 4, 2, 300, 500, 96).unwrap(),
             Causal::TopLeft,
         );
-        let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(plan.bucket, 96);
         assert_eq!(plan.tile, catalog::hopper_tiles(96)[0]);
         assert_eq!(plan.grid(), (3, 4, 2));
@@ -689,11 +764,11 @@ mod tests {
         let wide = catalog::hopper_tiles(256)[0];
         assert!(!catalog::hopper_tiles(96).contains(&wide));
         assert!(matches!(
-            plan_hopper(&p, Some(wide), 232_448, None, 132, TileSchedule::Auto),
+            plan_hopper(&p, Some(wide), 232_448, None, 132, TileSchedule::Auto, None),
             Err(KernelError::UnknownConfig { .. })
         ));
         assert!(matches!(
-            plan_hopper(&p, None, 100_000, None, 132, TileSchedule::Auto),
+            plan_hopper(&p, None, 100_000, None, 132, TileSchedule::Auto, None),
             Err(KernelError::ConfigTooLarge { .. })
         ));
     }
@@ -736,7 +811,7 @@ mod tests {
             AttnShape::new(2, 4, 4, 4096, 4096, 64).unwrap(),
             Causal::None,
         );
-        let plan = plan_hopper(&p, Some(t), 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(&p, Some(t), 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(plan.grid(), (22, 4, 2), "4096 rows in blocks of 192");
         // Q is 192 rows of 128 bytes; three stages of 128-key K and V tiles; Q's full and
         // empty barriers and four per stage.
@@ -755,7 +830,7 @@ mod tests {
     fn small_d64_grids_take_the_128_row_or_the_key_split_tile() {
         let tile = |b, h, sq| {
             let p = Problem::new(AttnShape::new(b, h, h, sq, sq, 64).unwrap(), Causal::None);
-            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
+            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None)
                 .unwrap()
                 .tile
         };
@@ -786,7 +861,7 @@ mod tests {
         // Its plan: 64-row blocks; Q, four stages of 128-key K and V, the exchange buffer (O's
         // 32 floats and m, l per consumer thread) and the barriers.
         let p = Problem::new(AttnShape::new(1, 8, 8, 512, 512, 64).unwrap(), Causal::None);
-        let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(plan.grid(), (8, 8, 1));
         assert_eq!(
             plan.smem_bytes as usize,
@@ -800,7 +875,7 @@ mod tests {
     fn d128_takes_176_keys_without_a_mask_over_long_keys_and_pingpong_under_one() {
         let tile = |sk, causal| {
             let p = Problem::new(AttnShape::new(4, 16, 16, 4096, sk, 128).unwrap(), causal);
-            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
+            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None)
                 .unwrap()
                 .tile
         };
@@ -829,7 +904,7 @@ mod tests {
             Causal::None,
         );
         assert_eq!(
-            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
+            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None)
                 .unwrap()
                 .tile,
             catalog::hopper_tiles(96)[0]
@@ -842,13 +917,13 @@ mod tests {
             Causal::None,
         );
         let a = plain.with_sinks(vec![0.5; 16]).unwrap();
-        let plan = plan_hopper(&a, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(&a, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Features));
         for f in [
             plain.with_softcap(30.0).unwrap(),
             plain.with_window(256, 256).unwrap(),
         ] {
-            let plan = plan_hopper(&f, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+            let plan = plan_hopper(&f, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
             assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
             assert_eq!(plan.variant, HopperVariant::Features);
         }
@@ -860,6 +935,7 @@ mod tests {
             Some(SeqLaunch::default()),
             132,
             TileSchedule::Auto,
+            None,
         )
         .unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Features));
@@ -869,7 +945,7 @@ mod tests {
         )
         .with_softcap(30.0)
         .unwrap();
-        let plan = plan_hopper(&fc, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(&fc, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.variant, HopperVariant::Features);
         let dense = Problem::new(
@@ -883,6 +959,7 @@ mod tests {
             Some(SeqLaunch::default()),
             132,
             TileSchedule::Auto,
+            None,
         )
         .unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Seqs));
@@ -897,11 +974,19 @@ mod tests {
                 page_size: Some(page),
                 ..SeqLaunch::default()
             };
-            let plan =
-                plan_hopper(&dense, None, 232_448, Some(paged), 132, TileSchedule::Auto).unwrap();
+            let plan = plan_hopper(
+                &dense,
+                None,
+                232_448,
+                Some(paged),
+                132,
+                TileSchedule::Auto,
+                None,
+            )
+            .unwrap();
             assert_eq!(Some(plan.tile), want, "page {page}");
         }
-        let plan = plan_hopper(&dense, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(&dense, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Dense));
         let short = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 512, 128).unwrap(),
@@ -914,6 +999,7 @@ mod tests {
             Some(SeqLaunch::default()),
             132,
             TileSchedule::Auto,
+            None,
         )
         .unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
@@ -926,6 +1012,7 @@ mod tests {
             Some(SeqLaunch::default()),
             132,
             TileSchedule::Auto,
+            None,
         )
         .unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Seqs));
@@ -941,7 +1028,8 @@ mod tests {
                     232_448,
                     Some(SeqLaunch::default()),
                     132,
-                    TileSchedule::Auto
+                    TileSchedule::Auto,
+                    None
                 )
                 .unwrap()
                 .tile
@@ -960,8 +1048,18 @@ mod tests {
         let packed = SeqLaunch {
             packed_total_q: Some(1305),
             page_size: None,
+            keys_bound: 900,
         };
-        let plan = plan_hopper(&p, None, 232_448, Some(packed), 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(
+            &p,
+            None,
+            232_448,
+            Some(packed),
+            132,
+            TileSchedule::Auto,
+            None,
+        )
+        .unwrap();
         let bm = plan.tile.block_m();
         assert_eq!(plan.flat_block_m, bm as i32);
         assert_eq!(
@@ -971,7 +1069,7 @@ mod tests {
         );
         assert!((plan.grid().0 as usize) < 3 * 700usize.div_ceil(bm));
         for seq in [Some(SeqLaunch::default()), None] {
-            let plan = plan_hopper(&p, None, 232_448, seq, 132, TileSchedule::Auto).unwrap();
+            let plan = plan_hopper(&p, None, 232_448, seq, 132, TileSchedule::Auto, None).unwrap();
             assert_eq!(plan.flat_block_m, 0);
             assert_eq!(plan.grid(), (700usize.div_ceil(bm) as u32, 8, 3));
         }
@@ -1006,6 +1104,62 @@ mod tests {
     }
 
     #[test]
+    fn sequence_and_feature_launches_split_keys_of_small_grids() {
+        // Chunked prefill: 256 new tokens of one sequence, 32 heads, against 16384 paged keys.
+        let chunk = Problem::new(
+            AttnShape::new(1, 32, 8, 256, 16384, 128).unwrap(),
+            Causal::BottomRight,
+        );
+        let paged = SeqLaunch {
+            page_size: Some(64),
+            keys_bound: 16384,
+            ..SeqLaunch::default()
+        };
+        let plan = |p: &Problem, seq: Option<SeqLaunch>, splits| {
+            plan_hopper(p, None, 232_448, seq, 132, TileSchedule::Auto, splits)
+        };
+        let p = plan(&chunk, Some(paged), None).unwrap();
+        let items = p.sched.items as usize;
+        assert_eq!(items, 2 * 32); // two 128-row blocks per head
+        assert_eq!(p.sched.splits, 2, "⌊132 / 64⌋");
+        assert_eq!(p.launch_grid, (items as u32, 2, 1));
+        assert_eq!((p.sched.ws_o, p.sched.counters), (0, 0), "bound at launch");
+        // Pinned counts are the launch's; 0, more than MAX_SPLITS, and a dense launch without
+        // features (its entries do not split) are refused.
+        let p = plan(&chunk, Some(paged), Some(5)).unwrap();
+        assert_eq!((p.sched.splits, p.launch_grid.1), (5, 5));
+        let p = plan(&chunk, Some(paged), Some(1)).unwrap();
+        assert_eq!((p.sched.splits, p.launch_grid.1), (1, 1));
+        for bad in [0, crate::config::MAX_SPLITS + 1] {
+            assert!(plan(&chunk, Some(paged), Some(bad)).is_err(), "{bad}");
+        }
+        assert!(matches!(
+            plan(&chunk, None, Some(2)),
+            Err(KernelError::EngineUnavailable(_))
+        ));
+        assert_eq!(plan(&chunk, None, None).unwrap().sched.splits, 1);
+        // A dense launch with a feature splits like a sequence layout; a window bounds the
+        // keys a block sees (100 + 0 + 128 rows: under 8 tiles, no split).
+        let softcap = chunk.with_softcap(30.0).unwrap();
+        assert_eq!(plan(&softcap, None, None).unwrap().sched.splits, 2);
+        let window = chunk.with_window(100, 0).unwrap();
+        assert_eq!(plan(&window, None, None).unwrap().sched.splits, 1);
+        // A grid that covers the SMs, or keys too few for 8 tiles a split, stays whole.
+        let full = chunk
+            .with_shape(AttnShape::new(3, 32, 8, 256, 16384, 128).unwrap())
+            .unwrap();
+        assert_eq!(plan(&full, Some(paged), None).unwrap().sched.splits, 1);
+        let short = SeqLaunch {
+            keys_bound: 1000,
+            ..paged
+        };
+        assert_eq!(plan(&chunk, Some(short), None).unwrap().sched.splits, 1);
+        assert_eq!(hopper_seq_splits(8, 1000, 132), crate::config::MAX_SPLITS);
+        assert_eq!(hopper_seq_splits(40, 1000, 132), 3);
+        assert_eq!(hopper_seq_splits(132, 1000, 132), 1);
+    }
+
+    #[test]
     fn features_run_in_the_default_tile_and_take_the_hopper_engine() {
         let p = Problem::new(
             AttnShape::new(1, 8, 2, 300, 500, 128).unwrap(),
@@ -1013,14 +1167,14 @@ mod tests {
         )
         .with_window(100, 0)
         .unwrap();
-        let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.params.feat.window_left, 100);
         // Above D = 192 the feature tile is not the default: an unset tile picks it.
         let wide = p
             .with_shape(AttnShape::new(1, 8, 2, 300, 500, 256).unwrap())
             .unwrap();
-        let plan = plan_hopper(&wide, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(&wide, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(256));
         assert_ne!(plan.tile, catalog::hopper_tiles(256)[0]);
         let other = *catalog::hopper_tiles(128)
@@ -1028,7 +1182,15 @@ mod tests {
             .find(|t| !HopperVariant::Features.is_built(128, t))
             .expect("a D = 128 tile without feature entries");
         assert!(matches!(
-            plan_hopper(&p, Some(other), 232_448, None, 132, TileSchedule::Auto),
+            plan_hopper(
+                &p,
+                Some(other),
+                232_448,
+                None,
+                132,
+                TileSchedule::Auto,
+                None
+            ),
             Err(KernelError::EngineUnavailable(_))
         ));
         // Decode with sinks: the mma.sync general entries split it and the Hopper ones do
@@ -1091,6 +1253,11 @@ mod tests {
                 heads,
                 items: tiles_x * heads * batch,
                 lpt_heads: lpt,
+                splits: 1,
+                pad: 0,
+                ws_o: 0,
+                ws_ml: 0,
+                counters: 0,
             };
             let mut seen = std::collections::HashSet::new();
             let mut last_rank_of_group = vec![-1; (heads * batch) as usize];
@@ -1128,7 +1295,7 @@ mod tests {
         assert_eq!(causal_lpt_heads(128, 4096), 1);
         let plan = |causal, d| {
             let p = Problem::new(AttnShape::new(4, 16, 16, 4096, 4096, d).unwrap(), causal);
-            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto)
+            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None)
                 .unwrap()
                 .sched
         };
@@ -1184,11 +1351,21 @@ mod tests {
             AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
             Causal::None,
         );
-        let plan = plan_hopper(&dense, Some(wide), 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan = plan_hopper(
+            &dense,
+            Some(wide),
+            232_448,
+            None,
+            132,
+            TileSchedule::Auto,
+            None,
+        )
+        .unwrap();
         assert_eq!(plan.launch_grid, (132, 1, 1));
         assert_eq!(plan.grid(), (32, 16, 4));
         let causal = Problem::new(*dense.shape(), Causal::BottomRight);
-        let plan = plan_hopper(&causal, None, 232_448, None, 132, TileSchedule::Auto).unwrap();
+        let plan =
+            plan_hopper(&causal, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(
             plan.launch_grid.0, plan.sched.items as u32,
             "causal: one CTA per item"
@@ -1199,7 +1376,8 @@ mod tests {
             232_448,
             None,
             132,
-            TileSchedule::Persistent(None)
+            TileSchedule::Persistent(None),
+            None
         )
         .is_err());
     }

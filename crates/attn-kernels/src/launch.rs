@@ -207,8 +207,10 @@ pub struct ForwardOptions {
     /// Overrides the default config (for sweeps and tests).
     pub config: Option<KernelConfig>,
     /// Key splits per query block: `None` = the heuristic
-    /// ([`crate::config::choose_splits`]), `Some(1)` = never split. Values above 1 need a
-    /// config with split-KV entry points ([`crate::config::has_split`]).
+    /// ([`crate::config::choose_splits`]; on the Hopper engine, one wave of one CTA per SM),
+    /// `Some(1)` = never split. Values above 1 need a config with split-KV entry points
+    /// ([`crate::config::has_split`]), or on the Hopper engine a sequence layout or a feature
+    /// (its `_seq` / `_feat` entries split; its dense ones refuse).
     pub splits: Option<usize>,
     /// Which mainloop runs it: the Hopper kernel or mma.sync ([`Engine::Auto`] picks).
     pub engine: Engine,
@@ -421,6 +423,41 @@ struct SplitWorkspace {
     o: CudaSlice<f32>,
     ml: CudaSlice<f32>,
     counters: CudaSlice<u32>,
+}
+
+/// The split-KV workspace in `slot`, reallocated (zeroed) when it holds fewer than `rows`
+/// partial rows of `width` floats, their (m, l), or `blocks` tickets.
+fn split_workspace<'a>(
+    stream: &Arc<CudaStream>,
+    slot: &'a mut Option<SplitWorkspace>,
+    rows: usize,
+    width: usize,
+    blocks: usize,
+) -> Result<&'a mut SplitWorkspace, KernelError> {
+    let fits = slot.as_ref().is_some_and(|w| {
+        w.o.len() >= rows * width && w.ml.len() >= rows * 2 && w.counters.len() >= blocks
+    });
+    if !fits {
+        let alloc = |what| {
+            move |source| KernelError::Driver {
+                context: what,
+                source,
+            }
+        };
+        *slot = None; // free the old workspace first
+        *slot = Some(SplitWorkspace {
+            o: stream
+                .alloc_zeros(rows * width)
+                .map_err(alloc("allocating the split-KV workspace"))?,
+            ml: stream
+                .alloc_zeros(rows * 2)
+                .map_err(alloc("allocating the split-KV workspace"))?,
+            counters: stream
+                .alloc_zeros(blocks)
+                .map_err(alloc("allocating the split-KV counters"))?,
+        });
+    }
+    slot.as_mut().ok_or(KernelError::Poisoned)
 }
 
 impl std::fmt::Debug for FlashAttention {
@@ -914,6 +951,7 @@ impl FlashAttention {
                 tile,
                 seqs,
                 opts.schedule,
+                opts.splits,
             );
         }
         let (unit, name, plan) = match decode_rows {
@@ -1035,31 +1073,8 @@ impl FlashAttention {
             let blocks = plan.grid.0 as usize / plan.params.n_splits as usize
                 * plan.grid.1 as usize
                 * plan.grid.2 as usize;
-            let bucket = unit.head_dim;
             let rows = blocks * plan.params.n_splits as usize * cfg.block_m;
-            let fits = ws_guard.as_ref().is_some_and(|w| {
-                w.o.len() >= rows * bucket && w.ml.len() >= rows * 2 && w.counters.len() >= blocks
-            });
-            if !fits {
-                let alloc = |what| {
-                    move |source| KernelError::Driver {
-                        context: what,
-                        source,
-                    }
-                };
-                *ws_guard = None; // free the old workspace first
-                *ws_guard = Some(SplitWorkspace {
-                    o: stream
-                        .alloc_zeros(rows * bucket)
-                        .map_err(alloc("allocating the split-KV workspace"))?,
-                    ml: stream
-                        .alloc_zeros(rows * 2)
-                        .map_err(alloc("allocating the split-KV workspace"))?,
-                    counters: stream
-                        .alloc_zeros(blocks)
-                        .map_err(alloc("allocating the split-KV counters"))?,
-                });
-            }
+            split_workspace(stream, &mut ws_guard, rows, unit.head_dim, blocks)?;
         }
         let mut builder = stream.launch_builder(&func);
         builder
@@ -1229,9 +1244,11 @@ impl FlashAttention {
                         self.cache.major, self.cache.minor
                     )));
                 }
-                if planted || opts.config.is_some() || opts.splits.is_some_and(|n| n != 1) {
+                // Split counts are checked by `plan_hopper`: the sequence and feature entries
+                // split keys, the dense ones do not.
+                if planted || opts.config.is_some() {
                     return Err(KernelError::EngineUnavailable(
-                        "the Hopper engine has no tile dumps, mma.sync configs or split-KV; use Engine::MmaSync or Engine::Auto for those".into(),
+                        "the Hopper engine has no tile dumps or mma.sync configs; use Engine::MmaSync or Engine::Auto for those".into(),
                     ));
                 }
                 Ok(Some(tile))
@@ -1249,6 +1266,12 @@ impl FlashAttention {
                 let unit = hopper_unit(dtype, bucket);
                 if cubin::select(&unit, false, self.cache.major, self.cache.minor).is_none() {
                     return Ok(None); // a filtered build without this unit
+                }
+                if seqs.is_some() {
+                    // The sequence entries split keys themselves (chunked prefill's small
+                    // grids), causal launches included, which the mma.sync general entries
+                    // cannot.
+                    return Ok(Some(None));
                 }
                 let mma = self.default_config(problem);
                 Ok(auto_prefers_hopper(
@@ -1276,19 +1299,27 @@ impl FlashAttention {
         tile: Option<HopperTile>,
         seqs: Option<(crate::seqs::SeqPlan, &Sequences<'_>)>,
         schedule: crate::hopper::TileSchedule,
+        splits: Option<usize>,
     ) -> Result<LaunchInfo, KernelError> {
         let seq_launch = seqs.map(|(sp, layout)| crate::hopper::SeqLaunch {
             packed_total_q: matches!(layout.queries, crate::seqs::QueryRows::Packed { .. })
                 .then_some(sp.seqs.total_q as usize),
             page_size: sp.paged.then_some(sp.seqs.page_size as usize),
+            // Dense keys: Sk; paged: the capacity; packed: total_k (kv_len is 0 there).
+            keys_bound: if sp.kv_len > 0 {
+                sp.kv_len
+            } else {
+                sp.seqs.total_k as usize
+            },
         });
-        let plan = plan_hopper(
+        let mut plan = plan_hopper(
             problem,
             tile,
             self.max_smem_per_block(),
             seq_launch,
             self.sm_count(),
             schedule,
+            splits,
         )?;
         let unit = hopper_unit(T::DTYPE, plan.bucket);
         let causal = problem.causal() != Causal::None;
@@ -1328,6 +1359,20 @@ impl FlashAttention {
         let tma_k = encode_tma(&geometry(k.dims, k.strides, rows_kv)?, ptrs.k, elem)?;
         let tma_v = encode_tma(&geometry(v.dims, v.strides, rows_kv)?, ptrs.v, elem)?;
         let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
+        // Split-KV: the workspace the mma.sync kernel's split entries use, grown on demand.
+        let n_splits = plan.sched.splits.max(1) as usize;
+        let mut ws_guard = self.workspace.lock().map_err(|_| KernelError::Poisoned)?;
+        let mut ws_ptrs = Vec::new();
+        if n_splits > 1 {
+            let items = plan.sched.items as usize;
+            let rows = items * n_splits * plan.tile.block_m();
+            let w = split_workspace(stream, &mut ws_guard, rows, plan.bucket, items)?;
+            let (o_ptr, g_o) = w.o.device_ptr_mut(stream);
+            let (ml_ptr, g_ml) = w.ml.device_ptr_mut(stream);
+            let (c_ptr, g_c) = w.counters.device_ptr_mut(stream);
+            (plan.sched.ws_o, plan.sched.ws_ml, plan.sched.counters) = (o_ptr, ml_ptr, c_ptr);
+            ws_ptrs = vec![g_o, g_ml, g_c];
+        }
         let launch_cfg = LaunchConfig {
             grid_dim: grid,
             block_dim: (plan.tile.threads() as u32, 1, 1),
@@ -1360,17 +1405,21 @@ impl FlashAttention {
         // arrays' lengths against the batch, and the kernel clamps every device-resident
         // index into those sizes before it forms a TMA coordinate or an O/LSE address
         // (kernels/seqs.cuh); the dynamic shared memory was raised on the function and fits
-        // the device.
+        // the device. A split launch (grid.y = splits, sequence and feature entries only) has
+        // a workspace of items · splits · BM rows of the bucket's width, (m, l) per row and
+        // a zeroed ticket per item, which the kernel leaves zeroed.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the Hopper kernel"))?;
         drop(ptrs);
         drop(feature_guard);
         drop(index_guards);
+        drop(ws_ptrs);
+        drop(ws_guard);
         Ok(LaunchInfo {
             kernel: name,
             arch,
             config: plan.tile.as_config(),
             grid,
-            splits: 1,
+            splits: n_splits,
             smem_bytes: plan.smem_bytes,
         })
     }

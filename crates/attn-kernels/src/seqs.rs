@@ -28,10 +28,14 @@
 //! (`max_seqlen_q`, which sizes the grid) for packed Q: rows of a sequence past it are not
 //! computed. Its `kv_len` is Sk for dense K/V and is not used for packed or paged K/V.
 //!
-//! These launches run unsplit in the general entry points (the ones with the score-modifying
-//! features): the mma.sync kernel's on every arch, and on sm_90 the Hopper kernel's for varlen
-//! batches, KV-cache lengths and paged caches whose longest query sequence exceeds 64 rows
-//! (`Engine::Auto`; `Engine::Hopper` takes any). Decode-shaped launches run the decode kernel.
+//! These launches run in the general entry points (the ones with the score-modifying
+//! features): on sm_90 the Hopper kernel's for varlen batches, KV-cache lengths and paged
+//! caches whose longest query sequence exceeds 64 rows (`Engine::Auto`; `Engine::Hopper`
+//! takes any), which split the keys of a grid that leaves SMs idle (chunked prefill: a few
+//! blocks of new queries against a long cache; `hopper_seq_splits`, or
+//! [`crate::ForwardOptions::splits`]), causal launches included; the mma.sync kernel's
+//! everywhere else, which split unmasked launches only. Decode-shaped launches run the decode
+//! kernel.
 
 use attn_ref::{reference::varlen::check_cu_seqlens, AttnError, AttnShape, Causal, Problem};
 use cudarc::driver::{CudaView, DevicePtr, SyncOnDrop};
@@ -425,8 +429,8 @@ impl FlashAttention {
     ///
     /// Errors before anything is written: tensors whose dims do not match the layout, index
     /// arrays of the wrong length, malformed host copies of the indices, options these
-    /// launches lack (split-KV, an mma.sync config other than the general one, the Hopper
-    /// engine for paged caches).
+    /// launches lack (an mma.sync config other than the general one; split-KV under a causal
+    /// mask on the mma.sync engine).
     pub fn forward_sequences<T: StorageType>(
         &self,
         args: Forward<'_, T>,

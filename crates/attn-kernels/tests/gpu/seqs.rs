@@ -394,6 +394,15 @@ fn run_case<T: StorageType + Element>(
         )
     }
     .map_err(|e| format!("launch: {e}"))?;
+    // A pinned split count is the Hopper launch's (the sequence and feature entries split).
+    if let (Some(n), true) = (c.splits, launch.kernel.starts_with("attn_fwdh_")) {
+        if launch.splits != n {
+            return Err(format!(
+                "{}: {} splits, asked {n}",
+                launch.kernel, launch.splits
+            ));
+        }
+    }
     let o: Vec<T> = st.clone_dtoh(&o).map_err(|e| e.to_string())?;
     let lse: Vec<f32> = st.clone_dtoh(&lse).map_err(|e| e.to_string())?;
     let mut failures = Vec::new();
@@ -1251,6 +1260,135 @@ fn correctness_seqs_general_split() {
         }
     }
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// Split-KV in the Hopper engine's sequence and feature entries (chunked prefill: a few
+/// blocks of new queries against long caches): pinned split counts (3 and 5, with splits
+/// that get no key tile under a causal mask, and a sequence with rows but no keys) and the heuristic's, over packed, dense and
+/// paged keys, both causal alignments, every feature at once, and head dims 64, 128 and 256
+/// (three bucket tiles: 192, 128 and 128 query rows), against the reference; a pinned count
+/// is the launch's. Off sm_90 the same cases run unpinned on the mma.sync general entries.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_seqs_hopper_split() {
+    let gpu = gpu();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    let q_lens = vec![130, 64, 0, 200, 70];
+    let k_lens = vec![2900, 1500, 700, 2600, 0];
+    let hopper = gpu.compute_capability() == (9, 0);
+    for d in [64, 128, 256] {
+        for keys in [
+            Keys::Packed,
+            Keys::Dense { cap: 3000 },
+            Keys::Paged {
+                page_size: 64,
+                num_blocks: q_lens.len() * 2900usize.div_ceil(64) + 5,
+            },
+        ] {
+            for causal in CAUSALS {
+                for (features, splits) in [
+                    (Features::default(), Some(3)),
+                    (all_features(q_lens.len(), 4), Some(5)),
+                    (Features::default(), None),
+                ] {
+                    let c = SeqCase {
+                        heads: (4, 2),
+                        d,
+                        causal,
+                        features,
+                        q_lens: q_lens.clone(),
+                        k_lens: k_lens.clone(),
+                        q_packed: true,
+                        keys,
+                        engine: if splits.is_some() && hopper {
+                            Engine::Hopper(None)
+                        } else {
+                            Engine::Auto
+                        },
+                        kv8: None,
+                        splits: splits.filter(|_| hopper),
+                        q_gain: 1.0,
+                    };
+                    run_dtypes(&gpu, &c, &mut rng, &mut failures);
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+/// One split Hopper launch (chunked prefill with every feature, 4 splits) twice on the same
+/// inputs: bitwise equal, whichever CTA merged, and finite; off sm_90 the engine refuses.
+/// Small, so that compute-sanitizer's tools run it (memcheck, racecheck, synccheck: the
+/// partials' stores, the ticket and the merge).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_seqs_hopper_split_deterministic() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let hopper = gpu.compute_capability() == (9, 0);
+    let (hq, hkv, d) = (4usize, 2usize, 128usize);
+    let (sq, sk) = (200usize, 3000usize);
+    let p = Problem::new(
+        AttnShape::new(1, hq, hkv, sq, sk, d).unwrap(),
+        Causal::BottomRight,
+    )
+    .with_features(all_features(1, hq))
+    .unwrap();
+    let q: Vec<f16> = randn(&mut rng, sq * hq * d);
+    let k: Vec<f16> = randn(&mut rng, sk * hkv * d);
+    let v: Vec<f16> = randn(&mut rng, sk * hkv * d);
+    let cu_q = [0, sq as i32];
+    let cu_k = [0, sk as i32];
+    let host = attn_kernels::HostSequences {
+        cu_seqlens_q: Some(&cu_q),
+        cu_seqlens_k: Some(&cu_k),
+        ..Default::default()
+    };
+    fn t(data: &[f16], rows: usize, heads: usize, d: usize) -> attn_kernels::HostTensor<'_, f16> {
+        attn_kernels::HostTensor {
+            data,
+            dims: [1, heads, rows, d],
+            layout: Layout::Bshd,
+        }
+    }
+    let opts = ForwardOptions {
+        engine: Engine::Hopper(None),
+        splits: Some(4),
+        ..ForwardOptions::default()
+    };
+    let run = || {
+        gpu.forward_sequences_host(
+            &p,
+            t(&q, sq, hq, d),
+            t(&k, sk, hkv, d),
+            t(&v, sk, hkv, d),
+            &host,
+            &opts,
+        )
+    };
+    if hopper {
+        let (a, b) = (run().unwrap(), run().unwrap());
+        assert_eq!(a.launch.splits, 4, "{:?}", a.launch);
+        assert!(a
+            .o
+            .iter()
+            .zip(&b.o)
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(a
+            .lse
+            .iter()
+            .zip(&b.lse)
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(a.o.iter().all(|x| x.to_f32().is_finite()));
+    } else {
+        assert!(
+            matches!(run(), Err(KernelError::EngineUnavailable(_))),
+            "the Hopper engine off sm_90"
+        );
+    }
 }
 
 /// What an E4M3 cache's launch refuses, before writing anything: scales of the wrong
