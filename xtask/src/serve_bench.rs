@@ -9,7 +9,7 @@
 //! - **chunked prefill**: 128, 256 and 512 new tokens of one sequence against a paged cache
 //!   of 16384 keys (Hq 32 / Hkv 8, D 128, bottom-right causal) on the default engine (the
 //!   Hopper sequence entries split the keys of a grid that leaves SMs idle), unsplit, and on
-//!   mma.sync;
+//!   mma.sync; and the same keys as a dense cache through the plain forward;
 //! - **paged decode**: batch 64, Hq 32 / Hkv 8, 4096 keys each, pages of 16 (§7's paged
 //!   shape), one query per sequence, through a shuffled block table, against the same keys in
 //!   a dense `[B, Hkv, S, D]` cache (dense `forward`, which may split) and through the dense
@@ -409,7 +409,8 @@ fn varlen(
 /// i + 1) against a paged cache of `ctx` keys (pages of 64, shuffled), Hq 32 / Hkv 8, D 128,
 /// f16. Variants: the default engine (the Hopper sequence entries, which split the keys when
 /// the grid leaves SMs idle), the same entries unsplit (`splits = 1`, what the default ran
-/// before), and mma.sync (whose general entries cannot split under a causal mask).
+/// before), and mma.sync (whose general entries cannot split under a causal mask); then the
+/// same keys as a dense cache.
 fn chunked_prefill(
     gpu: &Arc<FlashAttention>,
     args: &Args,
@@ -426,6 +427,8 @@ fn chunked_prefill(
     let kd = [max_blocks, hkv, ps, d];
     let k = randn(&st, &mut rng, max_blocks * ps * hkv * d)?;
     let v = randn(&st, &mut rng, max_blocks * ps * hkv * d)?;
+    let dense_k = randn(&st, &mut rng, hkv * ctx * d)?;
+    let dense_v = randn(&st, &mut rng, hkv * ctx * d)?;
     let unsplit = if gpu.compute_capability() == (9, 0) {
         Engine::Hopper(None)
     } else {
@@ -472,6 +475,43 @@ fn chunked_prefill(
                         seqused_k: Some(Indices::new(used.as_view())),
                     },
                 )?;
+                kernel = format!("{} ({} splits)", info.kernel, info.splits);
+                Ok(())
+            };
+            let samples = time_samples(gpu, args, &mut launch)?;
+            rows.push(Timed {
+                name: name.into(),
+                kernel,
+                samples,
+            });
+        }
+        // The same keys as a dense cache `[1, Hkv, ctx, D]` through the plain forward: the
+        // default (the Hopper sequence entries split it), the Hopper dense entries (which do
+        // not split: Auto's choice before, unless mma.sync split), and mma.sync (which may).
+        for (name, engine, splits) in [
+            ("dense cache, default engine", Engine::Auto, None),
+            (
+                "dense cache, Hopper dense entries (splits = 1)",
+                unsplit,
+                Some(1),
+            ),
+            ("dense cache, mma.sync", Engine::MmaSync, None),
+        ] {
+            let mut kernel = String::new();
+            let mut launch = |_: usize| -> anyhow::Result<()> {
+                let info = gpu.forward(Forward {
+                    problem: &p,
+                    q: Tensor::bhsd(&q, dims_q(&s)),
+                    k: Tensor::bhsd(&dense_k, dims_kv(&s)),
+                    v: Tensor::bhsd(&dense_v, dims_kv(&s)),
+                    o: TensorMut::bhsd(&mut o, dims_q(&s)),
+                    lse: None,
+                    options: ForwardOptions {
+                        engine,
+                        splits,
+                        ..ForwardOptions::default()
+                    },
+                })?;
                 kernel = format!("{} ({} splits)", info.kernel, info.splits);
                 Ok(())
             };

@@ -226,7 +226,8 @@ impl HopperTile {
 }
 
 /// Whether `Engine::Auto` takes the Hopper kernel for `problem` on an sm_90 device: not when
-/// the mma.sync kernel would split the keys (`mma_config` is its default config), nor when the
+/// a launch of at most 64 query rows would split its keys on the mma.sync kernel
+/// (`mma_config` is its default config; longer ones split on the Hopper engine), nor when the
 /// caller pinned an mma.sync config or a split count other than 1. Problems with features
 /// (window, softcap, ALiBi, sinks), which both engines run, take it unless they are
 /// decode-like (one 64-row block per head) and unmasked, where the mma.sync general entries
@@ -255,6 +256,11 @@ pub(crate) fn auto_prefers_hopper(
         let ctas = s.q_len().div_ceil(feat.block_m) * s.batch() * s.q_heads();
         let key_tiles = s.kv_len().div_ceil(feat.block_n);
         return crate::config::one_wave_splits(ctas, key_tiles, sm_count) == 1;
+    }
+    // Over 64 query rows the Hopper engine splits small grids itself (`plan_hopper` runs
+    // them in its sequence entries).
+    if s.q_len() > 64 {
+        return true;
     }
     let ctas = s.q_len().div_ceil(mma_config.block_m) * s.batch() * s.q_heads();
     let key_tiles = s.kv_len().div_ceil(mma_config.block_n);
@@ -330,7 +336,7 @@ pub(crate) struct SeqLaunch {
 /// `sequences`: a varlen / KV-cache launch, which runs in the `_seq` or `_feat` entries
 /// ([`HopperVariant`]); packed queries run a flat grid ([`flat_grid_x`]). `splits`: key
 /// splits (`None`: [`hopper_seq_splits`]); only the `_seq` / `_feat` entries split, so a
-/// dense launch without features refuses a count above 1.
+/// dense launch without features that splits runs in those (a pinned tile must have them).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_hopper(
     problem: &Problem,
@@ -341,11 +347,33 @@ pub(crate) fn plan_hopper(
     schedule: TileSchedule,
     splits: Option<usize>,
 ) -> Result<HopperPlan, KernelError> {
-    let sequences = seq_launch.is_some();
     check_sizes(problem)?;
     let s = problem.shape();
     let bucket = crate::config::bucket_for(s.head_dim())?;
     let causal = problem.causal() != Causal::None;
+    // A dense launch without features splits its keys in the `_seq` / `_feat` entries (the
+    // dense ones do not): when the caller asks for splits, or, unpinned, when a grid of more
+    // than 64 query rows leaves SMs idle over long keys (chunked prefill against a dense
+    // cache; the sequence entries' default tile and heuristic decide).
+    let dense_split = seq_launch.is_none()
+        && problem.features().is_empty()
+        && match splits {
+            Some(n) => n > 1,
+            None => {
+                tile.is_none()
+                    && s.q_len() > 64
+                    && catalog::hopper_seq_default_tile(bucket, s.kv_len(), causal, None)
+                        .is_some_and(|t| {
+                            let items = s.q_len().div_ceil(t.block_m()) * s.batch() * s.q_heads();
+                            hopper_seq_splits(items, s.kv_len().div_ceil(t.block_n), sm_count) > 1
+                        })
+            }
+        };
+    let seq_launch = seq_launch.or(dense_split.then_some(SeqLaunch {
+        keys_bound: s.kv_len(),
+        ..SeqLaunch::default()
+    }));
+    let sequences = seq_launch.is_some();
     // A problem with a sequence layout, ALiBi or sinks runs the wide tile's `_seq` / `_feat`
     // entries where the dense default would be wide, else the bucket's feature tile; others
     // the default for the grid's size. Softcap and windows keep the feature tile: on the
@@ -395,6 +423,8 @@ pub(crate) fn plan_hopper(
             "the Hopper engine runs {} only in tile{} {} (asked: {}); leave the tile unset",
             if features {
                 crate::launch::feature_names(problem)
+            } else if dense_split {
+                "split-KV".to_string()
             } else {
                 "varlen batches and KV-cache lengths".to_string()
             },
@@ -443,11 +473,6 @@ pub(crate) fn plan_hopper(
                 "0 key splits (use 1 for none, or leave it unset)".into(),
             ))
         }
-        Some(n) if n > 1 && variant == HopperVariant::Dense => {
-            return Err(KernelError::EngineUnavailable(
-                "the Hopper engine splits keys only in sequence layouts and feature launches; use Engine::MmaSync or Engine::Auto for split-KV here".into(),
-            ))
-        }
         Some(n) if n > crate::config::MAX_SPLITS => {
             return Err(KernelError::UnsupportedFeature(format!(
                 "{n} key splits (at most {})",
@@ -464,11 +489,7 @@ pub(crate) fn plan_hopper(
                     keys = keys.min(left as usize + right as usize + tile.block_m());
                 }
             }
-            hopper_seq_splits(
-                sched.items as usize,
-                keys.div_ceil(tile.block_n),
-                sm_count,
-            )
+            hopper_seq_splits(sched.items as usize, keys.div_ceil(tile.block_n), sm_count)
         }
     };
     if splits > 1 {
@@ -1133,11 +1154,54 @@ mod tests {
         for bad in [0, crate::config::MAX_SPLITS + 1] {
             assert!(plan(&chunk, Some(paged), Some(bad)).is_err(), "{bad}");
         }
+        // A dense launch without features splits in the sequence entries, pinned or not;
+        // a pinned tile without them refuses.
+        // (Causal D = 128 runs the 128-key feature tile, which has `_feat` entries only.)
+        let p = plan(&chunk, None, Some(2)).unwrap();
+        assert_eq!((p.sched.splits, p.variant), (2, HopperVariant::Features));
+        let p = plan(&chunk, None, None).unwrap();
+        assert_eq!((p.sched.splits, p.variant), (2, HopperVariant::Features));
+        assert_eq!(
+            p.tile,
+            catalog::hopper_seq_default_tile(128, 16384, true, None).unwrap()
+        );
+        let dense_only = *catalog::hopper_tiles(128)
+            .iter()
+            .find(|t| {
+                !HopperVariant::Seqs.is_built(128, t) && !HopperVariant::Features.is_built(128, t)
+            })
+            .expect("a D = 128 tile with dense entries only");
         assert!(matches!(
-            plan(&chunk, None, Some(2)),
+            plan_hopper(
+                &chunk,
+                Some(dense_only),
+                232_448,
+                None,
+                132,
+                TileSchedule::Auto,
+                Some(2)
+            ),
             Err(KernelError::EngineUnavailable(_))
         ));
-        assert_eq!(plan(&chunk, None, None).unwrap().sched.splits, 1);
+        // A full grid, or 64 rows and fewer, stays on the dense entries.
+        let p = plan(
+            &chunk
+                .with_shape(AttnShape::new(1, 32, 8, 512, 16384, 128).unwrap())
+                .unwrap(),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!((p.sched.splits, p.variant), (1, HopperVariant::Dense));
+        let p = plan(
+            &chunk
+                .with_shape(AttnShape::new(1, 32, 8, 64, 16384, 128).unwrap())
+                .unwrap(),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!((p.sched.splits, p.variant), (1, HopperVariant::Dense));
         // A dense launch with a feature splits like a sequence layout; a window bounds the
         // keys a block sees (100 + 0 + 128 rows: under 8 tiles, no split).
         let softcap = chunk.with_softcap(30.0).unwrap();
@@ -1241,6 +1305,16 @@ mod tests {
         assert!(!auto_prefers_hopper(&prefill, &cfg, true, None, sm));
         assert!(!auto_prefers_hopper(&prefill, &cfg, false, Some(2), sm));
         assert!(auto_prefers_hopper(&prefill, &cfg, false, Some(1), sm));
+        // A chunk of 128 new tokens against a long cache: mma.sync would split it, and the
+        // Hopper engine does (in its sequence entries, `plan_hopper`).
+        let chunk = Problem::new(
+            AttnShape::new(1, 32, 8, 128, 16384, 128).unwrap(),
+            Causal::BottomRight,
+        );
+        let cfg = crate::config::choose_config(1, 32, 128, 128, sm, 232_448);
+        let ctas = 128usize.div_ceil(cfg.block_m) * 32;
+        assert!(choose_splits(&cfg, 128, ctas, 16384 / cfg.block_n, sm) > 1);
+        assert!(auto_prefers_hopper(&chunk, &cfg, false, None, sm));
     }
 
     #[test]

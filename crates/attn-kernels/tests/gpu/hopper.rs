@@ -68,8 +68,34 @@ fn correctness_hopper_long_rows_and_gqa() {
     crate::run_all(&cases);
 }
 
-/// On sm_90 the default options run the Hopper kernel for prefill shapes and keep the
-/// split-KV mma.sync kernel for decode shapes.
+/// Split-KV on the Hopper engine for dense launches without features (they run in the
+/// sequence and feature entries): a few query blocks over long keys, pinned to 3 splits and
+/// unpinned (the heuristic's), every causal mode, GQA, D 64 / 128 / 256, against the
+/// reference.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_hopper_dense_split() {
+    if !is_hopper() {
+        return refuses_off_hopper();
+    }
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        for d in [64, 128, 256] {
+            for causal in [Causal::None, Causal::TopLeft, Causal::BottomRight] {
+                for splits in [Some(3), None] {
+                    let mut c = case((1, 8, 2, 200, 3000, d), causal, dt);
+                    c.engine = Engine::Hopper(None);
+                    c.splits = splits;
+                    cases.push(c);
+                }
+            }
+        }
+    }
+    crate::run_all(&cases);
+}
+
+/// On sm_90 the default options run the Hopper kernel for prefill shapes, split the keys of
+/// a few query blocks over a long cache there, and run decode shapes on the decode kernel.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_auto_engine_choice() {
@@ -90,6 +116,12 @@ fn correctness_auto_engine_choice() {
             prefill.kernel.starts_with("attn_fwdh_"),
             "{}",
             prefill.kernel
+        );
+        // 128 new tokens over 32 heads against 16384 keys: 32 CTAs unsplit.
+        let chunk = run((1, 32, 8, 128, 16384, 128));
+        assert!(
+            chunk.kernel.starts_with("attn_fwdh_") && chunk.splits == 4,
+            "{chunk:?}"
         );
     } else {
         assert!(
@@ -115,9 +147,17 @@ fn validation_hopper_engine_refusals() {
     let p = problem((1, 2, 2, 64, 64, 64), Causal::None);
     let s = p.shape();
     let x = vec![f16::from_f32(1.0); s.q_elems()];
+    // Split-KV in a tile with dense entries only (the sequence and feature entries split).
+    let dense_only = hopper_configs_for(64)
+        .into_iter()
+        .find(|t| {
+            use attn_kernels::catalog::HopperVariant;
+            !HopperVariant::Seqs.is_built(64, t) && !HopperVariant::Features.is_built(64, t)
+        })
+        .expect("a D = 64 tile with dense entries only");
     for opts in [
         ForwardOptions {
-            engine: Engine::Hopper(None),
+            engine: Engine::Hopper(Some(dense_only)),
             splits: Some(2),
             ..Default::default()
         },
