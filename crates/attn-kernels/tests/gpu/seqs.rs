@@ -661,7 +661,8 @@ fn correctness_seqs_paged() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
     let k_lens = vec![100, 0, 333, 16, 47];
-    for d in [64, 128, 96] {
+    // D = 192: three 64-column sub-tiles per row.
+    for d in [64, 128, 96, 192] {
         for page_size in [16, 48, 256] {
             for causal in CAUSALS {
                 // Decode (one query), a chunk of new queries, and packed queries.
