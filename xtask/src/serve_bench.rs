@@ -6,8 +6,9 @@
 //!   on the mma.sync engine, the same packed queries against a paged KV cache (pages of 16
 //!   and 64 shuffled through the cache, `seqused_k`: chunked prefill's layout), and the padded
 //!   dense batch of the same sequences (B = 16, S = the longest) on both engines;
-//! - **chunked prefill**: 128, 256 and 512 new tokens of one sequence against a paged cache
-//!   of 16384 keys (Hq 32 / Hkv 8, D 128, bottom-right causal) on the default engine (the
+//! - **chunked prefill**: 16 (a speculative verify step), 128, 256 and 512 new tokens of one
+//!   sequence against a paged cache of 16384 keys (Hq 32 / Hkv 8, D 128, bottom-right
+//!   causal) on the default engine (the
 //!   Hopper sequence entries split the keys of a grid that leaves SMs idle), unsplit, and on
 //!   mma.sync; and the same keys as a dense cache through the plain forward;
 //! - **paged decode**: batch 64, Hq 32 / Hkv 8, 4096 keys each, pages of 16 (§7's paged
@@ -434,7 +435,8 @@ fn chunked_prefill(
     } else {
         Engine::Auto
     };
-    for chunk in [128usize, 256, 512] {
+    // 16 new tokens: speculative decoding's verify step.
+    for chunk in [16usize, 128, 256, 512] {
         let p = Problem::new(
             AttnShape::new(1, hq, hkv, chunk, ctx, d)?,
             Causal::BottomRight,

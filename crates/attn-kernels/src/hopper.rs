@@ -257,14 +257,32 @@ pub(crate) fn auto_prefers_hopper(
         let key_tiles = s.kv_len().div_ceil(feat.block_n);
         return crate::config::one_wave_splits(ctas, key_tiles, sm_count) == 1;
     }
-    // Over 64 query rows the Hopper engine splits small grids itself (`plan_hopper` runs
-    // them in its sequence entries).
-    if s.q_len() > 64 {
+    // Over 64 query rows, or causal, the Hopper engine splits small grids itself
+    // (`plan_hopper` runs them in its sequence entries): the mma.sync entries' 64-row
+    // blocks suit a short unmasked launch better.
+    if s.q_len() > 64
+        || short_causal_split(
+            problem.causal() != Causal::None,
+            s.batch() * s.q_heads(),
+            s.kv_len(),
+            sm_count,
+        )
+    {
         return true;
     }
     let ctas = s.q_len().div_ceil(mma_config.block_m) * s.batch() * s.q_heads();
     let key_tiles = s.kv_len().div_ceil(mma_config.block_n);
     choose_splits(mma_config, d, ctas, key_tiles, sm_count) == 1
+}
+
+/// Whether `Engine::Auto` gives a launch of at most 64 query rows (per sequence) to the
+/// Hopper engine: when it is causal and its `items` (one query block per sequence and head)
+/// over `keys` keys would split there ([`hopper_seq_splits`] on the 128-key tiles). The
+/// mma.sync general entries, whose 64-row blocks suit such launches, cannot split a masked
+/// one, and its plain split entries were 1.3× slower (docs/PERF.md, run 213). Speculative
+/// decoding's verify step (a few tokens per sequence against a long cache) is the case.
+pub(crate) fn short_causal_split(causal: bool, items: usize, keys: usize, sm_count: usize) -> bool {
+    causal && hopper_seq_splits(items, keys.div_ceil(128), sm_count) > 1
 }
 
 /// `asked` if it is one of `tiles`, the first of `tiles` for `None`; otherwise the typed error
@@ -353,15 +371,15 @@ pub(crate) fn plan_hopper(
     let causal = problem.causal() != Causal::None;
     // A dense launch without features splits its keys in the `_seq` / `_feat` entries (the
     // dense ones do not): when the caller asks for splits, or, unpinned, when a grid of more
-    // than 64 query rows leaves SMs idle over long keys (chunked prefill against a dense
-    // cache; the sequence entries' default tile and heuristic decide).
+    // than 64 query rows, or a causal one, leaves SMs idle over long keys (chunked prefill
+    // against a dense cache; the sequence entries' default tile and heuristic decide).
     let dense_split = seq_launch.is_none()
         && problem.features().is_empty()
         && match splits {
             Some(n) => n > 1,
             None => {
                 tile.is_none()
-                    && s.q_len() > 64
+                    && (s.q_len() > 64 || causal)
                     && catalog::hopper_seq_default_tile(bucket, s.kv_len(), causal, None)
                         .is_some_and(|t| {
                             let items = s.q_len().div_ceil(t.block_m()) * s.batch() * s.q_heads();
@@ -1183,7 +1201,8 @@ mod tests {
             ),
             Err(KernelError::EngineUnavailable(_))
         ));
-        // A full grid, or 64 rows and fewer, stays on the dense entries.
+        // A full grid, or 64 rows and fewer without a mask, stays on the dense entries; a
+        // causal one of 64 rows splits.
         let p = plan(
             &chunk
                 .with_shape(AttnShape::new(1, 32, 8, 512, 16384, 128).unwrap())
@@ -1193,14 +1212,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.sched.splits, p.variant), (1, HopperVariant::Dense));
-        let p = plan(
-            &chunk
-                .with_shape(AttnShape::new(1, 32, 8, 64, 16384, 128).unwrap())
-                .unwrap(),
-            None,
-            None,
-        )
-        .unwrap();
+        let short = chunk
+            .with_shape(AttnShape::new(1, 32, 8, 64, 16384, 128).unwrap())
+            .unwrap();
+        let p = plan(&short, None, None).unwrap();
+        assert_eq!((p.sched.splits, p.variant), (4, HopperVariant::Features));
+        let unmasked = Problem::new(*short.shape(), Causal::None);
+        let p = plan(&unmasked, None, None).unwrap();
         assert_eq!((p.sched.splits, p.variant), (1, HopperVariant::Dense));
         // A dense launch with a feature splits like a sequence layout; a window bounds the
         // keys a block sees (100 + 0 + 128 rows: under 8 tiles, no split).
@@ -1218,6 +1236,11 @@ mod tests {
             ..paged
         };
         assert_eq!(plan(&chunk, Some(short), None).unwrap().sched.splits, 1);
+        // At most 64 rows per sequence: only causal launches on a grid that splits.
+        assert!(short_causal_split(true, 32, 16384, 132));
+        assert!(!short_causal_split(false, 32, 16384, 132));
+        assert!(!short_causal_split(true, 32, 900, 132));
+        assert!(!short_causal_split(true, 64 * 32, 16384, 132));
         assert_eq!(hopper_seq_splits(8, 1000, 132), crate::config::MAX_SPLITS);
         assert_eq!(hopper_seq_splits(40, 1000, 132), 3);
         assert_eq!(hopper_seq_splits(132, 1000, 132), 1);

@@ -1257,8 +1257,25 @@ impl FlashAttention {
                 if planted || !self.is_hopper() {
                     return Ok(None);
                 }
-                if seqs.is_some() && problem.shape().q_len() <= 64 {
-                    return Ok(None);
+                if let Some(sp) = seqs.filter(|_| problem.shape().q_len() <= 64) {
+                    // The mma.sync general entries' 64-row blocks fit these launches, but they
+                    // split unmasked launches only: a causal one whose grid the Hopper
+                    // entries would split (speculative decoding's verify step, a small chunk
+                    // against a long cache) takes those.
+                    let s = problem.shape();
+                    let keys = if sp.kv_len > 0 {
+                        sp.kv_len
+                    } else {
+                        sp.seqs.total_k as usize
+                    };
+                    if !crate::hopper::short_causal_split(
+                        problem.causal() != Causal::None,
+                        s.batch() * s.q_heads(),
+                        keys,
+                        self.sm_count(),
+                    ) {
+                        return Ok(None);
+                    }
                 }
                 let Ok(bucket) = crate::config::bucket_for(problem.shape().head_dim()) else {
                     return Ok(None); // the mma.sync path reports the head dim

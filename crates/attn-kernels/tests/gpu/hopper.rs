@@ -70,8 +70,8 @@ fn correctness_hopper_long_rows_and_gqa() {
 
 /// Split-KV on the Hopper engine for dense launches without features (they run in the
 /// sequence and feature entries): a few query blocks over long keys, pinned to 3 splits and
-/// unpinned (the heuristic's), every causal mode, GQA, D 64 / 128 / 256, against the
-/// reference.
+/// unpinned (the heuristic's), and 16 rows under Auto, every causal mode, GQA, D 64 / 128 /
+/// 256, against the reference.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_hopper_dense_split() {
@@ -88,6 +88,8 @@ fn correctness_hopper_dense_split() {
                     c.splits = splits;
                     cases.push(c);
                 }
+                // 16 rows: causal ones split on the Hopper engine under Auto.
+                cases.push(case((1, 8, 2, 16, 3000, d), causal, dt));
             }
         }
     }
@@ -100,8 +102,8 @@ fn correctness_hopper_dense_split() {
 #[ignore = "needs a CUDA GPU"]
 fn correctness_auto_engine_choice() {
     let gpu = gpu();
-    let run = |dims| {
-        let p = problem(dims, Causal::None);
+    let run_masked = |dims, causal| {
+        let p = problem(dims, causal);
         let s = p.shape();
         let q = vec![f16::from_f32(0.5); s.q_elems()];
         let kv = vec![f16::from_f32(0.25); s.kv_elems()];
@@ -109,6 +111,7 @@ fn correctness_auto_engine_choice() {
             .unwrap()
             .launch
     };
+    let run = |dims| run_masked(dims, Causal::None);
     let prefill = run((2, 16, 16, 2048, 2048, 128));
     let decode = run((1, 32, 8, 1, 8192, 128));
     if is_hopper() {
@@ -122,6 +125,18 @@ fn correctness_auto_engine_choice() {
         assert!(
             chunk.kernel.starts_with("attn_fwdh_") && chunk.splits == 4,
             "{chunk:?}"
+        );
+        // 16 causal rows (a speculative verify step) split there too; unmasked, they stay
+        // on the mma.sync split entries.
+        let verify = run_masked((1, 32, 8, 16, 16384, 128), Causal::BottomRight);
+        assert!(
+            verify.kernel.starts_with("attn_fwdh_") && verify.splits == 4,
+            "{verify:?}"
+        );
+        let unmasked = run((1, 32, 8, 16, 16384, 128));
+        assert!(
+            unmasked.kernel.starts_with("attn_fwd_") && unmasked.splits > 1,
+            "{unmasked:?}"
         );
     } else {
         assert!(

@@ -506,7 +506,7 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
                     || (c.engine == Engine::Auto
                         && c.kv8.is_none()
                         && gpu.compute_capability() == (9, 0)
-                        && max_q > 64);
+                        && (max_q > 64 || short_causal_splits(gpu, c)));
                 // The Hopper engine reads every sequence layout in its `_seq` and feature
                 // entries.
                 let want = match (c.keys, c.kv8.is_some()) {
@@ -533,6 +533,29 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
             )),
         }
     }
+}
+
+/// Whether `Engine::Auto` sends a launch of at most 64 rows per sequence to the Hopper
+/// engine (src/hopper.rs `short_causal_split`): causal, and the Hopper sequence
+/// entries' heuristic would split its B · Hq items over the keys the launch can hold (one
+/// wave of one CTA per SM, 8 tiles of 128 keys a split).
+fn short_causal_splits(gpu: &FlashAttention, c: &SeqCase) -> bool {
+    let keys = match c.keys {
+        Keys::Dense { cap } => cap,
+        Keys::Packed => c.k_lens.iter().sum(),
+        Keys::Paged { page_size, .. } => {
+            c.k_lens
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0)
+                .div_ceil(page_size)
+                * page_size
+        }
+    };
+    let items = c.q_lens.len() * c.heads.0;
+    let splits = (gpu.sm_count() / items.max(1)).min(keys.div_ceil(128) / 8);
+    c.causal != Causal::None && items < gpu.sm_count() && splits > 1
 }
 
 /// Whether the launcher runs `c` on the decode kernel: `Auto` or `Decode`, dense queries, and
@@ -1314,6 +1337,40 @@ fn correctness_seqs_hopper_split() {
                     };
                     run_dtypes(&gpu, &c, &mut rng, &mut failures);
                 }
+            }
+        }
+    }
+    // Speculative decoding's verify step: a few tokens per sequence against long keys. Causal
+    // launches take the Hopper entries, which split them; unmasked ones stay on the mma.sync
+    // general entries, which split those (`run_dtypes` checks which ran).
+    for d in [64, 128] {
+        for causal in CAUSALS {
+            for keys in [
+                Keys::Dense { cap: 3000 },
+                Keys::Paged {
+                    page_size: 16,
+                    num_blocks: 3 * 2900usize.div_ceil(16) + 5,
+                },
+            ] {
+                let c = SeqCase {
+                    heads: (4, 2),
+                    d,
+                    causal,
+                    features: if causal == Causal::TopLeft {
+                        all_features(3, 4)
+                    } else {
+                        Features::default()
+                    },
+                    q_lens: vec![16, 5, 33],
+                    k_lens: vec![2900, 2600, 2000],
+                    q_packed: true,
+                    keys,
+                    engine: Engine::Auto,
+                    kv8: None,
+                    splits: None,
+                    q_gain: 1.0,
+                };
+                run_dtypes(&gpu, &c, &mut rng, &mut failures);
             }
         }
     }
