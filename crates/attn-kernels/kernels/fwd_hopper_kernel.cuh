@@ -142,7 +142,7 @@ struct HopperSched {
     int heads;     // query heads
     int items;     // tiles_x · heads · batches (≤ 2^31 − 1, checked on the host)
     int lpt_heads; // causal: (head, batch) pairs ordered longest first together (≥ 1)
-    // Split-KV (sequence and feature entries only, see hopper_split_merge): key splits per
+    // Split-KV (sequence and feature entries only, see the consumers' epilogue): key splits per
     // item (grid.y; 1: none), and the workspace of partial O [items, splits, kBM, DK], (m, l)
     // [items, splits, kBM, 2] and one ticket per item (zero between launches). Null for 1.
     int splits;
@@ -227,58 +227,6 @@ __device__ __forceinline__ void split_key_tiles(HopperItem& it, int split, int s
     const int hi = static_cast<int>(static_cast<int64_t>(it.n_tiles) * (split + 1) / splits);
     it.t_begin += lo;
     it.n_tiles = hi - lo;
-}
-
-// Split-KV across CTAs for the sequence and feature entries, where a few query blocks against
-// long keys (chunked prefill against a cache) would leave most SMs idle: CTA (x, y) runs split
-// y of item x's key tiles, and its consumers write their unnormalized O and (m, l) to the
-// workspace (split_combine.cuh `write_partial`). Then, as split_combine.cuh does for the
-// mma.sync kernel (FlashAttention's split-KV; the ticket is the CUDA samples' threadfence
-// reduction), the item's last CTA to take a ticket merges the splits in split order
-// (lse_merge.cuh `merge_row`; the result does not depend on which CTA came last), writes O
-// and LSE, and resets the ticket. Only the consumers run this (named barrier kBarEpilogue;
-// the producer warps have left), and the dead Q tile holds the flag and the rows' merged max
-// and 1/l. `sink_log2`: added once here, never by the splits.
-template <typename T, int DK, int kBM, int kThreads>
-__device__ __forceinline__ void hopper_split_merge(const HopperSched& sched, int item, unsigned char* scratch,
-                                                   T* __restrict__ o_head, float* __restrict__ lse_head, int m0,
-                                                   int q_len, int64_t o_row_stride, int head_dim, float sink_log2) {
-    const int tid = static_cast<int>(threadIdx.x) - 128; // consumer threads only
-    unsigned int* is_last = reinterpret_cast<unsigned int*>(scratch);
-    float* row_max = reinterpret_cast<float*>(scratch) + 32;
-    float* row_inv = row_max + kBM;
-    __threadfence(); // this split's partials are visible device-wide before its ticket
-    named_barrier_sync(kBarEpilogue, kThreads);
-    if (tid == 0) *is_last = atomicAdd(sched.counters + item, 1u) == static_cast<unsigned int>(sched.splits - 1);
-    named_barrier_sync(kBarEpilogue, kThreads);
-    if (*is_last == 0u) return;
-    __threadfence();
-    const int n = sched.splits;
-    const float* ws_o = sched.ws_o + static_cast<int64_t>(item) * n * kBM * DK;
-    const float* ws_ml = sched.ws_ml + static_cast<int64_t>(item) * n * kBM * 2;
-    for (int row = tid; row < kBM; row += kThreads) {
-        const RowMerge mr = merge_row(
-            n, [&](int s) { return __ldcg(reinterpret_cast<const float2*>(ws_ml + (s * kBM + row) * 2)); }, sink_log2);
-        row_max[row] = mr.m_use;
-        row_inv[row] = mr.inv_l;
-        if (lse_head != nullptr && m0 + row < q_len) lse_head[m0 + row] = mr.lse;
-    }
-    named_barrier_sync(kBarEpilogue, kThreads);
-    for (int i = tid; i < kBM * DK / 2; i += kThreads) {
-        const int row = (2 * i) / DK;
-        const int d = (2 * i) % DK;
-        if (m0 + row >= q_len || d >= head_dim) continue;
-        float a0 = 0.f, a1 = 0.f;
-        for (int s = 0; s < n; ++s) {
-            const float w = exp2f(__ldcg(ws_ml + (s * kBM + row) * 2) - row_max[row]);
-            const float2 x = __ldcg(reinterpret_cast<const float2*>(ws_o + (s * kBM + row) * DK + d));
-            a0 += w * x.x;
-            a1 += w * x.y;
-        }
-        *reinterpret_cast<uint32_t*>(o_head + static_cast<int64_t>(m0 + row) * o_row_stride + d) =
-            StorageTraits<T>::pack(a0 * row_inv[row], a1 * row_inv[row]);
-    }
-    if (tid == 0) sched.counters[item] = 0u; // ready for the next launch
 }
 
 // T: the output type (and the input type unless FP8). FP8: E4M3 Q, K, V with per-head
@@ -835,14 +783,30 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         }
         if constexpr (kSeqs) {
             if (sched.splits > 1) {
-                // Split-KV: this split's partials, then the item's last split merges them.
-                const int slot = static_cast<int>(blockIdx.x) * sched.splits + static_cast<int>(blockIdx.y);
-                write_partial<DK, kNO>(acc_o, softmax.m, softmax.l, sched.ws_o + static_cast<int64_t>(slot) * kBM * DK,
-                                       sched.ws_ml + static_cast<int64_t>(slot) * kBM * 2, row_base - m0 + warp_row0,
-                                       lane);
-                hopper_split_merge<T, DK, kBM, 128 * CONSUMERS>(
-                    sched, blockIdx.x, sQ, o_head, lse_head, m0, p.q_len, p.o_stride[2], p.head_dim,
-                    FEATURES ? sink_log2(h, p) : -INFINITY);
+                // Split-KV across CTAs (chunked prefill: a few query blocks against long keys
+                // would leave most SMs idle): CTA (x, y) ran split y of item x's key tiles
+                // (split_key_tiles). Its consumers store their unnormalized O and (m, l), and
+                // the item's last CTA to take a ticket merges the splits in split order and
+                // resets the ticket, as the mma.sync split entries do (split_combine.cuh;
+                // FlashAttention's split-KV, the CUDA samples' threadfence reduction): the
+                // result does not depend on which CTA came last, and a sink joins once there.
+                // Only the consumers take part (the producer warps have left); the dead Q tile
+                // holds the ticket's flag and the rows' merged max and 1/l.
+                const int n = sched.splits;
+                const int64_t item = blockIdx.x;
+                float* ws_o = sched.ws_o + item * n * kBM * DK;
+                float* ws_ml = sched.ws_ml + item * n * kBM * 2;
+                write_partial<DK, kNO>(acc_o, softmax.m, softmax.l, ws_o + blockIdx.y * (kBM * DK),
+                                       ws_ml + blockIdx.y * (kBM * 2), row_base - m0 + warp_row0, lane);
+                const int tid = static_cast<int>(threadIdx.x) - 128;
+                auto sync = [] { named_barrier_sync(kBarEpilogue, 128 * CONSUMERS); };
+                unsigned int* flag = reinterpret_cast<unsigned int*>(sQ);
+                float* row_max = reinterpret_cast<float*>(sQ) + 32;
+                if (last_split(sched.counters + item, n, tid, flag, sync)) {
+                    merge_splits<T, DK, kBM>(ws_o, ws_ml, sched.counters + item, n, o_head, lse_head, m0, p.q_len,
+                                             p.o_stride[2], p.head_dim, tid, 128 * CONSUMERS, row_max,
+                                             row_max + kBM, sync, FEATURES ? sink_log2(h, p) : -INFINITY);
+                }
                 return;
             }
         }

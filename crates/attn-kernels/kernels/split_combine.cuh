@@ -33,26 +33,34 @@ __device__ __forceinline__ void write_partial(const float (&o)[NO][4], const flo
     }
 }
 
-template <typename T, int D, int BM, int NTHREADS>
-__device__ __forceinline__ void split_combine(const float* ws_o, const float* ws_ml,
-                                              unsigned int* counter, int n_splits,
-                                              T* __restrict__ o_head, float* __restrict__ lse_head,
-                                              int m0, int q_len, int64_t o_row_stride, int head_dim, int tid,
-                                              float sink_log2 = -INFINITY) {
-    __shared__ unsigned int is_last;
+// Whether this CTA is the last of its block's splits to finish: every one of the threads
+// (index `tid`) calls it after writing its partials; `sync()` is a barrier over exactly those
+// threads and `flag` one word of shared memory. The last one's threads then see every split's
+// partials.
+template <typename Sync>
+__device__ __forceinline__ bool last_split(unsigned int* counter, int n_splits, int tid, unsigned int* flag,
+                                           Sync sync) {
     __threadfence(); // this split's partials are visible device-wide before the ticket
-    __syncthreads();
-    if (tid == 0) {
-        const unsigned int ticket = atomicAdd(counter, 1u);
-        is_last = ticket == static_cast<unsigned int>(n_splits - 1);
-    }
-    __syncthreads();
-    if (!is_last) return;
+    sync();
+    if (tid == 0) *flag = atomicAdd(counter, 1u) == static_cast<unsigned int>(n_splits - 1);
+    sync();
+    if (*flag == 0u) return false;
     __threadfence();
-    // Rows first: the merged max, weights and denominator per row, kept in shared memory.
-    __shared__ float row_max[BM];
-    __shared__ float row_inv[BM];
-    for (int row = tid; row < BM; row += NTHREADS) {
+    return true;
+}
+
+// The last split's merge of rows [m0, m0 + BM) of one head: the merged max, weights and
+// denominator per row (kept in `row_max` / `row_inv`, BM floats of shared memory each), then
+// O and LSE, by `nthreads` threads with `sync()` between the passes; resets the ticket for the
+// next launch. Used by the mma.sync and decode kernels (`split_combine`) and by the Hopper
+// kernel's split entries, which run it on their consumer warpgroups.
+template <typename T, int D, int BM, typename Sync>
+__device__ __forceinline__ void merge_splits(const float* ws_o, const float* ws_ml, unsigned int* counter,
+                                             int n_splits, T* __restrict__ o_head, float* __restrict__ lse_head,
+                                             int m0, int q_len, int64_t o_row_stride, int head_dim, int tid,
+                                             int nthreads, float* row_max, float* row_inv, Sync sync,
+                                             float sink_log2) {
+    for (int row = tid; row < BM; row += nthreads) {
         const RowMerge mr = merge_row(n_splits, [&](int s) {
             return make_float2(__ldcg(ws_ml + s * BM * 2 + 2 * row), __ldcg(ws_ml + s * BM * 2 + 2 * row + 1));
         }, sink_log2);
@@ -60,8 +68,8 @@ __device__ __forceinline__ void split_combine(const float* ws_o, const float* ws
         row_inv[row] = mr.inv_l;
         if (lse_head != nullptr && m0 + row < q_len) lse_head[m0 + row] = mr.lse;
     }
-    __syncthreads();
-    for (int i = tid; i < BM * D / 2; i += NTHREADS) {
+    sync();
+    for (int i = tid; i < BM * D / 2; i += nthreads) {
         const int row = (2 * i) / D;
         const int d = (2 * i) % D;
         if (m0 + row >= q_len || d >= head_dim) continue;
@@ -76,6 +84,22 @@ __device__ __forceinline__ void split_combine(const float* ws_o, const float* ws
         *reinterpret_cast<uint32_t*>(o_head + static_cast<int64_t>(m0 + row) * o_row_stride + d) = packed;
     }
     if (tid == 0) *counter = 0u; // ready for the next launch
+}
+
+// The whole block's epilogue of a split: the ticket, then, in the last CTA, the merge.
+template <typename T, int D, int BM, int NTHREADS>
+__device__ __forceinline__ void split_combine(const float* ws_o, const float* ws_ml,
+                                              unsigned int* counter, int n_splits,
+                                              T* __restrict__ o_head, float* __restrict__ lse_head,
+                                              int m0, int q_len, int64_t o_row_stride, int head_dim, int tid,
+                                              float sink_log2 = -INFINITY) {
+    __shared__ unsigned int is_last;
+    __shared__ float row_max[BM];
+    __shared__ float row_inv[BM];
+    auto sync = [] { __syncthreads(); };
+    if (!last_split(counter, n_splits, tid, &is_last, sync)) return;
+    merge_splits<T, D, BM>(ws_o, ws_ml, counter, n_splits, o_head, lse_head, m0, q_len, o_row_stride, head_dim, tid,
+                           NTHREADS, row_max, row_inv, sync, sink_log2);
 }
 
 } // namespace attn
