@@ -80,10 +80,23 @@ pub fn choose_splits(
 /// CTAs on 132 SMs: 288 CTAs for 264 slots) left a 24-CTA second wave that cost 17 % (run
 /// 28: 67.4 µs against 57.7 at 8 splits, docs/PERF.md).
 pub fn one_wave_splits(ctas: usize, key_tiles: usize, sm_count: usize) -> usize {
+    wave_splits(ctas, key_tiles, sm_count, 2)
+}
+
+/// The split count that fills one wave of `ctas_per_sm` CTAs per SM (⌊ctas_per_sm · SMs /
+/// ctas⌋), each split keeping [`MIN_TILES_PER_SPLIT`] key tiles, at most [`MAX_SPLITS`]; 1
+/// when the grid already covers the SMs. [`one_wave_splits`] is the mma.sync kernels' (two
+/// CTAs per SM); the Hopper kernel's CTAs take a whole SM (`hopper::hopper_seq_splits`).
+pub(crate) fn wave_splits(
+    ctas: usize,
+    key_tiles: usize,
+    sm_count: usize,
+    ctas_per_sm: usize,
+) -> usize {
     if ctas >= sm_count {
         return 1;
     }
-    ((2 * sm_count) / ctas.max(1))
+    ((ctas_per_sm * sm_count) / ctas.max(1))
         .min(key_tiles / MIN_TILES_PER_SPLIT)
         .clamp(1, MAX_SPLITS)
 }

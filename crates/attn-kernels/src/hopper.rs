@@ -174,12 +174,7 @@ pub(crate) fn hopper_schedule(
 /// when the items already cover the SMs. Chunked prefill is the case: a few query blocks of
 /// new tokens against a long cache.
 pub(crate) fn hopper_seq_splits(items: usize, key_tiles: usize, sm_count: usize) -> usize {
-    if items >= sm_count {
-        return 1;
-    }
-    (sm_count / items.max(1))
-        .min(key_tiles / crate::config::MIN_TILES_PER_SPLIT)
-        .clamp(1, crate::config::MAX_SPLITS)
+    crate::config::wave_splits(items, key_tiles, sm_count, 1)
 }
 
 /// The Hopper configs compiled for `head_dim`'s bucket, the default first.

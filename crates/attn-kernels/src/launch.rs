@@ -1263,15 +1263,10 @@ impl FlashAttention {
                     // entries would split (speculative decoding's verify step, a small chunk
                     // against a long cache) takes those.
                     let s = problem.shape();
-                    let keys = if sp.kv_len > 0 {
-                        sp.kv_len
-                    } else {
-                        sp.seqs.total_k as usize
-                    };
                     if !crate::hopper::short_causal_split(
                         problem.causal() != Causal::None,
                         s.batch() * s.q_heads(),
-                        keys,
+                        sp.keys_bound(),
                         self.sm_count(),
                     ) {
                         return Ok(None);
@@ -1322,12 +1317,7 @@ impl FlashAttention {
             packed_total_q: matches!(layout.queries, crate::seqs::QueryRows::Packed { .. })
                 .then_some(sp.seqs.total_q as usize),
             page_size: sp.paged.then_some(sp.seqs.page_size as usize),
-            // Dense keys: Sk; paged: the capacity; packed: total_k (kv_len is 0 there).
-            keys_bound: if sp.kv_len > 0 {
-                sp.kv_len
-            } else {
-                sp.seqs.total_k as usize
-            },
+            keys_bound: sp.keys_bound(),
         });
         let mut plan = plan_hopper(
             problem,
@@ -1376,14 +1366,19 @@ impl FlashAttention {
         let tma_k = encode_tma(&geometry(k.dims, k.strides, rows_kv)?, ptrs.k, elem)?;
         let tma_v = encode_tma(&geometry(v.dims, v.strides, rows_kv)?, ptrs.v, elem)?;
         let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
-        // Split-KV: the workspace the mma.sync kernel's split entries use, grown on demand.
+        // Split-KV: the workspace the mma.sync kernel's split entries use, grown on demand
+        // (locked only by launches that split).
         let n_splits = plan.sched.splits.max(1) as usize;
-        let mut ws_guard = self.workspace.lock().map_err(|_| KernelError::Poisoned)?;
+        let mut ws_guard = if n_splits > 1 {
+            Some(self.workspace.lock().map_err(|_| KernelError::Poisoned)?)
+        } else {
+            None
+        };
         let mut ws_ptrs = Vec::new();
-        if n_splits > 1 {
+        if let Some(guard) = ws_guard.as_mut() {
             let items = plan.sched.items as usize;
             let rows = items * n_splits * plan.tile.block_m();
-            let w = split_workspace(stream, &mut ws_guard, rows, plan.bucket, items)?;
+            let w = split_workspace(stream, guard, rows, plan.bucket, items)?;
             let (o_ptr, g_o) = w.o.device_ptr_mut(stream);
             let (ml_ptr, g_ml) = w.ml.device_ptr_mut(stream);
             let (c_ptr, g_c) = w.counters.device_ptr_mut(stream);

@@ -144,6 +144,18 @@ pub(crate) struct SeqPlan {
     pub paged: bool,
 }
 
+impl SeqPlan {
+    /// The most keys one sequence can have (what split counts are sized by): dense keys' Sk,
+    /// a paged cache's capacity, packed keys' `total_k`.
+    pub(crate) fn keys_bound(&self) -> usize {
+        if self.kv_len > 0 {
+            self.kv_len
+        } else {
+            self.seqs.total_k as usize
+        }
+    }
+}
+
 /// Lengths of the device index arrays, and the host copies when given: what
 /// [`plan_sequences`] checks. Pure, so it is testable without a device.
 #[derive(Debug, Clone, Copy, Default)]
@@ -595,6 +607,7 @@ mod tests {
         assert_eq!(plan.expected.kv, [1, 2, 20, 64]);
         assert_eq!(plan.expected.lse, 4 * 10);
         assert_eq!((plan.seqs.total_q, plan.seqs.total_k), (10, 20));
+        assert_eq!(plan.keys_bound(), 20, "packed keys: total_k");
         assert_eq!(plan.seqs.bottom_right, 1);
         assert!(!plan.paged);
         // Dense queries against packed keys: Q keeps [B, Hq, Sq, D].
@@ -673,6 +686,7 @@ mod tests {
         assert!(plan.paged);
         assert_eq!(plan.expected.kv, [4, 2, 16, 64]);
         assert_eq!(plan.kv_len, 32);
+        assert_eq!(plan.keys_bound(), 32, "paged: the capacity");
         assert_eq!(
             (
                 plan.seqs.max_blocks,
