@@ -120,52 +120,90 @@ template <int DK> struct HopperBwdLayout {
 
 // Δ = rowsum(dO∘O) and LSE₂ = LSE·log2e per (b, h, row) into [B·Hq, q_blocks·64] rows,
 // padded: rows past Sq (and rows whose LSE is −∞: they see no key) get Δ = 0, LSE₂ = +∞.
-// One warp per row; grid (q_blocks·8, Hq, B).
+// kDeltaRows rows per warp (bwd_kernel.cuh `rows_delta`); grid (q_blocks·64 / (8·kDeltaRows),
+// Hq, B), so every padded row is written.
 template <typename T>
 __device__ __forceinline__ void bwd_hopper_preprocess(const T* __restrict__ o, const T* __restrict__ d_o,
                                                       const float* __restrict__ lse, float* __restrict__ lse2,
                                                       float* __restrict__ delta, const BwdParams& p) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row = blockIdx.x * 8 + warp;
+    const int row_first = (blockIdx.x * 8 + warp) * kDeltaRows;
     const int h = blockIdx.y, b = blockIdx.z;
     const int q_pad = p.q_blocks * 64;
-    if (row >= q_pad) return;
+    if (row_first >= q_pad) return; // warp-uniform
     const int64_t bh = static_cast<int64_t>(b) * p.q_heads + h;
     // Packed queries: sequence b's rows (the rows past its length are padding, as past Sq).
     int row0;
     const int len = bwd_seq_rows(p, b, row0);
-    float acc = 0.f, l2 = INFINITY;
-    if (row < len) {
-        acc = row_delta(o, d_o, p, p.seqs.cu_q != nullptr ? 0 : b, h, row0 + row, lane);
-        const float l = lse[bwd_row_base(p, b, h, row0) + row];
-        if (l != -INFINITY) l2 = l * kBwdLog2e;
-    }
-    if (lane == 0) {
-        delta[bh * q_pad + row] = acc;
+    const DeltaLanes dl = delta_lanes(p.head_dim, lane);
+    float acc[kDeltaRows] = {}; // padding rows: Δ = 0
+    if (row_first < len) rows_delta(o, d_o, p, p.seqs.cu_q != nullptr ? 0 : b, h, row0, row_first, len, dl, acc);
+    const int64_t lse_base = bwd_row_base(p, b, h, row0);
+#pragma unroll
+    for (int k = 0; k < kDeltaRows; ++k) {
+        const int j = k * dl.groups + dl.grp, row = row_first + j;
+        if (dl.sub != 0 || j >= kDeltaRows || row >= q_pad) continue;
+        float l2 = INFINITY;
+        if (row < len) {
+            const float l = lse[lse_base + row];
+            if (l != -INFINITY) l2 = l * kBwdLog2e;
+        }
+        delta[bh * q_pad + row] = acc[k]; // 0 past the sequence's rows
         lse2[bh * q_pad + row] = l2;
     }
 }
 
-// dQ = the workspace (already scaled), read back from the tile order above; one warp per row.
+// dQ = the workspace (already scaled), read back from the tile order above. One CTA of 256
+// threads per 64-row tile, grid (q_blocks, Hq, B). The tile is read in its own order, 16
+// coalesced bytes per thread and step, four steps in flight; a float4 holds columns c, c + 1
+// of rows r and r + 8 (r = 16·warp + lane / 4, c = half·w + 8n + 2·(lane % 4)). The pairs go
+// through shared memory (rows padded by 16 bytes: the 8 rows of a warp's stores fall in
+// different banks) and leave as 16-byte row chunks. One warp per row, reading 8-byte pieces
+// out of the tile order, moved 2.2 TB/s (docs/PERF.md, runs 216-217).
 template <typename T>
 __device__ __forceinline__ void bwd_hopper_postprocess(const float* __restrict__ dq_acc, T* __restrict__ dq,
                                                        const BwdParams& p) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row = blockIdx.x * 8 + warp;
-    const int h = blockIdx.y, b = blockIdx.z;
+    __shared__ __align__(16) uint32_t rows[64 * (256 / 2 + 4)];
+    const int qblk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int row0;
-    if (row >= bwd_seq_rows(p, b, row0)) return;
-    const int dk = p.dq_pitch; // the bucket
-    const int half = dk / 2;
-    const int r = row & 63, wi = r >> 4, g = r & 7, hi = (r >> 3) & 1;
-    const float* tile = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + (row >> 6)) * 64 * dk;
-    T* dst = seq_head_ptr(dq, p.dq_stride, b, h, row0 + row, p.seqs.cu_q != nullptr);
-    for (int c = 2 * lane; c < p.head_dim; c += 64) {
-        const int w = c / half, cc = c % half;
-        const int n = cc >> 3, t = (cc & 7) >> 1;
-        const int idx = w * 64 * half + ((wi * (half / 8) + n) * 32 + g * 4 + t) * 4 + hi * 2;
-        const float2 x = *reinterpret_cast<const float2*>(tile + idx);
-        *reinterpret_cast<uint32_t*>(dst + c) = StorageTraits<T>::pack(x.x, x.y);
+    const int len = bwd_seq_rows(p, b, row0);
+    const int m0 = qblk * 64;
+    if (m0 >= len) return; // CTA-uniform
+    // The bucket (64, 128 or 256): per column half, half / 8 n-tiles and 16·half float4s.
+    const int dk = p.dq_pitch, half = dk / 2;
+    const int lg_tiles = __ffs(half >> 3) - 1; // log2(half / 8): the buckets are powers of two
+    const int lg_half4 = __ffs(16 * half) - 1; // log2(float4s per half)
+    const int pitch = dk / 2 + 4;              // words per staged row
+    const int n_vec = 16 * dk;                 // float4s per tile
+    const float4* tile = reinterpret_cast<const float4*>(
+        dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * 64 * dk);
+    constexpr int kInFlight = 4;
+    for (int f0 = threadIdx.x; f0 < n_vec; f0 += 256 * kInFlight) {
+        float4 x[kInFlight];
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u)
+            if (f0 + 256 * u < n_vec) x[u] = tile[f0 + 256 * u];
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) {
+            const int f = f0 + 256 * u;
+            if (f >= n_vec) break;
+            const int w = f >> lg_half4, rem = f & ((1 << lg_half4) - 1);
+            const int lane = rem & 31, q = rem >> 5;
+            const int n = q & ((1 << lg_tiles) - 1), wi = q >> lg_tiles;
+            const int r = wi * 16 + (lane >> 2);
+            const int word = (w * half + 8 * n + 2 * (lane & 3)) >> 1;
+            rows[r * pitch + word] = StorageTraits<T>::pack(x[u].x, x[u].y);
+            rows[(r + 8) * pitch + word] = StorageTraits<T>::pack(x[u].z, x[u].w);
+        }
+    }
+    __syncthreads();
+    T* head = seq_head_ptr(dq, p.dq_stride, b, h, row0, p.seqs.cu_q != nullptr);
+    const int lg_chunks = __ffs(dk >> 3) - 1; // log2(16-byte chunks per row)
+    for (int i = threadIdx.x; i < 64 * (dk >> 3); i += 256) {
+        const int r = i >> lg_chunks, c = (i & ((1 << lg_chunks) - 1)) * 8;
+        if (m0 + r < len && c < p.head_dim)
+            *reinterpret_cast<uint4*>(head + static_cast<int64_t>(m0 + r) * p.dq_stride[2] + c) =
+                *reinterpret_cast<const uint4*>(&rows[r * pitch + c / 2]);
     }
 }
 
@@ -764,7 +802,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     }
 
 #define ATTN_BWD_HOPPER_PREP_ENTRY(PRE, POST, T)                                                         \
-    extern "C" __global__ void __launch_bounds__(256)                                                    \
+    extern "C" __global__ void __launch_bounds__(256)                                                 \
         PRE(const T* o, const T* d_o, const float* lse, float* lse2, float* delta, const attn::BwdParams p) { \
         attn::bwd_hopper_preprocess<T>(o, d_o, lse, lse2, delta, p);                                     \
     }                                                                                                    \

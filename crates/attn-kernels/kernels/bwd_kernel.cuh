@@ -287,36 +287,88 @@ struct BwdConfig {
     static_assert(BM >= 64 && BM % 64 == 0, "Pᵀ/dSᵀ rows must span the 8-chunk swizzle");
 };
 
-// Δ = rowsum(dO ∘ O) of query row `row` of (b, h) in f32, summed over the warp (every lane
-// gets it); both engines' preprocessing passes call it.
-template <typename T>
-__device__ __forceinline__ float row_delta(const T* __restrict__ o, const T* __restrict__ d_o, const BwdParams& p,
-                                           int b, int h, int row, int lane) {
-    const T* orow = head_ptr(o, p.o_stride, b, h) + static_cast<int64_t>(row) * p.o_stride[2];
-    const T* drow = head_ptr(d_o, p.do_stride, b, h) + static_cast<int64_t>(row) * p.do_stride[2];
-    float acc = 0.f;
-    for (int d = 2 * lane; d < p.head_dim; d += 64) {
-        const float2 x = StorageTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(orow + d));
-        const float2 y = StorageTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(drow + d));
-        acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
-    }
-#pragma unroll
-    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
-    return acc;
+// The Δ passes of both engines: Δ = rowsum(dO ∘ O) per query row, kDeltaRows rows per warp.
+// Every view starts and strides on 16 bytes and D is a multiple of 8 (tensor.rs
+// `check_tensor`, catalog.rs), so a lane reads one 16-byte chunk of O and of dO per row: the
+// warp splits into groups of `lanes` lanes (the power of two ≥ D/8), `groups` rows at a time,
+// and issues every row's loads before the first product. One row per warp with 4-byte
+// loads kept too few bytes in flight: 1.6 TB/s of the H200's ~4.4 (docs/PERF.md, runs 216-217).
+constexpr int kDeltaRows = 4;
+
+struct DeltaLanes {
+    int lanes;  // lanes per row: a power of two ≥ D/8
+    int groups; // rows per pass: 32 / lanes
+    int grp;    // this lane's row within a pass
+    int sub;    // this lane's 16-byte chunk
+};
+
+__device__ __forceinline__ DeltaLanes delta_lanes(int head_dim, int lane) {
+    const int chunks = head_dim >> 3;
+    const int lanes = chunks <= 1 ? 1 : 1 << (32 - __clz(chunks - 1));
+    return DeltaLanes{lanes, 32 / lanes, lane / lanes, lane % lanes};
 }
 
-// Δ per (b, h, row); one warp per row. Grid (ceil(Sq/8), Hq, B).
+// acc[k] = Δ of row row_first + k·groups + grp of (b, h) (rows from `row0`, the sequence's
+// first packed row), for the k·groups + grp < kDeltaRows; 0 for rows at or past row_end. Every
+// lane of a group holds its row's sum. All 32 lanes must call it (the sums are shuffles).
+template <typename T>
+__device__ __forceinline__ void rows_delta(const T* __restrict__ o, const T* __restrict__ d_o, const BwdParams& p,
+                                           int b, int h, int row0, int row_first, int row_end, const DeltaLanes& dl,
+                                           float (&acc)[kDeltaRows]) {
+    // Every load is unconditional, at a clamped row and column that the view holds (row_first
+    // < row_end), and its product is dropped after; branches around the loads kept ptxas from
+    // issuing them together.
+    const T* ohead = head_ptr(o, p.o_stride, b, h);
+    const T* dhead = head_ptr(d_o, p.do_stride, b, h);
+    const int col = min(8 * dl.sub, p.head_dim - 8);
+    uint4 x[kDeltaRows], y[kDeltaRows];
+    bool on[kDeltaRows];
+#pragma unroll
+    for (int k = 0; k < kDeltaRows; ++k) {
+        const int j = k * dl.groups + dl.grp;
+        on[k] = 8 * dl.sub < p.head_dim && j < kDeltaRows && row_first + j < row_end;
+        const int64_t row = row0 + min(row_first + j, row_end - 1);
+        x[k] = *reinterpret_cast<const uint4*>(ohead + row * p.o_stride[2] + col);
+        y[k] = *reinterpret_cast<const uint4*>(dhead + row * p.do_stride[2] + col);
+    }
+#pragma unroll
+    for (int k = 0; k < kDeltaRows; ++k) {
+        const uint32_t xs[4] = {x[k].x, x[k].y, x[k].z, x[k].w}, ys[4] = {y[k].x, y[k].y, y[k].z, y[k].w};
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 u = StorageTraits<T>::unpack(xs[i]);
+            const float2 v = StorageTraits<T>::unpack(ys[i]);
+            sum = fmaf(u.x, v.x, fmaf(u.y, v.y, sum));
+        }
+        acc[k] = on[k] ? sum : 0.f;
+    }
+    for (int s = dl.lanes >> 1; s > 0; s >>= 1) {
+#pragma unroll
+        for (int k = 0; k < kDeltaRows; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], s);
+    }
+}
+
+// Δ per (b, h, row); kDeltaRows rows per warp. Grid (ceil(Sq / (8·kDeltaRows)), Hq, B).
 template <typename T>
 __device__ __forceinline__ void bwd_preprocess(const T* __restrict__ o, const T* __restrict__ d_o,
                                                float* __restrict__ delta, const BwdParams& p) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row = blockIdx.x * 8 + warp;
+    const int row_first = (blockIdx.x * 8 + warp) * kDeltaRows;
     const int h = blockIdx.y, b = blockIdx.z;
     int row0;
-    if (row >= bwd_seq_rows(p, b, row0)) return;
+    const int len = bwd_seq_rows(p, b, row0);
+    if (row_first >= len) return; // warp-uniform
     const bool packed = p.seqs.cu_q != nullptr;
-    const float acc = row_delta(o, d_o, p, packed ? 0 : b, h, row0 + row, lane);
-    if (lane == 0) delta[bwd_row_base(p, b, h, row0) + row] = acc;
+    const DeltaLanes dl = delta_lanes(p.head_dim, lane);
+    float acc[kDeltaRows];
+    rows_delta(o, d_o, p, packed ? 0 : b, h, row0, row_first, len, dl, acc);
+    const int64_t base = bwd_row_base(p, b, h, row0);
+#pragma unroll
+    for (int k = 0; k < kDeltaRows; ++k) {
+        const int j = k * dl.groups + dl.grp, row = row_first + j;
+        if (dl.sub == 0 && j < kDeltaRows && row < len) delta[base + row] = acc[k];
+    }
 }
 
 // The sinks' gradient, dsink_h = −Σ_(b, i) exp(sink_h − LSE_i)·Δ_i over the rows that see a
@@ -360,9 +412,11 @@ __device__ __forceinline__ void bwd_postprocess(const float* __restrict__ dq_acc
     if (row >= bwd_seq_rows(p, b, row0)) return;
     const float* src = dq_acc + (bwd_row_base(p, b, h, row0) + row) * p.dq_pitch;
     T* dst = seq_head_ptr(dq, p.dq_stride, b, h, row0 + row, p.seqs.cu_q != nullptr);
-    for (int d = 2 * lane; d < p.head_dim; d += 64) {
-        const float2 x = *reinterpret_cast<const float2*>(src + d);
-        *reinterpret_cast<uint32_t*>(dst + d) = StorageTraits<T>::pack(x.x, x.y);
+    // 16-byte loads (the workspace's rows start on 16 bytes: `bwd_f32_regions`, a pitch of the
+    // bucket) and 8-byte stores (dQ's rows start on 16 bytes, D is a multiple of 8).
+    for (int d = 4 * lane; d < p.head_dim; d += 128) {
+        const float4 x = *reinterpret_cast<const float4*>(src + d);
+        *reinterpret_cast<uint2*>(dst + d) = make_uint2(StorageTraits<T>::pack(x.x, x.y), StorageTraits<T>::pack(x.z, x.w));
     }
 }
 
@@ -757,7 +811,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     }
 
 #define ATTN_BWD_PREP_ENTRY(PRE, POST, T)                                                             \
-    extern "C" __global__ void __launch_bounds__(256)                                                 \
+    extern "C" __global__ void __launch_bounds__(256)                                              \
         PRE(const T* o, const T* d_o, float* delta, const attn::BwdParams p) {                        \
         attn::bwd_preprocess<T>(o, d_o, delta, p);                                                    \
     }                                                                                                 \

@@ -221,6 +221,11 @@ fn workspace_growth(have: Option<(usize, usize)>, need: (usize, usize)) -> Optio
     }
 }
 
+/// Query rows per CTA of both engines' Δ passes: 8 warps of `kDeltaRows` (4) rows each
+/// (kernels/bwd_kernel.cuh); the grids are sized by it. A divisor of the wgmma engine's
+/// 64-row blocks.
+const DELTA_ROWS_PER_CTA: usize = 32;
+
 /// Where LSE₂, Δ and the dQ accumulator sit in the backward's f32 workspace, as (start, len)
 /// in floats, and the length they need together. Each region starts 16-byte aligned: the
 /// mma.sync kernel adds `float2` pairs into the accumulator on sm_90 (8-byte atomics), and Δ's
@@ -566,9 +571,16 @@ impl FlashAttention {
         let (mut delta, _) = delta_span.split_at_mut(delta_at.1);
         let (mut dq_acc, _) = rest.split_at_mut(dq_at.1);
         let mut sems = ws.u32s.slice_mut(..sem_len);
-        for region in [&mut lse2, &mut delta, &mut dq_acc] {
+        // The wgmma engine's Δ pass writes every padded row of LSE₂ and Δ (one warp per row of
+        // q_blocks·64), so only the accumulator needs zeros there.
+        let zeroed: &mut [&mut CudaViewMut<'_, f32>] = if hopper {
+            &mut [&mut dq_acc]
+        } else {
+            &mut [&mut lse2, &mut delta, &mut dq_acc]
+        };
+        for region in zeroed.iter_mut() {
             stream
-                .memset_zeros(region)
+                .memset_zeros(*region)
                 .map_err(driver("zeroing the backward workspace"))?;
         }
         stream
@@ -580,7 +592,8 @@ impl FlashAttention {
             s.batch() as u32,
         );
 
-        let (name, grid, arch_str, post, mut dq_acc, mut delta, delta_pitch) = if hopper {
+        let (name, grid, arch_str, post, post_grid, mut dq_acc, mut delta, delta_pitch) = if hopper
+        {
             use crate::hopper::{encode_tma, tma_geometry, TmaElem};
             let variant = catalog::BwdHopperVariant::pick(
                 !problem.features().is_empty(),
@@ -630,13 +643,13 @@ impl FlashAttention {
                 .arg(&params);
             // SAFETY: matches ATTN_BWD_HOPPER_PREP_ENTRY's first kernel (o, d_o, lse, lse2,
             // delta, BwdParams). `plan_backward` proved O and dO hold every (b, h, row < Sq,
-            // col < D) their strides name, 4-byte aligned pairs, and LSE B·Hq·Sq floats; lse2
-            // and delta hold B·Hq·q_blocks·64 floats, one warp per padded row of the grid
-            // (q_blocks·8, Hq, B) × 8 warps, rows past q_blocks·64 returning at once.
+            // col < D) their strides name, 16-byte aligned chunks, and LSE B·Hq·Sq floats;
+            // lse2 and delta hold B·Hq·q_blocks·64 floats, DELTA_ROWS_PER_CTA padded rows per
+            // CTA of the grid (q_blocks·64 / DELTA_ROWS_PER_CTA, Hq, B), so every padded row.
             unsafe {
                 b.launch(LaunchConfig {
                     grid_dim: (
-                        params.q_blocks as u32 * 8,
+                        (q_pad / DELTA_ROWS_PER_CTA) as u32,
                         s.q_heads() as u32,
                         s.batch() as u32,
                     ),
@@ -673,7 +686,9 @@ impl FlashAttention {
                 })
             }
             .map_err(driver("launching the backward kernel"))?;
-            (name, grid, arch_str, post, dq_acc, delta, q_pad)
+            // The dQ pass: one CTA per 64-row tile of the workspace.
+            let post_grid = (params.q_blocks as u32, s.q_heads() as u32, s.batch() as u32);
+            (name, grid, arch_str, post, post_grid, dq_acc, delta, q_pad)
         } else {
             let name = catalog::bwd_entry_name(&unit, causal, general);
             let (main, arch_str) = self.function(&unit, &name, false, smem)?;
@@ -692,12 +707,16 @@ impl FlashAttention {
             // SAFETY: matches ATTN_BWD_PREP_ENTRY's first kernel (o, d_o, delta, BwdParams).
             // `plan_backward` proved O and dO hold every (b, h, row < Sq, col < D) their strides
             // name (packed: every row < total_q), 16-byte aligned; delta holds `rows` floats
-            // (B·Hq·Sq, or Hq·total_q); the grid (ceil(Sq/8), Hq, B) × 8 warps gives each row
-            // one warp and the kernel bounds rows by the sequence's length, whose packed
+            // (B·Hq·Sq, or Hq·total_q); the grid (ceil(Sq / DELTA_ROWS_PER_CTA), Hq, B) covers
+            // every row and the kernel bounds rows by the sequence's length, whose packed
             // offsets it clamps into 0..=total_q.
             unsafe {
                 b.launch(LaunchConfig {
-                    grid_dim: row_grid,
+                    grid_dim: (
+                        s.q_len().div_ceil(DELTA_ROWS_PER_CTA) as u32,
+                        s.q_heads() as u32,
+                        s.batch() as u32,
+                    ),
                     block_dim: (256, 1, 1),
                     shared_mem_bytes: 0,
                 })
@@ -736,7 +755,7 @@ impl FlashAttention {
             .map_err(driver("launching the backward kernel"))?;
             // Δ's rows per (batch, head): 0 when packed like LSE.
             let pitch = if idx.cu_q.is_some() { 0 } else { s.q_len() };
-            (name, grid, arch_str, post, dq_acc, delta, pitch)
+            (name, grid, arch_str, post, row_grid, dq_acc, delta, pitch)
         };
 
         if let Some(ds) = dsinks.as_mut() {
@@ -772,11 +791,12 @@ impl FlashAttention {
         // SAFETY: matches the second kernel of ATTN_BWD_PREP_ENTRY or ATTN_BWD_HOPPER_PREP_ENTRY
         // (dq_acc, dq, BwdParams), the one of the engine that filled dq_acc: its workspace
         // (B·Hq·Sq rows of the bucket's width, or B·Hq·q_blocks tiles of 64 such rows) holds
-        // every row < Sq the pass reads; dQ was checked like the other outputs; one warp per
-        // row, bounded by q_len.
+        // every row < Sq the pass reads; dQ was checked like the other outputs. mma.sync: one
+        // warp per row, bounded by q_len; wgmma: one CTA per tile of the grid (q_blocks, Hq,
+        // B), rows bounded by the sequence's length, columns by D.
         unsafe {
             b.launch(LaunchConfig {
-                grid_dim: row_grid,
+                grid_dim: post_grid,
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             })
