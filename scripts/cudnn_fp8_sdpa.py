@@ -6,16 +6,22 @@ Needs torch and `nvidia-cudnn-frontend` (1.32, installed with --no-deps beside
 N(0,1) inputs cast to E4M3, inference mode (no stats). On Hopper cuDNN writes O in E4M3 (our
 kernels write f16: 2 bytes per output element instead of 1).
 
-Timing: 20 warm-up launches, then `--samples` launches each between two CUDA events; the
-median in microseconds. Prints one JSON object: {"B,H,S,D[-causal]": median_us, ...}.
+Timing, as `xtask bench` times our side: 20 warm-up launches, then launches until
+`--warmup-ms` (500) have passed, so the samples run at sustained clocks (a GPU at its power cap
+lowers them tens of ms into sustained load; docs/PERF.md, run 216); then `--samples` launches
+back to back, each between two CUDA events, and one synchronization. (Until run 220 each sample
+synchronized before the next launch, a lower duty cycle than our side's.) The median in
+microseconds, and every sample. Prints one JSON object:
+{"B,H,S,D[-causal]": {"median_us", "tflops", "samples_us"}, ...}.
 
-Usage: cudnn_fp8_sdpa.py [--samples N] B,H,S,D[,causal] ...
+Usage: cudnn_fp8_sdpa.py [--samples N] [--warmup-ms MS] B,H,S,D[,causal] ...
 """
 
 import argparse
 import json
 import math
 import statistics
+import time
 
 import cudnn
 import torch
@@ -60,6 +66,7 @@ def build(handle, b, h, s, d, causal):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=100)
+    ap.add_argument("--warmup-ms", type=float, default=500.0)
     ap.add_argument("shapes", nargs="+")
     args = ap.parse_args()
     handle = cudnn.create_handle()
@@ -74,18 +81,24 @@ def main():
             graph, pack, ws = build(handle, b, h, s, d, causal)
             for _ in range(20):
                 graph.execute(pack, ws, handle=handle)
-            times = []
-            for _ in range(args.samples):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < args.warmup_ms / 1000.0:
+                for _ in range(8):
+                    graph.execute(pack, ws, handle=handle)
+                torch.cuda.synchronize()
+            events = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                for _ in range(args.samples)
+            ]
+            for start, end in events:
                 start.record()
                 graph.execute(pack, ws, handle=handle)
                 end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e3)
+            torch.cuda.synchronize()
+            times = [start.elapsed_time(end) * 1e3 for start, end in events]
             med = statistics.median(times)
             flops = 4 * b * h * s * s * d / (2 if causal else 1)
-            out[name] = {"median_us": med, "tflops": flops / med / 1e6}
+            out[name] = {"median_us": med, "tflops": flops / med / 1e6, "samples_us": times}
         except Exception as e:  # report, keep going
             out[name] = {"error": f"{type(e).__name__}: {e}"}
     print(json.dumps(out, indent=1))

@@ -2,7 +2,8 @@
 //! in the same run with the same protocol (below), summarized by attn-stats.
 //!
 //! Protocol: random N(0,1) inputs, rotated across up to 8 sets when one set fits in L2
-//! (50 MB); ≥ 20 warm-ups; ≥ 200 samples. Each sample is a CUDA event pair around one launch
+//! (50 MB); ≥ 20 warm-ups, and event-timed shapes keep launching until
+//! [`SUSTAINED_WARMUP`] has passed; ≥ 200 samples. Each sample is a CUDA event pair around one launch
 //! ("events"), or, for shapes whose launch is under 20 µs (or every shape with
 //! `--timing graph`), around one replay of a CUDA graph of 20 launches divided by 20
 //! ("graph") — the SDPA side then captures a graph too. Samples
@@ -28,6 +29,13 @@ pub mod schema;
 use crate::flags::{CausalArg, DtypeChoice, Fp8Arg, ShapeSet, TimingArg};
 
 use schema::{BenchFile, BenchRow, Champion, SdpaResult};
+
+/// The least warm-up of an event-timed shape, on both sides. A GPU at its power cap (the
+/// H200's 700 W under these forwards) lowers its clocks some 50 ms into sustained load; with
+/// 30 warm-up launches the first quarter of 200 samples ran at higher clocks than the rest,
+/// which made every backend's samples bimodal (docs/PERF.md, run 216). Samples taken after
+/// this much load are all in the sustained state.
+pub(crate) const SUSTAINED_WARMUP: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The SDPA timing script, embedded so the bundle's xtask binary needs nothing beside it.
 pub const SDPA_SCRIPT: &str = include_str!("../scripts/sdpa_bench.py");
@@ -675,6 +683,17 @@ pub(crate) fn time_launches(
             })
             .collect::<Result<Vec<_>, _>>()?
     } else {
+        // Launches of 20 µs and more: on to sustained clocks first (a synchronization every 8
+        // launches, to read the time).
+        let start = std::time::Instant::now();
+        let mut i = warmup;
+        while start.elapsed() < SUSTAINED_WARMUP {
+            for _ in 0..8 {
+                launch(i)?;
+                i += 1;
+            }
+            stream.synchronize()?;
+        }
         for (i, w) in events.chunks(2).enumerate() {
             w[0].record(&stream)?;
             launch(i)?;
@@ -810,6 +829,8 @@ fn run_sdpa(
         .arg(&args.out_dir)
         .arg("--warmup")
         .arg(args.warmup.to_string())
+        .arg("--warmup-ms")
+        .arg(SUSTAINED_WARMUP.as_millis().to_string())
         .arg("--samples")
         .arg(args.samples.to_string())
         .stdin(std::process::Stdio::piped())
