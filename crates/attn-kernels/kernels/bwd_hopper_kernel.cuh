@@ -119,19 +119,27 @@ template <int DK> struct HopperBwdLayout {
 };
 
 // Δ = rowsum(dO∘O) and LSE₂ = LSE·log2e per (b, h, row) into [B·Hq, q_blocks·64] rows,
-// padded: rows past Sq (and rows whose LSE is −∞: they see no key) get Δ = 0, LSE₂ = +∞.
-// kDeltaRows rows per warp (bwd_kernel.cuh `rows_delta`); grid (q_blocks·64 / (8·kDeltaRows),
-// Hq, B), so every padded row is written.
+// padded: rows past Sq (and rows whose LSE is −∞: they see no key) get Δ = 0, LSE₂ = +∞; and
+// zeros into the same rows of the dQ accumulator (64·q_blocks rows of the bucket's width per
+// (b, h)), which the main kernel adds into. Zeroing here rather than in a memset pass of its own
+// (FlashAttention-3's preprocess clears its dQaccum too) lets the stores overlap this pass's
+// load latency. kDeltaRows rows per warp (bwd_kernel.cuh `rows_delta`); grid
+// (q_blocks·64 / (8·kDeltaRows), Hq, B), so every padded row is written.
 template <typename T>
 __device__ __forceinline__ void bwd_hopper_preprocess(const T* __restrict__ o, const T* __restrict__ d_o,
                                                       const float* __restrict__ lse, float* __restrict__ lse2,
-                                                      float* __restrict__ delta, const BwdParams& p) {
+                                                      float* __restrict__ delta, float* __restrict__ dq_acc,
+                                                      const BwdParams& p) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row_first = (blockIdx.x * 8 + warp) * kDeltaRows;
     const int h = blockIdx.y, b = blockIdx.z;
     const int q_pad = p.q_blocks * 64;
     if (row_first >= q_pad) return; // warp-uniform
     const int64_t bh = static_cast<int64_t>(b) * p.q_heads + h;
+    // The accumulator's rows row_first.. are kDeltaRows · bucket contiguous floats (the tile
+    // order permutes within a 64-row tile only), 16-byte aligned (`bwd_f32_regions`).
+    float4* acc_rows = reinterpret_cast<float4*>(dq_acc + (bh * q_pad + row_first) * p.dq_pitch);
+    for (int i = lane; i < kDeltaRows * p.dq_pitch / 4; i += 32) acc_rows[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     // Packed queries: sequence b's rows (the rows past its length are padding, as past Sq).
     int row0;
     const int len = bwd_seq_rows(p, b, row0);
@@ -803,8 +811,9 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
 
 #define ATTN_BWD_HOPPER_PREP_ENTRY(PRE, POST, T)                                                         \
     extern "C" __global__ void __launch_bounds__(256)                                                 \
-        PRE(const T* o, const T* d_o, const float* lse, float* lse2, float* delta, const attn::BwdParams p) { \
-        attn::bwd_hopper_preprocess<T>(o, d_o, lse, lse2, delta, p);                                     \
+        PRE(const T* o, const T* d_o, const float* lse, float* lse2, float* delta, float* dq_acc,         \
+            const attn::BwdParams p) {                                                                   \
+        attn::bwd_hopper_preprocess<T>(o, d_o, lse, lse2, delta, dq_acc, p);                             \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(256)                                                    \
         POST(const float* dq_acc, T* dq, const attn::BwdParams p) {                                      \

@@ -571,17 +571,14 @@ impl FlashAttention {
         let (mut delta, _) = delta_span.split_at_mut(delta_at.1);
         let (mut dq_acc, _) = rest.split_at_mut(dq_at.1);
         let mut sems = ws.u32s.slice_mut(..sem_len);
-        // The wgmma engine's Δ pass writes every padded row of LSE₂ and Δ (one warp per row of
-        // q_blocks·64), so only the accumulator needs zeros there.
-        let zeroed: &mut [&mut CudaViewMut<'_, f32>] = if hopper {
-            &mut [&mut dq_acc]
-        } else {
-            &mut [&mut lse2, &mut delta, &mut dq_acc]
-        };
-        for region in zeroed.iter_mut() {
-            stream
-                .memset_zeros(*region)
-                .map_err(driver("zeroing the backward workspace"))?;
+        // The wgmma engine's Δ pass writes every padded row of LSE₂ and Δ and zeroes the
+        // accumulator's, so only the mma.sync engine's workspace is zeroed here.
+        if !hopper {
+            for region in [&mut lse2, &mut delta, &mut dq_acc] {
+                stream
+                    .memset_zeros(region)
+                    .map_err(driver("zeroing the backward workspace"))?;
+            }
         }
         stream
             .memset_zeros(&mut sems)
@@ -640,12 +637,15 @@ impl FlashAttention {
                 .arg(&lp)
                 .arg(&mut lse2)
                 .arg(&mut delta)
+                .arg(&mut dq_acc)
                 .arg(&params);
             // SAFETY: matches ATTN_BWD_HOPPER_PREP_ENTRY's first kernel (o, d_o, lse, lse2,
-            // delta, BwdParams). `plan_backward` proved O and dO hold every (b, h, row < Sq,
-            // col < D) their strides name, 16-byte aligned chunks, and LSE B·Hq·Sq floats;
-            // lse2 and delta hold B·Hq·q_blocks·64 floats, DELTA_ROWS_PER_CTA padded rows per
-            // CTA of the grid (q_blocks·64 / DELTA_ROWS_PER_CTA, Hq, B), so every padded row.
+            // delta, dq_acc, BwdParams). `plan_backward` proved O and dO hold every (b, h,
+            // row < Sq, col < D) their strides name, 16-byte aligned chunks, and LSE B·Hq·Sq
+            // floats; lse2 and delta hold B·Hq·q_blocks·64 floats and dq_acc that many rows of
+            // the bucket's width (16-byte aligned, `bwd_f32_regions`), DELTA_ROWS_PER_CTA padded
+            // rows per CTA of the grid (q_blocks·64 / DELTA_ROWS_PER_CTA, Hq, B), so every
+            // padded row of the three.
             unsafe {
                 b.launch(LaunchConfig {
                     grid_dim: (
