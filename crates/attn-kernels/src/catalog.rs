@@ -423,9 +423,12 @@ pub const fn paged_box_rows(block_n: usize, page_size: usize) -> usize {
 }
 
 /// The tile an unpinned launch with a sequence layout, ALiBi or sinks runs (softcap and
-/// windows always take [`hopper_feature_tile`]; `hopper::plan_hopper` says why): the dense
-/// default's rule for the wide D = 128 tile ([`hopper_default_tile`]: no mask, at least
-/// [`HOPPER_WIDE_MIN_KEYS`] keys in the longest sequence), else [`hopper_feature_tile`].
+/// windows always take [`hopper_feature_tile`]; `hopper::plan_hopper` says why): without a
+/// mask the wide D = 128 tile, where the dense default would take it (`dense`: every sequence
+/// has `kv_len` keys; [`hopper_wide_pays`]) or, for sequences of mixed lengths, from
+/// [`HOPPER_WIDE_MIN_KEYS`] keys in the longest one; else [`hopper_feature_tile`]. The waste of
+/// the last key tile, which decides the dense launch since runs 222–223, differs by sequence
+/// in a varlen batch; those launches were not re-timed, so they keep the earlier rule.
 ///
 /// A paged cache (`page_size`) arrives in TMA boxes of gcd(BN, page size) rows
 /// ([`paged_box_rows`]). The wide tile's 176 keys cut every power-of-two page into
@@ -438,6 +441,7 @@ pub fn hopper_seq_default_tile(
     kv_len: usize,
     causal: bool,
     page_size: Option<usize>,
+    dense: bool,
 ) -> Option<HopperTile> {
     let feature = hopper_feature_tile(bucket);
     let boxes_ok = |wide: HopperTile| {
@@ -447,8 +451,13 @@ pub fn hopper_seq_default_tile(
             })
         })
     };
+    let long = if dense {
+        hopper_wide_pays(kv_len)
+    } else {
+        kv_len >= HOPPER_WIDE_MIN_KEYS
+    };
     if !causal
-        && kv_len >= HOPPER_WIDE_MIN_KEYS
+        && long
         && hopper_seq_tile(bucket) == Some(HOPPER_D128_WIDE)
         && boxes_ok(HOPPER_D128_WIDE)
     {
@@ -731,6 +740,25 @@ pub fn hopper_kv_split_tile(bucket: usize) -> Option<HopperTile> {
 /// for 512 keys) to be the default; the 128-key tile stays there (not timed below 2048).
 pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
 
+/// How much faster per computed key the 176-key tile runs than [`HOPPER_128_PINGPONG`] at
+/// D = 128 without a mask, at sustained clocks (runs 222–223, H200: 1–3 % at 1,16,16384,128,
+/// whose last key tile is 93 % full).
+const HOPPER_WIDE_SPEEDUP: f64 = 1.02;
+
+/// Whether a dense launch without a mask over `kv_len` keys runs faster on the 176-key tile
+/// than on the 128-key one. Each tile computes its last key tile in full: at 4096 keys 176
+/// keys waste 3 % (24 tiles for 23.3 tiles of keys) and lose (runs 222–223, µs, 176 against
+/// 128 keys: 4,16,4096,128 f16 967–971 / 954, bf16 932–933 / 916–918; 8,16,2048,128 f16 518 /
+/// 504–510), at 16384 keys 1 % and win (1,16,16384,128 f16 3616–3689 / 3726–3727); at 8192
+/// (1 %) the two were within 1 % either way. The earlier rule (176 keys from 1024 keys on)
+/// came from runs with bimodal samples, against an older 128-key tile.
+pub fn hopper_wide_pays(kv_len: usize) -> bool {
+    let padded = |block_n: usize| (kv_len.div_ceil(block_n) * block_n) as f64;
+    kv_len >= HOPPER_WIDE_MIN_KEYS
+        && padded(HOPPER_D128_WIDE.block_n) / HOPPER_WIDE_SPEEDUP
+            < padded(HOPPER_128_PINGPONG.block_n)
+}
+
 /// The Hopper tile an unpinned launch of `bucket` runs for `q_len` query rows in
 /// `batch_heads` (batch × query heads) blocks of rows on `sm_count` SMs: the bucket's key-split
 /// tile ([`hopper_kv_split_tile`], D ≤ 64 and D = 128) when a grid of 128-row blocks would
@@ -743,14 +771,11 @@ pub const HOPPER_WIDE_MIN_KEYS: usize = 1024;
 /// wave quantization with 192 rows (run 24: 1.03× cuDNN's time at S = 512 against 0.88×
 /// with 128 rows in run 5).
 ///
-/// At D = 128 a launch without a mask over at least [`HOPPER_WIDE_MIN_KEYS`] keys runs 176 keys
-/// per stage with ping-pong ([`HOPPER_D128_WIDE`], FlashAttention-3's `tile_size_fwd_sm90`
-/// choice for non-causal D = 128): once the softmax overlapped P·V (wgmma.cuh's
-/// `schedule_after`), it took 0.99× cuDNN's time at 1,16,16384,128 against 1.06× for the
-/// 128-key tile, and 1.02–1.03× against 1.08–1.10× at 4,16,4096,128 (run 56, two
-/// repetitions); with a causal mask both took 1.02–1.03×, so causal launches keep 128 keys.
-/// Every other D = 128 launch runs [`HOPPER_128_PINGPONG`] (128 keys with ping-pong, runs
-/// 134–135).
+/// At D = 128 a launch without a mask runs 176 keys per stage with ping-pong
+/// ([`HOPPER_D128_WIDE`], FlashAttention-3's `tile_size_fwd_sm90` choice for non-causal
+/// D = 128) where [`hopper_wide_pays`]: where its last key tile is nearly full. With a causal
+/// mask both took 1.02–1.03× cuDNN's time (run 56), so causal launches keep 128 keys. Every
+/// other D = 128 launch runs [`HOPPER_128_PINGPONG`] (128 keys with ping-pong, runs 134–135).
 pub fn hopper_default_tile(
     bucket: usize,
     q_len: usize,
@@ -770,11 +795,7 @@ pub fn hopper_default_tile(
             return Some(kv);
         }
     }
-    if bucket == 128
-        && !causal
-        && kv_len >= HOPPER_WIDE_MIN_KEYS
-        && tiles.contains(&HOPPER_D128_WIDE)
-    {
+    if bucket == 128 && !causal && hopper_wide_pays(kv_len) && tiles.contains(&HOPPER_D128_WIDE) {
         return Some(HOPPER_D128_WIDE);
     }
     if bucket == 128 && tiles.contains(&HOPPER_128_PINGPONG) {

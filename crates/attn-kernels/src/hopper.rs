@@ -368,14 +368,15 @@ pub(crate) fn plan_hopper(
     // dense ones do not): when the caller asks for splits, or, unpinned, when a grid of more
     // than 64 query rows, or a causal one, leaves SMs idle over long keys (chunked prefill
     // against a dense cache; the sequence entries' default tile and heuristic decide).
-    let dense_split = seq_launch.is_none()
+    let dense_keys = seq_launch.is_none(); // the caller's: every item has kv_len keys
+    let dense_split = dense_keys
         && problem.features().is_empty()
         && match splits {
             Some(n) => n > 1,
             None => {
                 tile.is_none()
                     && (s.q_len() > 64 || causal)
-                    && catalog::hopper_seq_default_tile(bucket, s.kv_len(), causal, None)
+                    && catalog::hopper_seq_default_tile(bucket, s.kv_len(), causal, None, true)
                         .is_some_and(|t| {
                             let items = s.q_len().div_ceil(t.block_m()) * s.batch() * s.q_heads();
                             hopper_seq_splits(items, s.kv_len().div_ceil(t.block_n), sm_count) > 1
@@ -402,6 +403,7 @@ pub(crate) fn plan_hopper(
             s.kv_len(),
             causal,
             seq_launch.and_then(|l| l.page_size),
+            dense_keys,
         ),
         None => catalog::hopper_default_tile(
             bucket,
@@ -906,7 +908,8 @@ mod tests {
     }
 
     #[test]
-    fn d128_takes_176_keys_without_a_mask_over_long_keys_and_pingpong_under_one() {
+    fn d128_takes_176_keys_without_a_mask_where_its_last_tile_is_nearly_full_and_pingpong_under_one(
+    ) {
         let tile = |sk, causal| {
             let p = Problem::new(AttnShape::new(4, 16, 16, 4096, sk, 128).unwrap(), causal);
             plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None)
@@ -917,13 +920,17 @@ mod tests {
         let wide = catalog::HOPPER_D128_WIDE;
         assert!(catalog::hopper_tiles(128).contains(&wide));
         assert_eq!((wide.block_n, wide.pingpong, wide.intra), (176, true, true));
-        assert_eq!(tile(4096, Causal::None), wide);
-        assert_eq!(tile(catalog::HOPPER_WIDE_MIN_KEYS, Causal::None), wide);
-        assert_eq!(
-            tile(catalog::HOPPER_WIDE_MIN_KEYS - 1, Causal::None),
-            narrow
-        );
+        // 176 keys where the last key tile is nearly full (runs 222–223).
+        assert_eq!(tile(16384, Causal::None), wide);
+        assert_eq!(tile(8192, Causal::None), wide);
+        assert_eq!(tile(6 * 176, Causal::None), wide);
+        assert_eq!(tile(4096, Causal::None), narrow);
+        assert_eq!(tile(2048, Causal::None), narrow);
+        assert_eq!(tile(catalog::HOPPER_WIDE_MIN_KEYS, Causal::None), narrow);
         assert_eq!(tile(512, Causal::None), narrow);
+        assert!(!catalog::hopper_wide_pays(
+            catalog::HOPPER_WIDE_MIN_KEYS - 1
+        ));
         // A causal mask keeps 128 keys, with ping-pong as every narrow launch (runs 134–135).
         assert_eq!(
             (narrow.block_n, narrow.pingpong, narrow.intra),
@@ -947,12 +954,21 @@ mod tests {
         // keep the feature tile under a mask); softcap and windows keep the feature tile; a
         // sequence layout alone takes the wide tile's `_seq` entries.
         let plain = Problem::new(
-            AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
+            AttnShape::new(4, 16, 16, 4096, 16384, 128).unwrap(),
             Causal::None,
         );
         let a = plain.with_sinks(vec![0.5; 16]).unwrap();
         let plan = plan_hopper(&a, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Features));
+        // At 4096 keys, where the dense default takes 128 keys, so does the feature launch.
+        let a4096 = Problem::new(
+            AttnShape::new(4, 16, 16, 4096, 4096, 128).unwrap(),
+            Causal::None,
+        )
+        .with_sinks(vec![0.5; 16])
+        .unwrap();
+        let plan = plan_hopper(&a4096, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
+        assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         for f in [
             plain.with_softcap(30.0).unwrap(),
             plain.with_window(256, 256).unwrap(),
@@ -1020,8 +1036,14 @@ mod tests {
             .unwrap();
             assert_eq!(Some(plan.tile), want, "page {page}");
         }
+        // The dense launch of the same shape: 4096 keys waste 3 % of the wide tile's last key
+        // tile, so 128 keys (`catalog::hopper_wide_pays`); the sequence entries above keep the
+        // wide tile from 1024 keys in the longest sequence, whose last tiles vary by sequence.
         let plan = plan_hopper(&dense, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
-        assert_eq!((plan.tile, plan.variant), (wide, HopperVariant::Dense));
+        assert_eq!(
+            (plan.tile, plan.variant),
+            (catalog::HOPPER_128_PINGPONG, HopperVariant::Dense)
+        );
         let short = Problem::new(
             AttnShape::new(4, 16, 16, 4096, 512, 128).unwrap(),
             Causal::None,
@@ -1176,7 +1198,7 @@ mod tests {
         assert_eq!((p.sched.splits, p.variant), (2, HopperVariant::Features));
         assert_eq!(
             p.tile,
-            catalog::hopper_seq_default_tile(128, 16384, true, None).unwrap()
+            catalog::hopper_seq_default_tile(128, 16384, true, None, true).unwrap()
         );
         let dense_only = *catalog::hopper_tiles(128)
             .iter()

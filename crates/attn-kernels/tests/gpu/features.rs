@@ -307,10 +307,10 @@ fn correctness_features_softcap_saturating() {
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
 
-/// Without a mask and from 1024 keys on, a D = 128 launch with ALiBi or sinks (no softcap, no
-/// window) runs the dense default's wide 176-key ping-pong tile (its `_feat` entries): every
-/// feature set (the others run the feature tile), both dtypes, against the f64 reference,
-/// with a tail (1100 keys = 6 tiles + 44) and GQA.
+/// Without a mask, where the dense default takes it (`catalog::hopper_wide_pays`), a D = 128
+/// launch with ALiBi or sinks (no softcap, no window) runs the wide 176-key ping-pong tile
+/// (its `_feat` entries): every feature set (the others run the feature tile), both dtypes,
+/// against the f64 reference, with a tail (1200 keys = 6 tiles + 144) and GQA.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_features_wide_tile() {
@@ -318,7 +318,8 @@ fn correctness_features_wide_tile() {
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
-    let dims = (1, 4, 2, 150, 1100, 128);
+    let dims = (1, 4, 2, 150, 1200, 128);
+    assert!(attn_kernels::catalog::hopper_wide_pays(dims.4));
     if gpu.compute_capability() == (9, 0) {
         let sets = feature_sets(&mut rng, 1, 4);
         let alibi = sets

@@ -477,6 +477,7 @@ fn hopper_suffix(c: &SeqCase) -> &'static str {
                 Keys::Paged { page_size, .. } => Some(page_size),
                 _ => None,
             },
+            false,
         ),
     };
     let seq_tile = tile.is_some_and(|t| hopper_seq_tile(bucket) == Some(t));
