@@ -16,7 +16,7 @@ use attn_kernels::{
 };
 use attn_ref::{Alibi, AttnShape, Causal, Problem};
 use clap::Parser;
-use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{sys::CUevent_flags, CudaSlice};
 use half::bf16;
 
 /// The SDPA side, embedded so the bundle's xtask needs nothing beside it.
@@ -86,6 +86,79 @@ fn time(
     Ok(out)
 }
 
+/// One dense shape's bf16 tensors (`[B, H, S, D]`, random inputs and dO) and the two calls
+/// `train-bench` times on them; the forward writes the O and LSE the next backward reads.
+struct DenseSet<'g> {
+    gpu: &'g FlashAttention,
+    qd: [usize; 4],
+    kd: [usize; 4],
+    q: CudaSlice<bf16>,
+    k: CudaSlice<bf16>,
+    v: CudaSlice<bf16>,
+    d_o: CudaSlice<bf16>,
+    o: CudaSlice<bf16>,
+    lse: CudaSlice<f32>,
+    dq: CudaSlice<bf16>,
+    dk: CudaSlice<bf16>,
+    dv: CudaSlice<bf16>,
+}
+
+impl<'g> DenseSet<'g> {
+    fn new(gpu: &'g FlashAttention, shape: &AttnShape) -> Result<Self> {
+        let s = gpu.stream();
+        let rnd = |seed: u64, len: usize| -> Result<CudaSlice<bf16>> {
+            let host: Vec<bf16> = crate::randn::normal_samples(len, seed, bf16::from_f32);
+            Ok(s.clone_htod(&host)?)
+        };
+        Ok(Self {
+            gpu,
+            qd: dims_q(shape),
+            kd: dims_kv(shape),
+            q: rnd(1, shape.q_elems())?,
+            k: rnd(2, shape.kv_elems())?,
+            v: rnd(3, shape.kv_elems())?,
+            d_o: rnd(4, shape.o_elems())?,
+            o: s.alloc_zeros::<bf16>(shape.o_elems())?,
+            lse: s.alloc_zeros::<f32>(shape.lse_elems())?,
+            dq: s.alloc_zeros::<bf16>(shape.q_elems())?,
+            dk: s.alloc_zeros::<bf16>(shape.kv_elems())?,
+            dv: s.alloc_zeros::<bf16>(shape.kv_elems())?,
+        })
+    }
+
+    fn forward(&mut self, p: &Problem) -> Result<()> {
+        let (qd, kd, bh) = (self.qd, self.kd, Layout::Bhsd);
+        self.gpu.forward(Forward {
+            problem: p,
+            q: Tensor::contiguous(self.q.as_view(), qd, bh),
+            k: Tensor::contiguous(self.k.as_view(), kd, bh),
+            v: Tensor::contiguous(self.v.as_view(), kd, bh),
+            o: TensorMut::contiguous(self.o.as_view_mut(), qd, bh),
+            lse: Some(self.lse.as_view_mut()),
+            options: ForwardOptions::default(),
+        })?;
+        Ok(())
+    }
+
+    fn backward(&mut self, p: &Problem, options: BackwardOptions) -> Result<()> {
+        let (qd, kd, bh) = (self.qd, self.kd, Layout::Bhsd);
+        self.gpu.backward(Backward {
+            problem: p,
+            q: Tensor::contiguous(self.q.as_view(), qd, bh),
+            k: Tensor::contiguous(self.k.as_view(), kd, bh),
+            v: Tensor::contiguous(self.v.as_view(), kd, bh),
+            o: Tensor::contiguous(self.o.as_view(), qd, bh),
+            lse: self.lse.as_view(),
+            d_o: Tensor::contiguous(self.d_o.as_view(), qd, bh),
+            dq: TensorMut::contiguous(self.dq.as_view_mut(), qd, bh),
+            dk: TensorMut::contiguous(self.dk.as_view_mut(), kd, bh),
+            dv: TensorMut::contiguous(self.dv.as_view_mut(), kd, bh),
+            options,
+        })?;
+        Ok(())
+    }
+}
+
 /// Times training steps the way the SDPA script does: per step, CUDA events around the
 /// forward (`step(true)`) and the backward (`step(false)`), then one synchronization. Returns
 /// the forward's and the backward's µs per timed step.
@@ -116,7 +189,6 @@ fn time_steps(
 pub fn run(args: Args) -> Result<()> {
     let shapes = parse_shapes(&args.shapes)?;
     let gpu = FlashAttention::new(0)?;
-    let s = gpu.stream().clone();
     let mut rows = Vec::new();
     for &[b, h, n, d] in &shapes {
         for causal in [false, true] {
@@ -127,43 +199,7 @@ pub fn run(args: Args) -> Result<()> {
                 Causal::None
             };
             let p = Problem::new(shape, mask);
-            let (qd, kd) = (dims_q(&shape), dims_kv(&shape));
-            let rnd = |seed: u64, len: usize| -> Result<cudarc::driver::CudaSlice<bf16>> {
-                let host: Vec<bf16> = crate::randn::normal_samples(len, seed, bf16::from_f32);
-                Ok(s.clone_htod(&host)?)
-            };
-            let (q, k, v, d_o) = (
-                rnd(1, shape.q_elems())?,
-                rnd(2, shape.kv_elems())?,
-                rnd(3, shape.kv_elems())?,
-                rnd(4, shape.o_elems())?,
-            );
-            let mut o = s.alloc_zeros::<bf16>(shape.o_elems())?;
-            let mut lse = s.alloc_zeros::<f32>(shape.lse_elems())?;
-            let (mut dq, mut dk, mut dv) = (
-                s.alloc_zeros::<bf16>(shape.q_elems())?,
-                s.alloc_zeros::<bf16>(shape.kv_elems())?,
-                s.alloc_zeros::<bf16>(shape.kv_elems())?,
-            );
-            let bh = Layout::Bhsd;
-            // O and LSE are passed in, so one problem's forward can feed its backward.
-            let fwd_of = |p: &Problem,
-                          o: &mut cudarc::driver::CudaSlice<bf16>,
-                          lse: &mut cudarc::driver::CudaSlice<f32>|
-             -> Result<Vec<f64>> {
-                time(&gpu, args.warmup, args.iters, || {
-                    gpu.forward(Forward {
-                        problem: p,
-                        q: Tensor::contiguous(q.as_view(), qd, bh),
-                        k: Tensor::contiguous(k.as_view(), kd, bh),
-                        v: Tensor::contiguous(v.as_view(), kd, bh),
-                        o: TensorMut::contiguous(o.as_view_mut(), qd, bh),
-                        lse: Some(lse.as_view_mut()),
-                        options: ForwardOptions::default(),
-                    })?;
-                    Ok(())
-                })
-            };
+            let mut t = DenseSet::new(&gpu, &shape)?;
             let windowed = p.with_window(256, if causal { 0 } else { 256 })?;
             let capped = p.with_softcap(30.0)?;
             let slopes: Vec<f32> = (0..h)
@@ -173,84 +209,47 @@ pub fn run(args: Args) -> Result<()> {
             // Zero slopes: the feature entry with every feature's arithmetic skipped, so the
             // entry's own cost (its tile, its registers) separates from ALiBi's.
             let feat_noop = p.with_alibi(Alibi::PerHead(vec![0.0; h]))?;
-            let fwd = fwd_of(&p, &mut o, &mut lse)?;
-            let window = fwd_of(&windowed, &mut o, &mut lse)?;
-            let softcap = fwd_of(&capped, &mut o, &mut lse)?;
-            let alibi = fwd_of(&biased, &mut o, &mut lse)?;
-            let noop = fwd_of(&feat_noop, &mut o, &mut lse)?;
-            let mut bwd_of = |p: &Problem,
-                              o: &cudarc::driver::CudaSlice<bf16>,
-                              lse: &cudarc::driver::CudaSlice<f32>,
-                              det: bool,
-                              engine: BackwardEngine|
-             -> Result<Vec<f64>> {
-                time(&gpu, args.warmup, args.iters, || {
-                    gpu.backward(Backward {
-                        problem: p,
-                        q: Tensor::contiguous(q.as_view(), qd, bh),
-                        k: Tensor::contiguous(k.as_view(), kd, bh),
-                        v: Tensor::contiguous(v.as_view(), kd, bh),
-                        o: Tensor::contiguous(o.as_view(), qd, bh),
-                        lse: lse.as_view(),
-                        d_o: Tensor::contiguous(d_o.as_view(), qd, bh),
-                        dq: TensorMut::contiguous(dq.as_view_mut(), qd, bh),
-                        dk: TensorMut::contiguous(dk.as_view_mut(), kd, bh),
-                        dv: TensorMut::contiguous(dv.as_view_mut(), kd, bh),
-                        options: BackwardOptions {
-                            deterministic: det,
-                            engine,
-                        },
-                    })?;
-                    Ok(())
-                })
-            };
-            // The features' backward (the mma.sync kernel's general entry), each on its own
-            // forward's O and LSE.
-            let bwd_alibi = bwd_of(&biased, &o, &lse, false, BackwardEngine::Auto)?;
-            fwd_of(&capped, &mut o, &mut lse)?;
-            let bwd_softcap = bwd_of(&capped, &o, &lse, false, BackwardEngine::Auto)?;
-            fwd_of(&windowed, &mut o, &mut lse)?;
-            let bwd_window = bwd_of(&windowed, &o, &lse, false, BackwardEngine::Auto)?;
+            let (warmup, iters) = (args.warmup, args.iters);
+            let fwd_of = |t: &mut DenseSet, p: &Problem| time(&gpu, warmup, iters, || t.forward(p));
+            let bwd_of =
+                |t: &mut DenseSet, p: &Problem, deterministic: bool, engine: BackwardEngine| {
+                    let options = BackwardOptions {
+                        deterministic,
+                        engine,
+                    };
+                    time(&gpu, warmup, iters, || t.backward(p, options))
+                };
+            let fwd = fwd_of(&mut t, &p)?;
+            let window = fwd_of(&mut t, &windowed)?;
+            let softcap = fwd_of(&mut t, &capped)?;
+            let noop = fwd_of(&mut t, &feat_noop)?;
+            let alibi = fwd_of(&mut t, &biased)?;
+            // The features' backward (the default engine's general entry), each on its own
+            // forward's O and LSE (the last forward above is ALiBi's).
+            let bwd_alibi = bwd_of(&mut t, &biased, false, BackwardEngine::Auto)?;
+            fwd_of(&mut t, &capped)?;
+            let bwd_softcap = bwd_of(&mut t, &capped, false, BackwardEngine::Auto)?;
+            fwd_of(&mut t, &windowed)?;
+            let bwd_window = bwd_of(&mut t, &windowed, false, BackwardEngine::Auto)?;
             // The forward once more, so O and LSE are the plain problem's for the backward.
-            fwd_of(&p, &mut o, &mut lse)?;
-            let bwd = bwd_of(&p, &o, &lse, false, BackwardEngine::Auto)?;
-            let bwd_det = bwd_of(&p, &o, &lse, true, BackwardEngine::Auto)?;
+            fwd_of(&mut t, &p)?;
+            let bwd = bwd_of(&mut t, &p, false, BackwardEngine::Auto)?;
+            let bwd_det = bwd_of(&mut t, &p, true, BackwardEngine::Auto)?;
             // The mma.sync kernel on the same device: the sm_80/89 path, timed where Auto
             // takes the wgmma one.
-            let bwd_mma = bwd_of(&p, &o, &lse, false, BackwardEngine::MmaSync)?;
-            let bwd_mma_det = bwd_of(&p, &o, &lse, true, BackwardEngine::MmaSync)?;
+            let bwd_mma = bwd_of(&mut t, &p, false, BackwardEngine::MmaSync)?;
+            let bwd_mma_det = bwd_of(&mut t, &p, true, BackwardEngine::MmaSync)?;
             // The default forward and backward timed as training steps, as the SDPA script
             // times its own, for the comparison with SDPA. On a GPU at its power cap a forward
             // timed in a loop of its own keeps higher clocks than one between backward passes
             // (docs/PERF.md, run 216: 0.887× cuDNN's time that way, 1.03× by `bench`), so the
             // loops above are compared only with each other.
-            let (step_fwd, step_bwd) = time_steps(&gpu, args.warmup, args.iters, |forward| {
+            let (step_fwd, step_bwd) = time_steps(&gpu, warmup, iters, |forward| {
                 if forward {
-                    gpu.forward(Forward {
-                        problem: &p,
-                        q: Tensor::contiguous(q.as_view(), qd, bh),
-                        k: Tensor::contiguous(k.as_view(), kd, bh),
-                        v: Tensor::contiguous(v.as_view(), kd, bh),
-                        o: TensorMut::contiguous(o.as_view_mut(), qd, bh),
-                        lse: Some(lse.as_view_mut()),
-                        options: ForwardOptions::default(),
-                    })?;
+                    t.forward(&p)
                 } else {
-                    gpu.backward(Backward {
-                        problem: &p,
-                        q: Tensor::contiguous(q.as_view(), qd, bh),
-                        k: Tensor::contiguous(k.as_view(), kd, bh),
-                        v: Tensor::contiguous(v.as_view(), kd, bh),
-                        o: Tensor::contiguous(o.as_view(), qd, bh),
-                        lse: lse.as_view(),
-                        d_o: Tensor::contiguous(d_o.as_view(), qd, bh),
-                        dq: TensorMut::contiguous(dq.as_view_mut(), qd, bh),
-                        dk: TensorMut::contiguous(dk.as_view_mut(), kd, bh),
-                        dv: TensorMut::contiguous(dv.as_view_mut(), kd, bh),
-                        options: BackwardOptions::default(),
-                    })?;
+                    t.backward(&p, BackwardOptions::default())
                 }
-                Ok(())
             })?;
             let flops = shape.flops(mask);
             let tf = |us: f64, mult: f64| mult * flops / us * 1e-6;
