@@ -1,12 +1,14 @@
 # SDPA forward and backward timings (PyTorch autograd through the flash and cuDNN backends),
 # CUDA events around each call, for `cargo xtask train-bench`. Prints one JSON object.
-import json, sys
+import json, sys, time
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 import torch.nn.functional as F
 
 shapes = json.loads(sys.argv[1])  # [[B, H, S, D, causal], ...]
 warmup, iters = int(sys.argv[2]), int(sys.argv[3])
+# Steps before the counted warm-up until this many ms have passed (sustained clocks, as our side).
+warmup_ms = float(sys.argv[4]) if len(sys.argv) > 4 else 500.0
 out = []
 for b, h, s, d, causal in shapes:
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
@@ -14,6 +16,12 @@ for b, h, s, d, causal in shapes:
     for name, backend in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]:
         try:
             with sdpa_kernel(backend):
+                t0 = time.perf_counter()
+                while time.perf_counter() - t0 < warmup_ms / 1000.0:
+                    for _ in range(8):
+                        F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)).backward(do)
+                    torch.cuda.synchronize()
+                    q.grad = k.grad = v.grad = None
                 fwd, bwd = [], []
                 for i in range(warmup + iters):
                     e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]

@@ -5,7 +5,8 @@
 //! pair around one call; medians with bootstrap CIs of the time ratios (attn-stats). The ratios
 //! against SDPA compare training steps on both sides (forward, backward, one synchronization
 //! per step), so both run at the same duty cycle; our per-phase loops (features, engines,
-//! deterministic mode) are compared only with each other.
+//! deterministic mode) are compared only with each other. Every loop, on both sides, first
+//! runs its calls for `bench::SUSTAINED_WARMUP`, so all are timed at sustained clocks.
 
 use std::process::Command;
 
@@ -73,6 +74,7 @@ fn time(
     mut f: impl FnMut() -> Result<()>,
 ) -> Result<Vec<f64>> {
     let s = gpu.stream();
+    sustain(gpu, &mut f)?;
     let mut out = Vec::new();
     for i in 0..warmup + iters {
         let a = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
@@ -84,6 +86,21 @@ fn time(
         }
     }
     Ok(out)
+}
+
+/// Calls `f` until `bench::SUSTAINED_WARMUP` has passed (a synchronization every 8 calls), so
+/// that what is timed next runs at sustained clocks. Without it each loop's first samples ran
+/// at the clocks the previous loop left: the variants timed later in a shape's sequence
+/// (softcap, ALiBi) ran hotter than the plain forward timed first (docs/PERF.md, run 225).
+fn sustain(gpu: &FlashAttention, mut f: impl FnMut() -> Result<()>) -> Result<()> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < crate::bench::SUSTAINED_WARMUP {
+        for _ in 0..8 {
+            f()?;
+        }
+        gpu.stream().synchronize()?;
+    }
+    Ok(())
 }
 
 /// One dense shape's bf16 tensors (`[B, H, S, D]`, random inputs and dO) and the two calls
@@ -169,6 +186,10 @@ fn time_steps(
     mut step: impl FnMut(bool) -> Result<()>,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let s = gpu.stream();
+    sustain(gpu, || {
+        step(true)?;
+        step(false)
+    })?;
     let (mut fwd, mut bwd) = (Vec::new(), Vec::new());
     for i in 0..warmup + iters {
         let a = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
@@ -304,6 +325,7 @@ pub fn run(args: Args) -> Result<()> {
             .arg(serde_json::to_string(&list)?)
             .arg(args.warmup.to_string())
             .arg(args.iters.to_string())
+            .arg(crate::bench::SUSTAINED_WARMUP.as_millis().to_string())
             .output()
             .context("running the SDPA script")?;
         if !out.status.success() {
