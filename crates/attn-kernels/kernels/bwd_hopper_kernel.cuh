@@ -24,11 +24,11 @@
 // buffer per stage too, so the consumers meet only once per block, on the named barrier that
 // completes dSᵀ.
 //
-// The preprocessing pass writes LSE₂ = LSE·log2e and Δ padded to whole blocks, with
-// LSE₂ = +∞ on rows past Sq (and rows that see no key), so those rows give P = 0 without a
-// mask; K/V rows past Sk and Q/dO rows past Sq arrive as zeros (TMA's fill), which make their
-// terms vanish in dQ and dK/dV, and the epilogue drops their dK/dV rows. Causal blocks that
-// straddle the diagonal are masked in registers.
+// The preprocessing pass writes LSE₂ = LSE·log2e and Δ padded to whole blocks, with LSE₂ = +∞
+// on rows past Sq (and rows that see no key), so those rows give P = 0 without a mask, and
+// zeroes the dQ workspace; K/V rows past Sk and Q/dO rows past Sq arrive as zeros (TMA's
+// fill), which make their terms vanish in dQ and dK/dV, and the epilogue drops their dK/dV
+// rows. Causal blocks that straddle the diagonal are masked in registers.
 //
 // dQ workspace: per (batch·head, query block) one contiguous tile of 64 × DK floats, stored
 // in the order the accumulators leave the threads (two halves of DK/2 columns; in each,

@@ -534,7 +534,8 @@ impl FlashAttention {
         // LSE₂ (wgmma only), Δ and the f32 dQ accumulator: B·Hq·q_blocks·64 floats each for the
         // wgmma kernel's padded tiles (the accumulator that many rows of the bucket's width),
         // `rows` for the mma.sync kernel's Δ and accumulator rows. Carved from the launcher's
-        // kept workspace (`BwdWorkspace`, grown here) and zeroed in stream order.
+        // kept workspace (`BwdWorkspace`, grown here) and zeroed in stream order (by a memset,
+        // or by the wgmma engine's Δ pass).
         let padded_rows = s.batch() * s.q_heads() * params.q_blocks as usize * 64;
         let (lse2_len, delta_len) = if hopper {
             (padded_rows, padded_rows)
