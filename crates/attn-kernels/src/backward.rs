@@ -1185,6 +1185,20 @@ mod tests {
         true
     }
 
+    /// The Δ passes' grids count `DELTA_ROWS_PER_CTA` rows per CTA: the kernels' eight warps of
+    /// `kDeltaRows` rows. The wgmma pass must cover every padded row, so it divides 64.
+    #[test]
+    fn delta_rows_per_cta_matches_the_kernels() {
+        let src = include_str!("../kernels/bwd_kernel.cuh");
+        let rows: usize = src
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("constexpr int kDeltaRows = "))
+            .and_then(|r| r.trim_end_matches(';').parse().ok())
+            .expect("kDeltaRows in kernels/bwd_kernel.cuh");
+        assert_eq!(8 * rows, DELTA_ROWS_PER_CTA);
+        assert_eq!(64 % DELTA_ROWS_PER_CTA, 0);
+    }
+
     #[test]
     fn workspace_regions_start_16_byte_aligned_and_do_not_overlap() {
         // The mma.sync engine (no LSE₂; Δ of B·Hq·Sq floats, odd or even), the wgmma engine
