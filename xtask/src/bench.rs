@@ -37,6 +37,22 @@ use schema::{BenchFile, BenchRow, Champion, SdpaResult};
 /// this much load are all in the sustained state.
 pub(crate) const SUSTAINED_WARMUP: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// Calls `launch` until [`SUSTAINED_WARMUP`] has passed (a synchronization every 8 calls, to
+/// read the time), so that what is timed next runs at sustained clocks.
+pub(crate) fn sustain(
+    stream: &CudaStream,
+    mut launch: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < SUSTAINED_WARMUP {
+        for _ in 0..8 {
+            launch()?;
+        }
+        stream.synchronize()?;
+    }
+    Ok(())
+}
+
 /// The SDPA timing script, embedded so the bundle's xtask binary needs nothing beside it.
 pub const SDPA_SCRIPT: &str = include_str!("../scripts/sdpa_bench.py");
 
@@ -683,17 +699,13 @@ pub(crate) fn time_launches(
             })
             .collect::<Result<Vec<_>, _>>()?
     } else {
-        // Launches of 20 µs and more: on to sustained clocks first (a synchronization every 8
-        // launches, to read the time).
-        let start = std::time::Instant::now();
+        // Launches of 20 µs and more: on to sustained clocks first.
         let mut i = warmup;
-        while start.elapsed() < SUSTAINED_WARMUP {
-            for _ in 0..8 {
-                launch(i)?;
-                i += 1;
-            }
-            stream.synchronize()?;
-        }
+        sustain(&stream, || {
+            launch(i)?;
+            i += 1;
+            Ok(())
+        })?;
         for (i, w) in events.chunks(2).enumerate() {
             w[0].record(&stream)?;
             launch(i)?;

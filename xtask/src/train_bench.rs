@@ -74,7 +74,10 @@ fn time(
     mut f: impl FnMut() -> Result<()>,
 ) -> Result<Vec<f64>> {
     let s = gpu.stream();
-    sustain(gpu, &mut f)?;
+    // Without it each loop's first samples ran at the clocks the previous loop left: the
+    // variants timed later in a shape's sequence (softcap, ALiBi) ran hotter than the plain
+    // forward timed first (docs/PERF.md, run 225).
+    crate::bench::sustain(s, &mut f)?;
     let mut out = Vec::new();
     for i in 0..warmup + iters {
         let a = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
@@ -86,21 +89,6 @@ fn time(
         }
     }
     Ok(out)
-}
-
-/// Calls `f` until `bench::SUSTAINED_WARMUP` has passed (a synchronization every 8 calls), so
-/// that what is timed next runs at sustained clocks. Without it each loop's first samples ran
-/// at the clocks the previous loop left: the variants timed later in a shape's sequence
-/// (softcap, ALiBi) ran hotter than the plain forward timed first (docs/PERF.md, run 225).
-fn sustain(gpu: &FlashAttention, mut f: impl FnMut() -> Result<()>) -> Result<()> {
-    let start = std::time::Instant::now();
-    while start.elapsed() < crate::bench::SUSTAINED_WARMUP {
-        for _ in 0..8 {
-            f()?;
-        }
-        gpu.stream().synchronize()?;
-    }
-    Ok(())
 }
 
 /// One dense shape's bf16 tensors (`[B, H, S, D]`, random inputs and dO) and the two calls
@@ -186,7 +174,7 @@ fn time_steps(
     mut step: impl FnMut(bool) -> Result<()>,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let s = gpu.stream();
-    sustain(gpu, || {
+    crate::bench::sustain(s, || {
         step(true)?;
         step(false)
     })?;
@@ -248,12 +236,12 @@ pub fn run(args: Args) -> Result<()> {
             // The features' backward (the default engine's general entry), each on its own
             // forward's O and LSE (the last forward above is ALiBi's).
             let bwd_alibi = bwd_of(&mut t, &biased, false, BackwardEngine::Auto)?;
-            fwd_of(&mut t, &capped)?;
+            t.forward(&capped)?;
             let bwd_softcap = bwd_of(&mut t, &capped, false, BackwardEngine::Auto)?;
-            fwd_of(&mut t, &windowed)?;
+            t.forward(&windowed)?;
             let bwd_window = bwd_of(&mut t, &windowed, false, BackwardEngine::Auto)?;
-            // The forward once more, so O and LSE are the plain problem's for the backward.
-            fwd_of(&mut t, &p)?;
+            // One forward more (untimed), so O and LSE are the plain problem's for the backward.
+            t.forward(&p)?;
             let bwd = bwd_of(&mut t, &p, false, BackwardEngine::Auto)?;
             let bwd_det = bwd_of(&mut t, &p, true, BackwardEngine::Auto)?;
             // The mma.sync kernel on the same device: the sm_80/89 path, timed where Auto
