@@ -112,8 +112,9 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "bhsd")]
     layout: crate::flags::LayoutArg,
     /// How the Hopper engine's launches (f16/bf16 and FP8) cover their work items: `auto`
-    /// (persistent CTAs where the entry walks items), `grid` (one CTA per query block) or
-    /// `persistent`.
+    /// (persistent CTAs where the entry walks items, with a stream-K tail where it pays),
+    /// `grid` (one CTA per query block), `persistent` (whole items only) or `stream-k` (a
+    /// stream-K tail whenever the last round is partial).
     #[arg(long, value_enum, default_value = "auto")]
     schedule: crate::flags::ScheduleArg,
     /// How samples are timed: `auto` (CUDA graphs for launches under 20 µs, events

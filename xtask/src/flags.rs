@@ -66,8 +66,10 @@ pub enum ScheduleArg {
     Auto,
     /// One CTA per item.
     Grid,
-    /// One CTA per SM, each walking items (an error where the entry cannot).
+    /// One CTA per SM, each walking whole items (an error where the entry cannot).
     Persistent,
+    /// As persistent, with the last partial round's items shared out by key tiles.
+    StreamK,
 }
 
 impl From<ScheduleArg> for attn_kernels::TileSchedule {
@@ -76,6 +78,7 @@ impl From<ScheduleArg> for attn_kernels::TileSchedule {
             ScheduleArg::Auto => attn_kernels::TileSchedule::Auto,
             ScheduleArg::Grid => attn_kernels::TileSchedule::Grid,
             ScheduleArg::Persistent => attn_kernels::TileSchedule::Persistent(None),
+            ScheduleArg::StreamK => attn_kernels::TileSchedule::StreamK(None),
         }
     }
 }

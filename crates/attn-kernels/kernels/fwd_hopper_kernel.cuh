@@ -146,11 +146,117 @@ struct HopperSched {
     // item (grid.y; 1: none), and the workspace of partial O [items, splits, kBM, DK], (m, l)
     // [items, splits, kBM, 2] and one ticket per item (zero between launches). Null for 1.
     int splits;
-    int pad_;
+    // Walking entries: the last `tail_items` items (fewer than the CTAs) are shared out by key
+    // tiles (`walk_items`); 0: every item whole. The workspace then holds one partial per
+    // (CTA, tail item) slot, CTA + item [gridDim.x + tail_items, kBM, DK] and (m, l), and one
+    // ticket per (tail item, consumer warp).
+    int tail_items;
     float* ws_o;
     float* ws_ml;
     unsigned int* counters;
 };
+
+// The stream-K tail of a walking launch (Osama et al. 2023, "Stream-K: Work-centric Parallel
+// Decomposition for Dense Matrix Multiplication on the GPU"). Handed out whole, the last
+// `tail_items` items of a launch of G CTAs would keep tail_items CTAs busy for one more item
+// while the rest idle (2048 items of 4,16,4096,128 on 132 SMs: 15.5 rounds, the last half
+// empty). Instead their U = tail_items · n key tiles (n per item: walking entries are dense and
+// non-causal) are cut into G contiguous ranges [⌊U·c / G⌋, ⌊U·(c + 1) / G⌋), and CTA c walks
+// its range after its whole items (U ≥ G, so that no range is empty). A range covers the end
+// of one item and the start of the next at most once per item boundary; each part of an item
+// is a piece, walked as an item of its own key tiles, and the pieces of one item are held by
+// consecutive CTAs.
+struct TailPiece {
+    int t;         // the tail item (0 = the first tail item)
+    int first_cta; // the CTA holding its first key tile
+    int count;     // CTAs sharing it (1: the item is whole here)
+};
+
+__device__ __forceinline__ int tail_bound(int cta, int units, int ctas) {
+    return static_cast<int>(static_cast<int64_t>(units) * cta / ctas);
+}
+
+// The CTA whose range holds tail unit u: the largest c with ⌊U·c / G⌋ ≤ u.
+__device__ __forceinline__ int tail_cta_of(int u, int units, int ctas) {
+    return min(ctas - 1, static_cast<int>((static_cast<int64_t>(u + 1) * ctas - 1) / units));
+}
+
+// Tail item t's sharing (t < 0: a whole item).
+__device__ __forceinline__ TailPiece tail_piece(const HopperSched& sched, int t, int n) {
+    if (t < 0) return TailPiece{0, 0, 1};
+    const int units = sched.tail_items * n;
+    const int first = tail_cta_of(t * n, units, gridDim.x);
+    return TailPiece{t, first, tail_cta_of((t + 1) * n - 1, units, gridDim.x) - first + 1};
+}
+
+// Calls visit(w, lo, hi, t) for each item w this CTA walks, in order: its whole items (key
+// tiles [0, n), t = −1), then the pieces of its tail range (tiles [lo, hi) of tail item t). The
+// producer and the consumers walk the same sequence, so their K/V ring counts agree. The
+// tail's loop carries only its next key tile (the rest is recomputed from the launch's
+// constants per piece): the consumers have no registers to spare across their mainloop.
+template <typename Visit>
+__device__ __forceinline__ void walk_items(const HopperSched& sched, int n, Visit&& visit) {
+    const int ctas = gridDim.x, cta = blockIdx.x;
+    // Every CTA's range must hold a key tile (U ≥ G), or a piece's CTAs would not be
+    // consecutive; the host shares no smaller tail (src/hopper.rs `stream_k_tail`). Without
+    // keys (n = 0) there is nothing to share: every item is whole (and empty).
+    const int tail = n > 0 && sched.tail_items * n >= ctas ? sched.tail_items : 0;
+#pragma unroll 1
+    for (int w = cta; w < sched.items - tail; w += ctas) visit(w, 0, n, -1);
+    if (tail == 0) return;
+#pragma unroll 1
+    for (int u = tail_bound(cta, tail * n, ctas); u < tail_bound(cta + 1, tail * n, ctas);) {
+        const int t = u / n;
+        const int hi = min(tail_bound(cta + 1, tail * n, ctas), (t + 1) * n);
+        visit(sched.items - tail + t, u - t * n, hi - t * n, t);
+        u = hi;
+    }
+}// The last piece's merge of a tail item's partials for one warp's 16 rows (rows row0 + g and
+// row0 + g + 8 of the thread): the pieces' unnormalized O and (m, l) from the workspace slots
+// first_slot .. first_slot + count − 1, taken in key order whichever CTA came last, so the
+// result does not depend on timing. Leaves O unnormalized, m the merged max (0 for an empty
+// row) and the row's whole denominator in the quad's first thread (0 in the other three, so
+// write_output's quad sum returns it exactly). A NaN in any piece reaches O and LSE through its
+// weight.
+template <int BM, int DK, int NO>
+__device__ __forceinline__ void merge_tail_pieces(float (&o)[NO][4], float (&m)[2], float (&l)[2], const float* ws_o,
+                                                  const float* ws_ml, int first_slot, int count, int row0, int lane) {
+    const int row = row0 + (lane >> 2); // and row + 8
+    const int t = lane & 3;
+    float mx[2] = {-INFINITY, -INFINITY};
+    for (int s = 0; s < count; ++s) {
+        const float* ml = ws_ml + static_cast<int64_t>(first_slot + s) * BM * 2 + 2 * row;
+        mx[0] = fmaxf(mx[0], __ldcg(ml));
+        mx[1] = fmaxf(mx[1], __ldcg(ml + 16));
+    }
+    const float m_use[2] = {mx[0] == -INFINITY ? 0.f : mx[0], mx[1] == -INFINITY ? 0.f : mx[1]};
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    for (int s = 0; s < count; ++s) {
+        const int64_t slot = first_slot + s;
+        const float* ml = ws_ml + slot * BM * 2 + 2 * row;
+        const float* src = ws_o + slot * BM * DK + row * DK + 2 * t;
+        const float w0 = exp2f(__ldcg(ml) - m_use[0]);
+        const float w1 = exp2f(__ldcg(ml + 16) - m_use[1]);
+        sum[0] = fmaf(w0, __ldcg(ml + 1), sum[0]);
+        sum[1] = fmaf(w1, __ldcg(ml + 17), sum[1]);
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            const float2 x = __ldcg(reinterpret_cast<const float2*>(src + n * 8));
+            const float2 y = __ldcg(reinterpret_cast<const float2*>(src + 8 * DK + n * 8));
+            o[n][0] = fmaf(w0, x.x, o[n][0]);
+            o[n][1] = fmaf(w0, x.y, o[n][1]);
+            o[n][2] = fmaf(w1, y.x, o[n][2]);
+            o[n][3] = fmaf(w1, y.y, o[n][3]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        m[r] = m_use[r];
+        l[r] = t == 0 ? sum[r] : 0.f;
+    }
+}
 
 // One work item: its query block and head/batch, its sequence's parameters and rows, and the
 // key tiles it walks. `valid` is false for a flat-grid block past the last sequence's or a
@@ -300,6 +406,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     // bytes), so that causal grids keep the hardware's dynamic order of their uneven blocks.
     constexpr bool kPersistent = PERSISTENT;
     static_assert(!(PERSISTENT && kSeqs), "sequence and feature entries run one item per CTA");
+    static_assert(!(PERSISTENT && CAUSAL), "walking entries are non-causal: every item has the same key tiles");
     // KVSPLIT (small grids, where a CTA's chain of key tiles is the launch's critical path):
     // both consumers take the block's 64 query rows, consumer c the key tiles j ≡ c (mod 2),
     // each with its own O, m and l, so a block's chain of dependent tiles is half as long and
@@ -370,12 +477,10 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                     }
                 };
                 if constexpr (kPersistent) {
-                    // Walking entries are dense and non-causal (catalog `hopper_persistent`):
-                    // every item has the same key tiles, so the walk is one run of stages.
-                    static_assert(!CAUSAL, "walking FP8 entries are non-causal");
-                    const int items = (sched.items - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1;
-                    const uint32_t stages = static_cast<uint32_t>(items) *
-                                            static_cast<uint32_t>(key_tiles_for_block<false, kBM, BN>(0, p_in));
+                    // The walk's stages, whole items and tail pieces alike, are one run.
+                    uint32_t stages = 0;
+                    walk_items(sched, key_tiles_for_block<false, kBM, BN>(0, p_in),
+                               [&](int, int lo, int hi, int) { stages += static_cast<uint32_t>(hi - lo); });
 #pragma unroll 1
                     for (uint32_t g = 0; g < stages; ++g) transpose_tile(g);
                 } else {
@@ -516,7 +621,12 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
             ++n_items;
         };
         if constexpr (kPersistent) {
-            for (int w = blockIdx.x; w < sched.items; w += gridDim.x) produce(next_item(w));
+            walk_items(sched, key_tiles_for_block<false, kBM, BN>(0, p_in), [&](int w, int lo, int hi, int) {
+                HopperItem item = next_item(w);
+                item.t_begin = lo;
+                item.n_tiles = hi - lo;
+                produce(item);
+            });
         } else {
             produce(first);
         }
@@ -536,7 +646,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     uint32_t ring = 0; // K/V stages consumed by the items before this one
     int n_items = 0;   // items of this CTA so far
     // One item: the mainloop over its key tiles, then its output.
-    auto consume = [&](const HopperItem& item) {
+    auto consume = [&](const HopperItem& item, int tail_t) {
         const FwdParams& p = seq_p;
         const int h = item.h, b = item.b, t_begin = item.t_begin, n_tiles = item.n_tiles;
         const int all_lo = item.all_lo, all_hi = item.all_hi;
@@ -810,6 +920,38 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 return;
             }
         }
+        if constexpr (kPersistent) {
+            // The piece's sharing is recomputed here rather than kept live through the mainloop
+            // (a register the wide FP8 tiles do not have).
+            const TailPiece piece = tail_piece(sched, tail_t, key_tiles_for_block<false, kBM, BN>(0, p_in));
+            if (piece.count > 1) {
+                // A piece of a tail item (walk_items): each consumer warp stores its 16 rows'
+                // unnormalized O and (m, l) in this CTA's slot and takes the ticket of its rows
+                // (the rows are the same warp's in every piece, so warps need not wait for each
+                // other); the warp that comes last merges the pieces (the threadfence reduction,
+                // as split_combine.cuh's `last_split`) and writes the rows as a whole item would.
+                const int row0 = cw * 64 + warp_row0;
+                const int64_t slot = static_cast<int64_t>(blockIdx.x) + piece.t;
+                write_partial<DK, kNO>(acc_o, softmax.m, softmax.l, sched.ws_o + slot * (kBM * DK),
+                                       sched.ws_ml + slot * (kBM * 2), row0, lane);
+                unsigned int* ticket =
+                    sched.counters + piece.t * L::kConsumerWarps + (static_cast<int>(threadIdx.x >> 5) - 4);
+                __threadfence(); // this warp's partials are visible device-wide before its ticket
+                __syncwarp();
+                unsigned int arrived = 0u;
+                if (lane == 0) arrived = atomicAdd(ticket, 1u);
+                arrived = __shfl_sync(0xffffffffu, arrived, 0);
+                if (arrived != static_cast<unsigned int>(piece.count - 1)) {
+                    ring += n_tiles;
+                    ++n_items;
+                    return;
+                }
+                __threadfence();
+                if (lane == 0) *ticket = 0u; // every piece has arrived: ready for the next launch
+                merge_tail_pieces<kBM, DK, kNO>(acc_o, softmax.m, softmax.l, sched.ws_o, sched.ws_ml,
+                                                piece.first_cta + piece.t, piece.count, row0, lane);
+            }
+        }
         // Every consumer is done reading Q (its last wgmma has completed) before any stages its
         // output in the Q tile. A walking entry stores O from registers instead (below): the Q
         // tile already went back to the producer for the next item.
@@ -868,9 +1010,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         ++n_items;
     };
     if constexpr (kPersistent) {
-        for (int w = blockIdx.x; w < sched.items; w += gridDim.x) consume(next_item(w));
+        walk_items(sched, key_tiles_for_block<false, kBM, BN>(0, p_in), [&](int w, int lo, int hi, int tail_t) {
+            HopperItem item = next_item(w);
+            item.t_begin = lo;
+            item.n_tiles = hi - lo;
+            consume(item, tail_t);
+        });
     } else {
-        consume(first);
+        consume(first, -1);
     }
 #else
     __trap(); // the Hopper entry points exist only in sm_90a cubins

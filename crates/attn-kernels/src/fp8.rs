@@ -769,10 +769,35 @@ impl FlashAttention {
         let name = catalog::hopper_fp8_entry_name(&unit, &tile, causal);
         let walks =
             catalog::hopper_persistent(d, &tile, causal, catalog::HopperVariant::Dense, true);
-        let (launch_grid, sched) =
-            hopper_schedule(plan.grid, walks, schedule, self.sm_count(), &tile.name())?;
+        let (launch_grid, mut sched) = hopper_schedule(
+            plan.grid,
+            walks,
+            schedule,
+            self.sm_count(),
+            shape.kv_len().div_ceil(tile.block_n),
+            &tile.name(),
+        )?;
         let (func, arch) = self.function(&unit, &name, false, smem)?;
         let stream = self.stream();
+        // The stream-K tail's workspace (the split-KV one, grown on demand), locked only by
+        // launches that share a tail.
+        let tail = sched.tail_items.max(0) as usize;
+        let mut ws_guard = if tail > 0 {
+            Some(self.workspace.lock().map_err(|_| KernelError::Poisoned)?)
+        } else {
+            None
+        };
+        let mut ws_ptrs = Vec::new();
+        if let Some(guard) = ws_guard.as_mut() {
+            let (rows, tickets) = crate::hopper::tail_workspace(
+                launch_grid.0 as usize,
+                tail,
+                tile.block_m(),
+                tile.consumers,
+            );
+            ws_ptrs =
+                crate::launch::bind_split_workspace(stream, guard, rows, d, tickets, &mut sched)?;
+        }
         let o_strides = o.strides;
         let ptrs = bind_tensors(stream, &Expected::dense(problem.shape()), q, k, v, o, lse)?;
         let params = plan
@@ -813,7 +838,10 @@ impl FlashAttention {
         // zero-filled, not read.
         // Scale views hold one f32 per (batch, head); lse may be null (the kernel tests it);
         // 32-bit ranges were checked in `plan_fp8`; the dynamic shared memory was raised on
-        // the function and fits the device.
+        // the function and fits the device. A stream-K tail has the workspace of
+        // (grid.x + tail items) · BM rows of D floats, (m, l) per row and a zeroed ticket per
+        // (tail item, consumer warp), which the kernel leaves zeroed (launch.rs's Hopper
+        // launch says the same).
         unsafe {
             b.launch(LaunchConfig {
                 grid_dim: launch_grid,
@@ -823,6 +851,8 @@ impl FlashAttention {
         }
         .map_err(driver("launching the Hopper FP8 kernel"))?;
         drop(ptrs);
+        drop(ws_ptrs);
+        drop(ws_guard);
         Ok(LaunchInfo {
             kernel: name,
             arch,

@@ -46,15 +46,20 @@ pub enum Engine {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TileSchedule {
     /// Persistent where the entry walks items ([`catalog::hopper_persistent`]: dense,
-    /// non-causal launches of the D = 128 176-key tiles and the FP8 tiles up to D = 128), one
-    /// CTA per SM; one CTA per item everywhere else.
+    /// non-causal launches of the D = 128 176-key f16/bf16 tiles and the FP8 tiles up to
+    /// D = 128), one CTA per SM, with a stream-K tail where [`stream_k_tail`] finds that
+    /// it pays; one CTA per item everywhere else.
     #[default]
     Auto,
     /// One CTA per item (the classic grid), also where the entry could walk items.
     Grid,
-    /// At most this many CTAs (`None`: one per SM), each walking items; a typed error where
-    /// the entry runs one item per CTA.
+    /// At most this many CTAs (`None`: one per SM), each walking whole items (the grid's
+    /// arithmetic, bit for bit); a typed error where the entry runs one item per CTA.
     Persistent(Option<usize>),
+    /// As `Persistent`, and the items of the last, partial round are shared out by key tiles
+    /// across every CTA (kernels/fwd_hopper_kernel.cuh `walk_items`), whenever there is such a
+    /// round. Deterministic (the pieces merge in key order), not bitwise the grid's.
+    StreamK(Option<usize>),
 }
 
 /// The kernel's `HopperSched` (kernels/fwd_hopper_kernel.cuh): work item w is query block
@@ -71,7 +76,9 @@ pub(crate) struct HopperSched {
     pub items: i32,
     pub lpt_heads: i32,
     pub splits: i32,
-    pub pad: i32,
+    /// Walking launches: the last items shared out by key tiles (0: none), whose partials
+    /// use the workspace below ([`tail_workspace`]).
+    pub tail_items: i32,
     pub ws_o: u64,
     pub ws_ml: u64,
     pub counters: u64,
@@ -122,14 +129,62 @@ fn item_order(w: i32, s: &HopperSched, causal: bool) -> (i32, i32, i32) {
 // device pointers, 8-byte aligned at offset 24).
 unsafe impl DeviceRepr for HopperSched {}
 
+/// Items of a walking launch of `items` items on `ctas` CTAs, each of `key_tiles` key tiles,
+/// to share out by key tiles (the stream-K tail, kernels/fwd_hopper_kernel.cuh `walk_items`):
+/// the last, partial round's `items mod ctas`, where it leaves enough idle to pay. Whole, that
+/// round keeps its CTAs one item longer than the rest (n key tiles); shared, every CTA walks
+/// ⌈T·n / G⌉ of them, and each piece pays a pipeline fill, a partial write and, for the last, a
+/// merge, about a key tile's time. So the tail is shared where it shortens the launch by at
+/// least [`STREAM_K_MIN_SAVED_TILES`] key tiles: n·(G − T) ≥ that many times G (at
+/// 4,16,4096,128 on 132 SMs, T = 68 and n = 32 save 15.5 of 32 tiles). 0 where there is a
+/// single round (fewer items than CTAs) or none partial, and where the tail has fewer key
+/// tiles than there are CTAs (T·n < G: some ranges would be empty, which the kernel's walk
+/// does not allow).
+pub(crate) fn stream_k_tail(items: usize, ctas: usize, key_tiles: usize) -> usize {
+    let tail = items % ctas.max(1);
+    if items <= ctas || key_tiles * (ctas - tail) < STREAM_K_MIN_SAVED_TILES * ctas {
+        0
+    } else {
+        stream_k_shareable(tail, ctas, key_tiles)
+    }
+}
+
+/// `tail` where its key tiles cover every CTA's range (T·n ≥ G, so that none is empty), else 0.
+fn stream_k_shareable(tail: usize, ctas: usize, key_tiles: usize) -> usize {
+    if tail * key_tiles >= ctas {
+        tail
+    } else {
+        0
+    }
+}
+
+/// The key tiles a stream-K tail must save to be used ([`stream_k_tail`]): a model's margin
+/// over the pieces' overhead, not a timed optimum.
+pub(crate) const STREAM_K_MIN_SAVED_TILES: usize = 4;
+
+/// The stream-K tail's workspace for a launch of `ctas` CTAs with `tail_items` shared items of
+/// `block_m` rows and `consumers` consumer warpgroups: (partial rows of the bucket's width,
+/// tickets). One partial per slot CTA + item (a CTA holds at most one piece of an item, and
+/// the slots of different pieces differ), one ticket per (tail item, consumer warp).
+pub(crate) fn tail_workspace(
+    ctas: usize,
+    tail_items: usize,
+    block_m: usize,
+    consumers: usize,
+) -> (usize, usize) {
+    ((ctas + tail_items) * block_m, tail_items * 4 * consumers)
+}
+
 /// The 1-D grid and the item walk of a Hopper launch whose classic grid is `grid`
-/// (x = blocks, y = heads, z = batches). `walks`: whether the entry loops over items
-/// ([`catalog::hopper_persistent`]); `what` names the entry for the error.
+/// (x = blocks, y = heads, z = batches) and whose items walk `key_tiles` key tiles each.
+/// `walks`: whether the entry loops over items ([`catalog::hopper_persistent`]); `what` names
+/// the entry for the error.
 pub(crate) fn hopper_schedule(
     grid: (u32, u32, u32),
     walks: bool,
     schedule: TileSchedule,
     sm_count: usize,
+    key_tiles: usize,
     what: &str,
 ) -> Result<((u32, u32, u32), HopperSched), KernelError> {
     let items = (grid.0 as u64) * (grid.1 as u64) * (grid.2 as u64);
@@ -139,16 +194,24 @@ pub(crate) fn hopper_schedule(
         ));
     }
     let items = items as usize;
-    let ctas = match schedule {
-        TileSchedule::Auto if walks => items.min(sm_count.max(1)),
-        TileSchedule::Auto | TileSchedule::Grid => items,
-        TileSchedule::Persistent(n) => {
+    let (ctas, tail_items) = match schedule {
+        TileSchedule::Auto if walks => {
+            let ctas = items.min(sm_count.max(1));
+            (ctas, stream_k_tail(items, ctas, key_tiles))
+        }
+        TileSchedule::Auto | TileSchedule::Grid => (items, 0),
+        TileSchedule::Persistent(n) | TileSchedule::StreamK(n) => {
             if !walks {
                 return Err(KernelError::EngineUnavailable(format!(
                     "{what} runs one work item per CTA; a persistent launch needs a dense, non-causal launch of a tile that walks items (D = 128's 176-key tiles, FP8 up to D = 128): use TileSchedule::Auto or Grid"
                 )));
             }
-            items.min(n.unwrap_or(sm_count).max(1))
+            let ctas = items.min(n.unwrap_or(sm_count).max(1));
+            let tail = match schedule {
+                TileSchedule::StreamK(_) => stream_k_shareable(items % ctas, ctas, key_tiles),
+                _ => 0,
+            };
+            (ctas, tail)
         }
     };
     Ok((
@@ -159,7 +222,7 @@ pub(crate) fn hopper_schedule(
             items: items as i32,
             lpt_heads: 1,
             splits: 1,
-            pad: 0,
+            tail_items: tail_items as i32,
             ws_o: 0,
             ws_ml: 0,
             counters: 0,
@@ -477,8 +540,14 @@ pub(crate) fn plan_hopper(
         ),
     };
     let walks = catalog::hopper_persistent(bucket, &tile, causal, variant, false);
-    let (mut launch_grid, mut sched) =
-        hopper_schedule(grid, walks, schedule, sm_count, &tile.name())?;
+    let (mut launch_grid, mut sched) = hopper_schedule(
+        grid,
+        walks,
+        schedule,
+        sm_count,
+        s.kv_len().div_ceil(tile.block_n),
+        &tile.name(),
+    )?;
     if causal && flat_block_m == 0 {
         sched.lpt_heads = causal_lpt_heads(bucket, s.kv_len());
     }
@@ -1368,7 +1437,7 @@ mod tests {
                 items: tiles_x * heads * batch,
                 lpt_heads: lpt,
                 splits: 1,
-                pad: 0,
+                tail_items: 0,
                 ws_o: 0,
                 ws_ml: 0,
                 counters: 0,
@@ -1421,37 +1490,141 @@ mod tests {
     #[test]
     fn schedules_cover_every_item_and_refuse_what_entries_cannot_walk() {
         let grid = (32, 16, 4); // 2048 items
-        let (g, s) = hopper_schedule(grid, true, TileSchedule::Auto, 132, "t").unwrap();
+        let sched = |grid, walks, schedule| hopper_schedule(grid, walks, schedule, 132, 32, "t");
+        let (g, s) = sched(grid, true, TileSchedule::Auto).unwrap();
         assert_eq!(g, (132, 1, 1));
         assert_eq!((s.tiles_x, s.heads, s.items), (32, 16, 2048));
-        let (g, _) = hopper_schedule(grid, false, TileSchedule::Auto, 132, "t").unwrap();
         assert_eq!(
-            g,
-            (2048, 1, 1),
+            s.tail_items, 68,
+            "2048 = 15 · 132 + 68: the last round is shared"
+        );
+        let (g, s) = sched(grid, false, TileSchedule::Auto).unwrap();
+        assert_eq!(
+            (g, s.tail_items),
+            ((2048, 1, 1), 0),
             "entries that do not walk get one CTA per item"
         );
-        let (g, _) = hopper_schedule(grid, true, TileSchedule::Grid, 132, "t").unwrap();
-        assert_eq!(g, (2048, 1, 1));
-        let (g, _) =
-            hopper_schedule(grid, true, TileSchedule::Persistent(Some(7)), 132, "t").unwrap();
-        assert_eq!(g, (7, 1, 1));
-        // Fewer items than SMs: one CTA per item.
-        let (g, _) = hopper_schedule((3, 2, 1), true, TileSchedule::Auto, 132, "t").unwrap();
-        assert_eq!(g, (6, 1, 1));
+        let (g, s) = sched(grid, true, TileSchedule::Grid).unwrap();
+        assert_eq!((g, s.tail_items), ((2048, 1, 1), 0));
+        let (g, s) = sched(grid, true, TileSchedule::Persistent(Some(7))).unwrap();
+        assert_eq!((g, s.tail_items), ((7, 1, 1), 0), "whole items only");
+        let (g, s) = sched(grid, true, TileSchedule::StreamK(Some(7))).unwrap();
+        assert_eq!((g, s.tail_items), ((7, 1, 1), 2048 % 7));
+        // Fewer items than SMs: one CTA per item, nothing shared.
+        let (g, s) = sched((3, 2, 1), true, TileSchedule::Auto).unwrap();
+        assert_eq!((g, s.tail_items), ((6, 1, 1), 0));
+        for schedule in [TileSchedule::Persistent(None), TileSchedule::StreamK(None)] {
+            assert!(matches!(
+                sched(grid, false, schedule),
+                Err(KernelError::EngineUnavailable(_))
+            ));
+        }
         assert!(matches!(
-            hopper_schedule(grid, false, TileSchedule::Persistent(None), 132, "t"),
-            Err(KernelError::EngineUnavailable(_))
-        ));
-        assert!(matches!(
-            hopper_schedule(
-                (1 << 20, 1 << 8, 1 << 4),
-                true,
-                TileSchedule::Auto,
-                132,
-                "t"
-            ),
+            sched((1 << 20, 1 << 8, 1 << 4), true, TileSchedule::Auto),
             Err(KernelError::IndexOverflow(_))
         ));
+    }
+
+    #[test]
+    fn stream_k_tail_is_used_where_it_saves_key_tiles() {
+        // 2048 items, 32 tiles each, on 132 CTAs: 68 left over, 15.5 tiles saved.
+        assert_eq!(stream_k_tail(2048, 132, 32), 68);
+        // A round that is nearly full saves too little: 130 of 132, 32 tiles (0.5 saved).
+        assert_eq!(stream_k_tail(132 * 15 + 130, 132, 32), 0);
+        // Full rounds, or one round only: nothing to share.
+        assert_eq!(stream_k_tail(132 * 16, 132, 32), 0);
+        assert_eq!(stream_k_tail(100, 132, 32), 0);
+        // Items of a single key tile cannot save four.
+        assert_eq!(stream_k_tail(2048, 132, 1), 0);
+        // A tail of fewer key tiles than CTAs is not shared (some ranges would be empty).
+        assert_eq!(stream_k_tail(132 * 3 + 4, 132, 32), 0);
+        assert_eq!(stream_k_tail(132 * 3 + 5, 132, 32), 5);
+        assert_eq!(tail_workspace(132, 68, 128, 2), (200 * 128, 68 * 8));
+    }
+
+    /// The kernel's `walk_items` and `tail_piece` (kernels/fwd_hopper_kernel.cuh), mirrored:
+    /// CTA `cta`'s (item, lo, hi, tail item, first CTA, sharing count) in walk order.
+    fn walk(items: i32, tail: i32, ctas: i32, cta: i32, n: i32) -> Vec<[i32; 6]> {
+        let bound = |c: i32, units: i32| (units as i64 * c as i64 / ctas as i64) as i32;
+        let cta_of = |u: i32, units: i32| {
+            (ctas - 1).min(((u as i64 + 1) * ctas as i64 - 1).div_euclid(units as i64) as i32)
+        };
+        let tail = if n > 0 && tail * n >= ctas { tail } else { 0 };
+        let whole = items - tail;
+        let mut out: Vec<[i32; 6]> = (cta..whole)
+            .step_by(ctas as usize)
+            .map(|w| [w, 0, n, 0, 0, 1])
+            .collect();
+        if tail > 0 {
+            let units = tail * n;
+            let (mut u, end) = (bound(cta, units), bound(cta + 1, units));
+            while u < end {
+                let t = u / n;
+                let hi = end.min((t + 1) * n);
+                let first = cta_of(t * n, units);
+                let count = cta_of((t + 1) * n - 1, units) - first + 1;
+                out.push([whole + t, u - t * n, hi - t * n, t, first, count]);
+                u = hi;
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Every key tile of every item is walked exactly once; an item's pieces are held by
+        /// `count` consecutive CTAs from `first`, one each, in key order; their workspace slots
+        /// (CTA + tail item) are distinct and inside `tail_workspace`; the CTAs' loads differ
+        /// by at most one item's tiles before the tail and by one tile within it.
+        #[test]
+        fn stream_k_walks_cover_every_key_tile_once(
+            ctas in 1i32..140,
+            rounds in 0i32..4,
+            extra in 0i32..140,
+            n in 0i32..40,
+        ) {
+            let items = ctas * rounds + extra % ctas.max(1);
+            proptest::prop_assume!(items > 0);
+            let tail = items % ctas;
+            // What the kernel shares: a tail of at least one key tile per CTA.
+            let shared = if n > 0 && tail * n >= ctas { tail } else { 0 };
+            let mut seen = vec![0u32; (items * n.max(1)) as usize];
+            let mut slots = std::collections::HashSet::new();
+            let mut tail_load = Vec::new();
+            let mut pieces = std::collections::HashMap::new();
+            for cta in 0..ctas {
+                let mut load = 0;
+                for [w, lo, hi, t, first, count] in walk(items, tail, ctas, cta, n) {
+                    proptest::prop_assert!(0 <= lo && lo <= hi && hi <= n && w < items);
+                    for j in lo..hi {
+                        seen[(w * n + j) as usize] += 1;
+                    }
+                    if count > 1 {
+                        proptest::prop_assert!(first <= cta && cta < first + count);
+                        let seen_of_item = pieces.entry(w).or_insert((count, Vec::new()));
+                        proptest::prop_assert_eq!(seen_of_item.0, count);
+                        seen_of_item.1.push(cta);
+                        proptest::prop_assert!(slots.insert(cta + t));
+                        proptest::prop_assert!(cta + t < ctas + tail);
+                        // Piece order is key order: the first CTA starts the item.
+                        proptest::prop_assert_eq!(lo == 0, cta == first);
+                        proptest::prop_assert_eq!(hi == n, cta == first + count - 1);
+                    }
+                    if w >= items - shared {
+                        load += hi - lo;
+                    }
+                }
+                tail_load.push(load);
+            }
+            for (count, ctas_of_item) in pieces.values() {
+                proptest::prop_assert_eq!(*count as usize, ctas_of_item.len());
+                proptest::prop_assert!(ctas_of_item.windows(2).all(|p| p[1] == p[0] + 1));
+            }
+            if n > 0 {
+                proptest::prop_assert!(seen.iter().all(|&c| c == 1));
+                let (lo, hi) = (tail_load.iter().min(), tail_load.iter().max());
+                proptest::prop_assert!(hi.unwrap() - lo.unwrap() <= 1);
+            }
+        }
     }
 
     #[test]
@@ -1477,6 +1650,14 @@ mod tests {
         .unwrap();
         assert_eq!(plan.launch_grid, (132, 1, 1));
         assert_eq!(plan.grid(), (32, 16, 4));
+        assert_eq!(
+            plan.sched.tail_items, 68,
+            "24 tiles of 176 keys: the tail is shared"
+        );
+        // The default at 4096 keys (128-key tiles) runs one CTA per item.
+        let plan = plan_hopper(&dense, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
+        assert_eq!(plan.tile.block_n, 128);
+        assert_eq!((plan.launch_grid, plan.sched.tail_items), ((2048, 1, 1), 0));
         let causal = Problem::new(*dense.shape(), Causal::BottomRight);
         let plan =
             plan_hopper(&causal, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();

@@ -396,7 +396,7 @@ impl KernelCache {
 pub struct FlashAttention {
     cache: Arc<KernelCache>,
     stream: Arc<CudaStream>,
-    workspace: Mutex<Option<SplitWorkspace>>,
+    pub(crate) workspace: Mutex<Option<SplitWorkspace>>,
     /// The FP8 forward's Vᵀ buffer (src/fp8.rs), grown on demand.
     pub(crate) fp8_vt: Mutex<Option<CudaSlice<u8>>>,
     /// Device copies of ALiBi slopes and sinks ([`FeatureBuffers`]).
@@ -419,7 +419,7 @@ pub(crate) struct BwdWorkspace {
 
 /// Device memory of the split-KV epilogue: partial O, (m, l) per split row, and one ticket
 /// counter per query block (zeroed at allocation, reset by the kernel after each use).
-struct SplitWorkspace {
+pub(crate) struct SplitWorkspace {
     o: CudaSlice<f32>,
     ml: CudaSlice<f32>,
     counters: CudaSlice<u32>,
@@ -458,6 +458,24 @@ fn split_workspace<'a>(
         });
     }
     slot.as_mut().ok_or(KernelError::Poisoned)
+}
+
+/// The split-KV workspace in `slot` ([`split_workspace`]) bound to a Hopper launch's
+/// `HopperSched` pointers; the guards keep cudarc's stream ordering until after the launch.
+pub(crate) fn bind_split_workspace<'a>(
+    stream: &'a Arc<CudaStream>,
+    slot: &'a mut Option<SplitWorkspace>,
+    rows: usize,
+    width: usize,
+    tickets: usize,
+    sched: &mut crate::hopper::HopperSched,
+) -> Result<Vec<SyncOnDrop<'a>>, KernelError> {
+    let w = split_workspace(stream, slot, rows, width, tickets)?;
+    let (o_ptr, g_o) = w.o.device_ptr_mut(stream);
+    let (ml_ptr, g_ml) = w.ml.device_ptr_mut(stream);
+    let (c_ptr, g_c) = w.counters.device_ptr_mut(stream);
+    (sched.ws_o, sched.ws_ml, sched.counters) = (o_ptr, ml_ptr, c_ptr);
+    Ok(vec![g_o, g_ml, g_c])
 }
 
 impl std::fmt::Debug for FlashAttention {
@@ -1366,10 +1384,11 @@ impl FlashAttention {
         let tma_k = encode_tma(&geometry(k.dims, k.strides, rows_kv)?, ptrs.k, elem)?;
         let tma_v = encode_tma(&geometry(v.dims, v.strides, rows_kv)?, ptrs.v, elem)?;
         let feature_guard = bind_features(stream, &mut feature_bufs, problem, &mut params.feat)?;
-        // Split-KV: the workspace the mma.sync kernel's split entries use, grown on demand
-        // (locked only by launches that split).
+        // Split-KV and the stream-K tail: the workspace the mma.sync kernel's split entries
+        // use, grown on demand (locked only by launches that split or share a tail).
         let n_splits = plan.sched.splits.max(1) as usize;
-        let mut ws_guard = if n_splits > 1 {
+        let tail = plan.sched.tail_items.max(0) as usize;
+        let mut ws_guard = if n_splits > 1 || tail > 0 {
             Some(self.workspace.lock().map_err(|_| KernelError::Poisoned)?)
         } else {
             None
@@ -1377,13 +1396,18 @@ impl FlashAttention {
         let mut ws_ptrs = Vec::new();
         if let Some(guard) = ws_guard.as_mut() {
             let items = plan.sched.items as usize;
-            let rows = items * n_splits * plan.tile.block_m();
-            let w = split_workspace(stream, guard, rows, plan.bucket, items)?;
-            let (o_ptr, g_o) = w.o.device_ptr_mut(stream);
-            let (ml_ptr, g_ml) = w.ml.device_ptr_mut(stream);
-            let (c_ptr, g_c) = w.counters.device_ptr_mut(stream);
-            (plan.sched.ws_o, plan.sched.ws_ml, plan.sched.counters) = (o_ptr, ml_ptr, c_ptr);
-            ws_ptrs = vec![g_o, g_ml, g_c];
+            let (rows, tickets) = if tail > 0 {
+                crate::hopper::tail_workspace(
+                    grid.0 as usize,
+                    tail,
+                    plan.tile.block_m(),
+                    plan.tile.consumers,
+                )
+            } else {
+                (items * n_splits * plan.tile.block_m(), items)
+            };
+            ws_ptrs =
+                bind_split_workspace(stream, guard, rows, plan.bucket, tickets, &mut plan.sched)?;
         }
         let launch_cfg = LaunchConfig {
             grid_dim: grid,
@@ -1419,7 +1443,10 @@ impl FlashAttention {
         // (kernels/seqs.cuh); the dynamic shared memory was raised on the function and fits
         // the device. A split launch (grid.y = splits, sequence and feature entries only) has
         // a workspace of items · splits · BM rows of the bucket's width, (m, l) per row and
-        // a zeroed ticket per item, which the kernel leaves zeroed.
+        // a zeroed ticket per item, which the kernel leaves zeroed. A walking launch with a
+        // stream-K tail has (grid.x + tail items) · BM such rows, the slots CTA + tail item
+        // that `walk_items` writes (distinct, below that count: hopper.rs's walk test), and a
+        // zeroed ticket per (tail item, consumer warp), left zeroed too.
         unsafe { builder.launch(launch_cfg) }.map_err(driver("launching the Hopper kernel"))?;
         drop(ptrs);
         drop(feature_guard);

@@ -4,7 +4,8 @@
 //! - on Hopper, a FlashAttention-3-style forward ([`hopper`]: TMA loads, a producer
 //!   warpgroup, two `wgmma` consumer warpgroups, intra-warpgroup overlap and ping-pong
 //!   variants) for FP16, BF16 and FP8 (E4M3), whose dense non-causal launches of the walking
-//!   tiles are persistent ([`TileSchedule`]);
+//!   tiles are persistent, the last partial round shared out by key tiles (stream-K,
+//!   [`TileSchedule`]);
 //! - everywhere, a FlashAttention-2-style forward (`mma.sync.m16n8k16`, `ldmatrix`, a
 //!   `cp.async` K/V pipeline, split-KV for decode) and the FP8 `mma.sync`/`wgmma` variants;
 //! - every head dim `D % 8 == 0` up to 256 for FP16/BF16 (64 and 128 for FP8, and 256 on the

@@ -2,7 +2,9 @@
 //! `HopperSched`): a few CTAs, each walking many work items, must give what one CTA per item
 //! gives, bit for bit (the items' arithmetic is the same), and pass the reference. The small
 //! CTA counts make every CTA run many items, so the K/V ring's phases and the Q tile's
-//! full/empty barriers carry across items with odd and even key-tile counts.
+//! full/empty barriers carry across items with odd and even key-tile counts. The stream-K
+//! tail (`TileSchedule::StreamK`) shares the last partial round's items by key tiles: its
+//! pieces must merge to what the reference gives, the same bits every run.
 
 use attn_kernels::{
     catalog, Dtype, Engine, FlashAttention, Forward, ForwardOptions, Fp8Options, Fp8Variant,
@@ -68,9 +70,10 @@ fn correctness_persistent_walks_match_one_cta_per_item() {
                     schedule,
                     ..Default::default()
                 };
+                let (grid, walk) = (TileSchedule::Grid, TileSchedule::Persistent(Some(5)));
                 let same = match dt {
-                    Dtype::F16 => same_bits_both_ways::<f16>(&gpu, &p, &mut rng, &opts),
-                    Dtype::Bf16 => same_bits_both_ways::<bf16>(&gpu, &p, &mut rng, &opts),
+                    Dtype::F16 => same_bits::<f16>(&gpu, &p, &mut rng, &opts, grid, walk),
+                    Dtype::Bf16 => same_bits::<bf16>(&gpu, &p, &mut rng, &opts, grid, walk),
                 };
                 assert!(
                     same,
@@ -83,12 +86,71 @@ fn correctness_persistent_walks_match_one_cta_per_item() {
     assert_eq!(runs, tiles.len() * SHAPES.len() * 2 * 4);
 }
 
-/// One CTA per item and five walking CTAs on the same fresh inputs: equal bit for bit.
-fn same_bits_both_ways<T: attn_kernels::StorageType>(
+/// CTA counts that leave a partial round on SHAPES (48, 18, 12 and 24 items): 5, 7 and 11, where
+/// the first shape's 4 tail items of 3 key tiles (176 keys) are each shared by about three
+/// CTAs; and 47, whose one tail item has fewer key tiles than CTAs, so it stays whole.
+const STREAM_K_CTAS: [usize; 4] = [5, 7, 11, 47];
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_stream_k_tails_match_the_reference_and_repeat_bitwise() {
+    let gpu = gpu();
+    if !is_hopper(&gpu) {
+        return;
+    }
+    let tiles = walking_tiles();
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut shared = 0;
+    for tile in &tiles {
+        for dims in SHAPES {
+            for dt in DTYPES {
+                for ctas in STREAM_K_CTAS {
+                    let mut c = case(dims, Causal::None, dt);
+                    c.engine = Engine::Hopper(Some(*tile));
+                    c.schedule = TileSchedule::StreamK(Some(ctas));
+                    check_case(&gpu, &c).unwrap_or_else(|e| {
+                        panic!("{} stream-K {ctas} CTAs {dims:?} {dt:?}: {e}", tile.name())
+                    });
+                    let items = dims.3.div_ceil(tile.block_m()) * dims.1 * dims.0;
+                    let tail_tiles = items % ctas * dims.4.div_ceil(tile.block_n);
+                    shared += usize::from(items > ctas && tail_tiles >= ctas);
+                }
+                // Twice on the same inputs: the same bits (the pieces merge in key order
+                // whichever CTA finishes last, and the tickets are reset for the next launch).
+                let p = problem(dims, Causal::None);
+                let opts = |schedule| ForwardOptions {
+                    engine: Engine::Hopper(Some(*tile)),
+                    schedule,
+                    ..Default::default()
+                };
+                let s = TileSchedule::StreamK(Some(7));
+                let same = match dt {
+                    Dtype::F16 => same_bits::<f16>(&gpu, &p, &mut rng, &opts, s, s),
+                    Dtype::Bf16 => same_bits::<bf16>(&gpu, &p, &mut rng, &opts, s, s),
+                };
+                assert!(
+                    same,
+                    "{} {dims:?} {dt:?} seed {seed}: two stream-K runs differ",
+                    tile.name()
+                );
+            }
+        }
+    }
+    assert!(
+        shared >= tiles.len() * 8,
+        "only {shared} launches shared a tail"
+    );
+}
+
+/// Two schedules on the same fresh inputs: equal bit for bit.
+fn same_bits<T: attn_kernels::StorageType>(
     gpu: &FlashAttention,
     p: &attn_ref::Problem,
     rng: &mut StdRng,
     opts: &dyn Fn(TileSchedule) -> ForwardOptions,
+    first: TileSchedule,
+    second: TileSchedule,
 ) -> bool {
     let s = p.shape();
     let (q, k, v) = (
@@ -96,8 +158,8 @@ fn same_bits_both_ways<T: attn_kernels::StorageType>(
         randn::<T>(rng, s.kv_elems()),
         randn::<T>(rng, s.kv_elems()),
     );
-    let a = run_gpu(gpu, p, &q, &k, &v, &opts(TileSchedule::Grid));
-    let b = run_gpu(gpu, p, &q, &k, &v, &opts(TileSchedule::Persistent(Some(5))));
+    let a = run_gpu(gpu, p, &q, &k, &v, &opts(first));
+    let b = run_gpu(gpu, p, &q, &k, &v, &opts(second));
     bits_equal(&a, &b)
 }
 
@@ -165,6 +227,30 @@ fn correctness_fp8_persistent_walks_match_one_cta_per_item() {
                     tile.name()
                 );
                 runs += 1;
+            }
+            // The stream-K tail (40 items of 128 rows: 7 and 11 CTAs leave 5 and 7 over): the
+            // FP8 checks, and the same bits twice.
+            for ctas in [7, 11] {
+                let s = opts(TileSchedule::StreamK(Some(ctas)));
+                crate::fp8::check(&gpu, &p, &x, Dtype::F16, &s).unwrap_or_else(|e| {
+                    panic!(
+                        "{} D {d} stream-K {ctas} CTAs seed {seed}: {e}",
+                        tile.name()
+                    )
+                });
+                let a = crate::fp8::run(&gpu, &p, &z, Dtype::F16, &s);
+                let b = crate::fp8::run(&gpu, &p, &z, Dtype::F16, &s);
+                assert!(
+                    a.0.iter()
+                        .zip(&b.0)
+                        .all(|(x, y)| x.to_bits() == y.to_bits())
+                        && a.1
+                            .iter()
+                            .zip(&b.1)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{} D {d} stream-K {ctas} CTAs seed {seed}: two runs differ",
+                    tile.name()
+                );
             }
             // And the grid run itself passes the FP8 checks.
             crate::fp8::check(
