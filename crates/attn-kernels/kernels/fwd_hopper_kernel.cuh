@@ -211,7 +211,9 @@ __device__ __forceinline__ void walk_items(const HopperSched& sched, int n, Visi
         visit(sched.items - tail + t, u - t * n, hi - t * n, t);
         u = hi;
     }
-}// The last piece's merge of a tail item's partials for one warp's 16 rows (rows row0 + g and
+}
+
+// The last piece's merge of a tail item's partials for one warp's 16 rows (rows row0 + g and
 // row0 + g + 8 of the thread): the pieces' unnormalized O and (m, l) from the workspace slots
 // first_slot .. first_slot + count − 1, taken in key order whichever CTA came last, so the
 // result does not depend on timing. Leaves O unnormalized, m the merged max (0 for an empty

@@ -66,8 +66,9 @@ pub enum TileSchedule {
 /// (or flat-grid block) `w % tiles_x` of head `(w / tiles_x) % heads` of batch
 /// `w / (tiles_x · heads)`; causal launches other than flat grids reorder them longest first
 /// across groups of `lpt_heads` (head, batch) pairs (`item_order` in the tests mirrors it).
-/// `splits` > 1 (sequence and feature entries): grid.y splits each item's key tiles, and the
-/// three device pointers are the split-KV workspace (bound at launch; 0 otherwise).
+/// `splits` > 1 (sequence and feature entries): grid.y splits each item's key tiles;
+/// `tail_items` > 0 (walking entries): the stream-K tail. Either way the three device pointers
+/// are the split-KV workspace (bound at launch; 0 otherwise).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HopperSched {
