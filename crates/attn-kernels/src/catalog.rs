@@ -601,9 +601,10 @@ impl HopperTile {
 /// Whether a Hopper entry walks several work items per CTA (a persistent launch,
 /// kernels/fwd_hopper_kernel.cuh `HopperSched`) rather than one: dense, non-causal entries
 /// whose producer runs the item loop in its 24 registers without spilling (ptxas, CUDA 13.0):
-/// the 176-key f16/bf16 tiles at D = 128 and the FP8 tiles up to D = 128. (The 128-key
-/// tiles, D = 128's dense default below 8192 keys, do not: walking, with or without the
-/// stream-K tail, they ran 1–4 % slower per item than their one-item entries; run 228.) The D = 256 tiles
+/// the 176-key f16/bf16 tiles at D = 128 and the FP8 tiles up to D = 128. The 128-key tiles,
+/// D = 128's dense default below 8192 keys, do not: walking cost them 2–8 % per item against
+/// their one-item entries (ncu, runs 228–235: the walking producer's wait for a free stage
+/// retries eight times as often), more than the stream-K tail gives back. The D = 256 tiles
 /// (four sub-tiles per row) and the three-consumer D = 64 tiles spilled 4–64 bytes with it,
 /// and a sequence resolved per item 200+. Causal entries keep one item per CTA: their blocks
 /// are uneven, and the hardware hands the next block to the first SM that frees, longest

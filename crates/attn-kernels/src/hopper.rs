@@ -47,8 +47,9 @@ pub enum Engine {
 pub enum TileSchedule {
     /// Persistent where the entry walks items ([`catalog::hopper_persistent`]: dense,
     /// non-causal launches of the D = 128 176-key f16/bf16 tiles and the FP8 tiles up to
-    /// D = 128), one CTA per SM, with a stream-K tail where [`stream_k_tail`] finds that
-    /// it pays; one CTA per item everywhere else.
+    /// D = 128), one CTA per SM, with a stream-K tail (as `StreamK`) where the last round
+    /// is partial and sharing it saves at least four key tiles; one CTA per item everywhere
+    /// else.
     #[default]
     Auto,
     /// One CTA per item (the classic grid), also where the entry could walk items.
