@@ -54,12 +54,12 @@ __device__ __forceinline__ void write_output(float (&o)[NO][4], const float (&m)
                             StorageTraits<T>::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
                 }
             }
-            continue;
-        }
+        } else {
 #pragma unroll
-        for (int n = 0; n < NO; ++n) {
-            const uint32_t packed = StorageTraits<T>::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-            *reinterpret_cast<uint32_t*>(q_tile_smem + swz<PITCH>(row, n) + 2 * t) = packed;
+            for (int n = 0; n < NO; ++n) {
+                const uint32_t packed = StorageTraits<T>::pack(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+                *reinterpret_cast<uint32_t*>(q_tile_smem + swz<PITCH>(row, n) + 2 * t) = packed;
+            }
         }
     }
     if constexpr (DIRECT) return;

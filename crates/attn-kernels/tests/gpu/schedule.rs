@@ -167,14 +167,13 @@ fn bits_equal<T: attn_kernels::StorageType>(
     a: &(Vec<T>, Vec<f32>),
     b: &(Vec<T>, Vec<f32>),
 ) -> bool {
-    a.0.iter()
-        .zip(&b.0)
-        .all(|(x, y)| x.to_f32().to_bits() == y.to_f32().to_bits())
-        && a.1
-            .iter()
-            .zip(&b.1)
-            .all(|(x, y)| x.to_bits() == y.to_bits())
-        && a.0.len() == b.0.len()
+    let widen = |x: &[T]| x.iter().map(|v| v.to_f32()).collect::<Vec<_>>();
+    f32_bits_equal(&widen(&a.0), &widen(&b.0)) && f32_bits_equal(&a.1, &b.1)
+}
+
+/// Equal lengths and equal bits (NaN payloads included).
+fn f32_bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// FP8 on the Hopper engine: the walking tiles (D ≤ 128, non-causal) give the grid's bits.
@@ -211,18 +210,8 @@ fn correctness_fp8_persistent_walks_match_one_cta_per_item() {
                     Dtype::F16,
                     &opts(TileSchedule::Persistent(Some(ctas))),
                 );
-                let same = grid
-                    .0
-                    .iter()
-                    .zip(&walk.0)
-                    .all(|(a, b)| a.to_bits() == b.to_bits())
-                    && grid
-                        .1
-                        .iter()
-                        .zip(&walk.1)
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(
-                    same,
+                    f32_bits_equal(&grid.0, &walk.0) && f32_bits_equal(&grid.1, &walk.1),
                     "{} D {d}, {ctas} CTAs, seed {seed}: persistent != grid",
                     tile.name()
                 );
@@ -241,13 +230,7 @@ fn correctness_fp8_persistent_walks_match_one_cta_per_item() {
                 let a = crate::fp8::run(&gpu, &p, &z, Dtype::F16, &s);
                 let b = crate::fp8::run(&gpu, &p, &z, Dtype::F16, &s);
                 assert!(
-                    a.0.iter()
-                        .zip(&b.0)
-                        .all(|(x, y)| x.to_bits() == y.to_bits())
-                        && a.1
-                            .iter()
-                            .zip(&b.1)
-                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    f32_bits_equal(&a.0, &b.0) && f32_bits_equal(&a.1, &b.1),
                     "{} D {d} stream-K {ctas} CTAs seed {seed}: two runs differ",
                     tile.name()
                 );
