@@ -6,6 +6,8 @@
 //! Development filters (CI and the bundle build everything they are asked for):
 //! `ATTN_CUDA_ARCHS=90a` (archs, `;` or `,` separated) and `ATTN_HEAD_DIMS=128` (head-dim
 //! buckets).
+//! `ATTN_TIMELINE=1` builds the Hopper forward with its per-warp clock timeline
+//! (kernels/timeline.cuh, `attn_kernels::timeline`), a profiling build, about 10 % slower.
 
 use std::{
     env, fs,
@@ -57,8 +59,12 @@ fn main() {
         "ATTN_CUDA_ARCHS",
         "ATTN_HEAD_DIMS",
         "ATTN_CUBIN_CACHE",
+        "ATTN_TIMELINE",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
+    }
+    if env::var("ATTN_TIMELINE").is_ok_and(|v| v == "1") {
+        println!("cargo:rustc-env=ATTN_TIMELINE_BUILT=1"); // attn_kernels::timeline::BUILT
     }
     let debug = env::var_os("CARGO_FEATURE_DEBUG_KERNELS").is_some();
     let mut archs = Vec::new();
@@ -179,12 +185,16 @@ fn nvcc_flags(arch: &str, debug: bool) -> Vec<String> {
     } else {
         &nvcc::RELEASE_FLAGS
     };
+    // `ATTN_TIMELINE=1`: release cubins with the Hopper forward's per-warp clock stamps
+    // (kernels/timeline.cuh, src/timeline.rs); part of the flags, so of the cache key.
+    let timeline = !debug && env::var("ATTN_TIMELINE").is_ok_and(|v| v == "1");
     ["-cubin"]
         .iter()
         .chain(nvcc::COMMON_FLAGS.iter())
         .chain(mode)
         .map(|s| s.to_string())
         .chain(["-gencode".to_string(), nvcc::gencode(arch)])
+        .chain(timeline.then(|| "-DATTN_TIMELINE".to_string()))
         .collect()
 }
 

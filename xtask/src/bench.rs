@@ -117,6 +117,10 @@ pub struct Args {
     /// stream-K tail whenever the last round is partial).
     #[arg(long, value_enum, default_value = "auto")]
     schedule: crate::flags::ScheduleArg,
+    /// After the run, print the Hopper forward's per-warp phase timeline and write its rows
+    /// to timeline.csv (needs a build with `ATTN_TIMELINE=1`: `attn_kernels::timeline`).
+    #[arg(long)]
+    timeline: bool,
     /// How samples are timed: `auto` (CUDA graphs for launches under 20 µs, events
     /// otherwise), `graph` or `events`; the SDPA side follows ours shape by shape.
     #[arg(long, value_enum, default_value = "auto")]
@@ -365,6 +369,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     report.write(&path)?;
     println!("{}", render_table(&report));
     println!("wrote {}", path.display());
+    if args.timeline {
+        write_timeline(&gpu, &args.out_dir.join("timeline.csv"))?;
+    }
+    Ok(())
+}
+
+/// `--timeline`: the phase summary on stdout, every row in `path`.
+fn write_timeline(gpu: &FlashAttention, path: &std::path::Path) -> anyhow::Result<()> {
+    use attn_kernels::timeline;
+    let rows = timeline::read(gpu)?;
+    for summary in timeline::summarize(&rows) {
+        println!("timeline: {summary}");
+    }
+    let mut csv = String::from("unit,tag,cta,warp,step");
+    for e in 0..timeline::EVENTS {
+        csv += &format!(",t{e}");
+    }
+    csv.push('\n');
+    for r in &rows {
+        csv += &format!("{},{},{},{},{}", r.unit, r.tag, r.cta, r.warp, r.step);
+        for c in r.clocks {
+            csv += &format!(",{c}");
+        }
+        csv.push('\n');
+    }
+    std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {} ({} rows)", path.display(), rows.len());
     Ok(())
 }
 

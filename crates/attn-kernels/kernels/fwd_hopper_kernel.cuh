@@ -39,6 +39,7 @@
 #include "score_mod.cuh"
 #include "seqs.cuh"
 #include "split_combine.cuh"
+#include "timeline.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -418,6 +419,11 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     // (the consumers' GEMMs are independent).
     static_assert(!KVSPLIT || (!kSeqs && !PINGPONG && !PERSISTENT), "KVSPLIT: dense, one item per CTA, no ping-pong");
     const int warpgroup = threadIdx.x >> 7;
+    // ATTN_TIMELINE builds (timeline.cuh): the entry's kind and tag, and whether this CTA records.
+    constexpr int kTimelineKind = (FP8 ? 4 : 0) + (PINGPONG ? 2 : 0) + (FEATURES ? 1 : 0);
+    constexpr unsigned kTimelineTag = BN * 1000 + (FP8 ? 100 : 0) + (PINGPONG ? 10 : 0) + (FEATURES ? 1 : 0);
+    const bool timeline = ATTN_TIMELINE_ON(kTimelineKind);
+    auto stamp = [&](int step, int event) { ATTN_TIMELINE_STAMP(timeline, step, event, kTimelineTag); };
     if (static_cast<int>(blockIdx.x) >= sched.items) return; // no work (an empty launch's one CTA)
     FwdParams seq_p = p_in;
     HopperItem first{};
@@ -466,8 +472,11 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 auto transpose_tile = [&](uint32_t g) {
                     const int s = g % STAGES, r = g % L::kVRawStages;
                     const uint32_t use = g / STAGES, r_use = g / L::kVRawStages;
+                    stamp(g, 0);
                     mbar_wait(&full_vraw[r], r_use & 1);
+                    stamp(g, 1);
                     mbar_wait(&empty_v[s], (use & 1) ^ 1);
+                    stamp(g, 2);
                     static_assert(L::kTransposeWarps == 3, "transpose_v_fp8 splits a stage in three");
                     transpose_v_fp8<DK, BN, L::kTransposeBatch>(smem_addr(sVraw + r * L::kVRawBytes),
                                                                 smem_addr(sV + s * L::kVBytes), worker, lane);
@@ -477,6 +486,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                         mbar_arrive(&full_v[s]);
                         mbar_arrive(&empty_vraw[r]);
                     }
+                    stamp(g, 3);
                 };
                 if constexpr (kPersistent) {
                     // The walk's stages, whole items and tail pieces alike, are one run.
@@ -594,7 +604,9 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 const uint32_t use = g / STAGES;
                 unsigned char* k_dst = sK + s * L::kKBytes;
                 unsigned char* v_dst = sV + s * L::kVBytes;
+                stamp(g, 0);
                 mbar_wait(&empty_k[s], (use & 1) ^ 1); // the consumers released its last use
+                stamp(g, 1);
                 mbar_arrive_expect_tx(&full_k[s], L::kKBytes);
 #pragma unroll
                 for (int c = 0; c < L::kSubTiles; ++c)
@@ -605,6 +617,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                     const int r = g % L::kVRawStages;
                     unsigned char* raw = sVraw + r * L::kVRawBytes;
                     mbar_wait(&empty_vraw[r], ((g / L::kVRawStages) & 1) ^ 1);
+                    stamp(g, 2);
                     mbar_arrive_expect_tx(&full_vraw[r], L::kVRawBytes);
 #pragma unroll
                     for (int c = 0; c < L::kSubTiles; ++c)
@@ -612,6 +625,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                                     rows.k_row0 + (t_begin + j) * BN, kvh, k_batch);
                 } else {
                     mbar_wait(&empty_v[s], (use & 1) ^ 1);
+                    stamp(g, 2);
                     mbar_arrive_expect_tx(&full_v[s], L::kVBytes);
 #pragma unroll
                     for (int c = 0; c < L::kSubTiles; ++c)
@@ -845,23 +859,39 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 convert_p();
                 for (int i = 0; i + 1 < my_tiles; ++i) {
                     const int j = J(i), next = j + kJStep;
+                    // Timeline events (ATTN_TIMELINE builds): 0 step start, 1 ping-pong turn,
+                    // 2 K(next) landed, 3 V(j) landed, 4 Q·Kᵀ(next) done, 5 softmax done,
+                    // 6 P·V(j) done, 7 O rescaled and P converted.
+                    const int step = static_cast<int>(ring) + i;
+                    stamp(step, 0);
                     if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
+                    if (timeline) {
+                        stamp(step, 1);
+                        mbar_wait(&full_k[(ring + next) % STAGES], ((ring + next) / STAGES) & 1);
+                        stamp(step, 2);
+                        mbar_wait(&full_v[(ring + j) % STAGES], ((ring + j) / STAGES) & 1);
+                        stamp(step, 3);
+                    }
                     issue_qk(next);
                     wgmma_commit();
                     issue_pv(j, pa, false); // not the item's last tile
                     wgmma_commit();
                     if constexpr (PINGPONG) named_barrier_arrive(other_bar, 256);
                     wgmma_wait<1>(); // Q·Kᵀ(next) done; P·V(j) may still run
+                    stamp(step, 4);
                     wgmma_fence_operands(acc_s);
                     release_k(next);
                     mask_tile(next);
                     softmax.template update_scores<false>(acc_s, corr, scale_log2, kLog2Gain, row_off);
                     schedule_after(softmax.l[1]); // the softmax overlaps P·V(j), see schedule_after
+                    stamp(step, 5);
                     wgmma_wait<0>();
+                    stamp(step, 6);
                     wgmma_fence_operands(acc_o);
                     release_v(j);
                     OnlineSoftmax<kNT, kNO>::rescale(acc_o, corr);
                     convert_p();
+                    stamp(step, 7);
                 }
                 release_q(); // every Q·Kᵀ of the item has completed
                 if constexpr (PINGPONG) named_barrier_sync(my_bar, 256);
@@ -1021,6 +1051,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     } else {
         consume(first, -1);
     }
+    ATTN_TIMELINE_COUNT(kTimelineKind);
 #else
     __trap(); // the Hopper entry points exist only in sm_90a cubins
 #endif

@@ -296,6 +296,15 @@ impl std::fmt::Debug for KernelCache {
 }
 
 impl KernelCache {
+    /// The modules loaded so far, by unit name (release and debug alike).
+    pub(crate) fn loaded_modules(&self) -> Result<Vec<(String, Arc<CudaModule>)>, KernelError> {
+        let modules = self.modules.lock().map_err(|_| KernelError::Poisoned)?;
+        Ok(modules
+            .iter()
+            .map(|((unit, _), m)| (unit.clone(), m.clone()))
+            .collect())
+    }
+
     /// The cache of a context's device (nothing is loaded until a kernel is first used).
     pub fn new(ctx: Arc<CudaContext>) -> Result<Arc<Self>, KernelError> {
         let (major, minor) = ctx

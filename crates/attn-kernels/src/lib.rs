@@ -96,6 +96,7 @@ mod launch;
 pub mod merge;
 pub mod seqs;
 pub mod tensor;
+pub mod timeline;
 
 use std::sync::Arc;
 
@@ -128,6 +129,9 @@ pub enum KernelError {
     /// The crate was built without nvcc.
     #[error("kernels not built: install nvcc or run `cargo xtask setup-cuda`, then rebuild")]
     KernelsNotBuilt,
+    /// A timeline was asked for, but no loaded kernel module has one.
+    #[error("no timeline: rebuild with ATTN_TIMELINE=1 (a profiling build of the Hopper forward) and launch a Hopper forward first")]
+    TimelineNotBuilt,
     /// Debug kernels were requested but the `debug-kernels` feature was off at build time.
     #[error("debug kernels not built: enable the `debug-kernels` feature of attn-kernels")]
     DebugKernelsNotBuilt,

@@ -55,6 +55,7 @@ mod schedule;
 mod seqs;
 mod splits;
 mod stability;
+mod timeline;
 mod validation;
 
 /// The process-wide launcher on device 0 (tests that must see every allocation freed open
