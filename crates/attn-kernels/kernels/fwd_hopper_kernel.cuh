@@ -423,7 +423,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     constexpr int kTimelineKind = (FP8 ? 4 : 0) + (PINGPONG ? 2 : 0) + (FEATURES ? 1 : 0);
     constexpr unsigned kTimelineTag = BN * 1000 + (FP8 ? 100 : 0) + (PINGPONG ? 10 : 0) + (FEATURES ? 1 : 0);
     const bool timeline = ATTN_TIMELINE_ON(kTimelineKind);
-    auto stamp = [&](int step, int event) { ATTN_TIMELINE_STAMP(timeline, step, event, kTimelineTag); };
+    auto stamp = [&](int step, int event) { ATTN_TIMELINE_STAMP(timeline, kTimelineKind, step, event, kTimelineTag); };
     if (static_cast<int>(blockIdx.x) >= sched.items) return; // no work (an empty launch's one CTA)
     FwdParams seq_p = p_in;
     HopperItem first{};

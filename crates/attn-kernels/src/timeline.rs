@@ -42,6 +42,9 @@ pub const RECORDED_LAUNCH: usize = 40;
 pub const CTAS: usize = 4;
 /// Warps per CTA with a row (`kTimelineWarps`).
 pub const WARPS: usize = 16;
+/// Entry kinds, each with its own region of the buffer (`kTimelineKinds`: FP8 × ping-pong ×
+/// features), since a unit's entries share it.
+pub const KINDS: usize = 8;
 /// Key-tile steps recorded per warp (`kTimelineSteps`).
 pub const STEPS: usize = 96;
 /// Events per step (`kTimelineEvents`); each row also holds the entry's tag.
@@ -179,7 +182,8 @@ pub fn read(gpu: &FlashAttention) -> Result<Vec<TimelineRow>, KernelError> {
     Ok(rows)
 }
 
-/// The rows of one module's buffer (`[CTAS][WARPS][STEPS][EVENTS + 1]` little-endian u32).
+/// The rows of one module's buffer (`[KINDS][CTAS][WARPS][STEPS][EVENTS + 1]` little-endian
+/// u32; the kind is in the tag).
 fn parse(unit: &str, bytes: &[u8]) -> Vec<TimelineRow> {
     let words: Vec<u32> = bytes
         .chunks_exact(4)
@@ -191,7 +195,7 @@ fn parse(unit: &str, bytes: &[u8]) -> Vec<TimelineRow> {
         if tag == 0 {
             continue; // never written
         }
-        let (cta, rest) = (i / (WARPS * STEPS), i % (WARPS * STEPS));
+        let (cta, rest) = ((i / (WARPS * STEPS)) % CTAS, i % (WARPS * STEPS));
         let mut clocks = [0u32; EVENTS];
         clocks.copy_from_slice(&rec[..EVENTS]);
         rows.push(TimelineRow {
@@ -287,11 +291,11 @@ mod tests {
 
     #[test]
     fn parse_places_rows_by_cta_warp_and_step_and_skips_unwritten_ones() {
-        let mut words = vec![0u32; CTAS * WARPS * STEPS * (EVENTS + 1)];
-        let at = |cta: usize, warp: usize, step: usize| {
-            ((cta * WARPS + warp) * STEPS + step) * (EVENTS + 1)
+        let mut words = vec![0u32; KINDS * CTAS * WARPS * STEPS * (EVENTS + 1)];
+        let at = |kind: usize, cta: usize, warp: usize, step: usize| {
+            (((kind * CTAS + cta) * WARPS + warp) * STEPS + step) * (EVENTS + 1)
         };
-        let i = at(2, 5, 17);
+        let i = at(4, 2, 5, 17);
         words[i..i + EVENTS].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
         words[i + EVENTS] = 192_100;
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
