@@ -382,19 +382,21 @@ fn write_timeline(gpu: &FlashAttention, path: &std::path::Path) -> anyhow::Resul
     for summary in timeline::summarize(&rows) {
         println!("timeline: {summary}");
     }
-    let mut csv = String::from("unit,tag,cta,warp,step");
-    for e in 0..timeline::EVENTS {
-        csv += &format!(",t{e}");
-    }
-    csv.push('\n');
+    let mut csv =
+        csv::Writer::from_path(path).with_context(|| format!("creating {}", path.display()))?;
+    let events = (0..timeline::EVENTS).map(|e| format!("t{e}"));
+    csv.write_record(
+        ["unit", "tag", "cta", "warp", "step"]
+            .map(String::from)
+            .into_iter()
+            .chain(events),
+    )?;
     for r in &rows {
-        csv += &format!("{},{},{},{},{}", r.unit, r.tag, r.cta, r.warp, r.step);
-        for c in r.clocks {
-            csv += &format!(",{c}");
-        }
-        csv.push('\n');
+        let ids = [r.tag, r.cta, r.warp, r.step].map(|x| x.to_string());
+        let clocks = r.clocks.iter().map(|c| c.to_string());
+        csv.write_record(std::iter::once(r.unit.clone()).chain(ids).chain(clocks))?;
     }
-    std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
+    csv.flush()?;
     println!("wrote {} ({} rows)", path.display(), rows.len());
     Ok(())
 }
