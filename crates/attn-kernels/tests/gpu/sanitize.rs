@@ -264,3 +264,75 @@ fn sanitize_features_window_small_shapes() {
     drop(gpu);
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
+
+/// The Hopper engine's walking launches under compute-sanitizer: persistent CTAs and the
+/// stream-K tail (pieces of the last round's items merged through the ticketed workspace),
+/// f16 and FP8, one small shape each, so that racecheck finishes (the schedule tests run too
+/// many launches for it). 300 query rows × 3 heads are 9 items of 128 rows; 5 CTAs leave 4
+/// tail items of 2–4 key tiles, which the 5 CTAs share. Only on an H100/H200.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitize_hopper_walks_and_stream_k_tails() {
+    use attn_kernels::{catalog, Engine, ForwardOptions, Fp8Variant, Layout, TileSchedule};
+    use attn_ref::reference;
+    use half::f16;
+    let gpu = FlashAttention::new(0).expect("a CUDA device");
+    if gpu.compute_capability() != (9, 0) {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(fresh_seed());
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    let schedules = [TileSchedule::Persistent(Some(3)), TileSchedule::StreamK(Some(5))];
+    let dense = catalog::HopperVariant::Dense;
+    let tile = catalog::hopper_tiles(128)
+        .iter()
+        .copied()
+        .find(|t| catalog::hopper_persistent(128, t, false, dense, false))
+        .expect("a walking D = 128 tile");
+    let p = crate::problem((1, 3, 1, 300, 500, 128), Causal::None);
+    let s = p.shape();
+    let q: Vec<f16> = crate::randn(&mut rng, s.q_elems());
+    let k: Vec<f16> = crate::randn(&mut rng, s.kv_elems());
+    let v: Vec<f16> = crate::randn(&mut rng, s.kv_elems());
+    let exact = reference::forward(&p, &q, &k, &v).unwrap().o;
+    for schedule in schedules {
+        let opts = ForwardOptions {
+            engine: Engine::Hopper(Some(tile)),
+            schedule,
+            ..Default::default()
+        };
+        match crate::family::run_layout(&gpu, &p, (&q, &k, &v), Layout::Bhsd, &opts) {
+            Ok((o, _)) => {
+                let worst = max_abs_error(&o, &exact);
+                if worst.is_nan() || worst >= 5e-2 {
+                    failures.push(format!("{} {schedule:?}: max err {worst}", tile.name()));
+                }
+            }
+            Err(e) => failures.push(format!("{} {schedule:?}: {e}", tile.name())),
+        }
+        runs += 1;
+    }
+    let fp8_tile = catalog::hopper_fp8_tiles(128)
+        .iter()
+        .copied()
+        .find(|t| catalog::hopper_persistent(128, t, false, dense, true))
+        .expect("a walking FP8 D = 128 tile");
+    let p = fp8::fp8_problem((1, 3, 1, 300, 500, 128), Causal::None);
+    let x = fp8::inputs(&p, &mut rng, false);
+    for schedule in schedules {
+        let opts = Fp8Options {
+            variant: Some(Fp8Variant::Hopper),
+            hopper: Some(fp8_tile),
+            config: None,
+            schedule,
+        };
+        if let Err(e) = fp8::check(&gpu, &p, &x, Dtype::F16, &opts) {
+            failures.push(format!("FP8 {} {schedule:?}: {e}", fp8_tile.name()));
+        }
+        runs += 1;
+    }
+    drop(gpu);
+    assert_eq!(runs, 4);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
