@@ -283,7 +283,10 @@ fn sanitize_hopper_walks_and_stream_k_tails() {
     let mut rng = StdRng::seed_from_u64(fresh_seed());
     let mut failures = Vec::new();
     let mut runs = 0;
-    let schedules = [TileSchedule::Persistent(Some(3)), TileSchedule::StreamK(Some(5))];
+    let schedules = [
+        TileSchedule::Persistent(Some(3)),
+        TileSchedule::StreamK(Some(5)),
+    ];
     let dense = catalog::HopperVariant::Dense;
     let tile = catalog::hopper_tiles(128)
         .iter()
