@@ -261,12 +261,17 @@ __device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, i
 // Deterministic mode (the mma.sync backward's turns, bwd_kernel.cuh): after chunk 0 the CTA
 // takes this block's turn (thread 0 waits, the named barrier holds the others) and adds.
 // Passing a turn on needs the block's reductions to have completed. With DEFER (causal
-// launches, whose turns run in reversed key order) that waits until the next block's chunk 0,
-// which leaves the reductions a block's GEMMs to complete in (run 163, 4,16,4096,256 causal:
-// 1.46× → 1.36–1.41× the default); the turn is passed there, before the next one is waited
-// for, so a CTA never holds a turn while it waits for one. Non-causal walks pass at once:
-// the rotated walk's next adder needs the turn one block later, and deferring cost that chain
-// its slack (run 163: 1.27–1.30× → 1.47×). The caller passes the last pending turn with
+// launches, whose turns run in reversed key order) that waits until the start of the next
+// block, while its Sᵀ and dPᵀ GEMMs run: the reductions had the dQ step to complete in, and
+// the next adder, which takes this query block one step later, gets the turn most of a step
+// before its own dQ (docs/PERF.md run 242; passed at the next block's dQ, as before, it
+// arrived just as that adder waited: 4,16,4096,256 causal 1.20–1.22× → 1.03–1.05× the
+// default). It is passed before the next one is waited for, so a CTA never holds a turn
+// while it waits for one. A causal block's own turn is read once, right after dV and dK are
+// issued (bwd_turn_reached), and thread 0 spins at chunk 0 only if that read missed.
+// Non-causal walks pass at once: the rotated walk's next adder needs the turn one block
+// later, and deferring cost that chain its slack (run 163: 1.27–1.30× → 1.47×); the early
+// read cost them 4 % (run 242). The caller passes the last pending turn with
 // bwd_hopper_pass_turn after its walk.
 struct PendingTurn {
     unsigned int* sem = nullptr; // null: nothing to pass
@@ -288,12 +293,22 @@ __device__ __forceinline__ void bwd_hopper_pass_turn(PendingTurn& pending, int t
     pending.sem = nullptr;
 }
 
+// One acquire load of the turn's semaphore, a GEMM ahead of the turn's wait (which then spins
+// only if this missed): otherwise the wait costs an L2 round trip per block even when the
+// turn came long before.
+__device__ __forceinline__ bool bwd_turn_reached(const unsigned int* sem, int turn) {
+    unsigned int seen;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+    return seen == static_cast<unsigned int>(turn);
+}
+
 template <typename T, class L, bool DEFER, int NO>
 __device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_t kq_addr, float* __restrict__ dq_acc,
                                                      float* wstage, unsigned int* __restrict__ sems,
                                                      const BwdParams& p, int b, int h, int qblk, int turn, int tid,
                                                      int wi, int lane, float (&acc_dv)[NO][4],
-                                                     float (&acc_dk)[NO][4], uint64_t* empty, PendingTurn& pending) {
+                                                     float (&acc_dk)[NO][4], uint64_t* empty, PendingTurn& pending,
+                                                     bool turn_seen) {
     constexpr int kBM = L::kBM, kBN = L::kBN, kTilesPerHalf = L::kNQ / 8;
     const int64_t tile_idx = (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
     float* tile = dq_acc + tile_idx * kBM * (2 * L::kNQ) + (tid >> 7) * kBM * L::kNQ;
@@ -315,7 +330,7 @@ __device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_
             if (lane == 0) mbar_arrive(empty); // this warp is done with Q/dO stage s
             if (p.deterministic) {
                 if constexpr (DEFER) bwd_hopper_pass_turn(pending, tid, lane);
-                if (tid == 0) bwd_wait_turn(sem, turn);
+                if (tid == 0 && !turn_seen) bwd_wait_turn(sem, turn);
                 named_barrier_sync(1, 256);
                 // The bulk reductions below (async proxy) after the earlier adders' writes.
                 if (lane == 0) fence_proxy_async_global();
@@ -489,24 +504,25 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 const int s = it % kST;
                 const int h = head_of(it);
                 const int qblk = qblk_of(it);
-                mbar_wait(&dq_full[s], (it / kST) & 1);
                 float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
                 unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
                 const int turn = turn_of(qblk);
-                if (p.deterministic) {
-                    bwd_wait_turn(sem, turn);
-                    fence_proxy_async_global();
-                }
+                // The turn first, while the consumers still compute the block: its acquire's L2
+                // round trip then overlaps their GEMMs instead of following the staging.
+                if (p.deterministic) bwd_wait_turn(sem, turn);
+                mbar_wait(&dq_full[s], (it / kST) & 1);
+                if (p.deterministic) fence_proxy_async_global();
                 bulk_reduce_add_f32(dst, sdQ + s * (kBM * DK), L::kDqBytes);
                 bulk_commit();
+                // The staging is free once the reduce has read it; the turn passes once it
+                // has completed (so the consumers never wait for the completion).
+                bulk_wait_read<0>();
+                mbar_arrive(&dq_empty[s]);
                 if (p.deterministic) {
                     bulk_wait<0>();
                     fence_proxy_async_global();
                     bwd_pass_turn(sem, turn); // st.release.gpu: no separate fence needed
-                } else {
-                    bulk_wait_read<0>();
                 }
-                mbar_arrive(&dq_empty[s]);
             }
             bulk_wait<0>(); // the staging must outlive the last reduce
         }
@@ -570,6 +586,11 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                                 wgmma_desc<128>(do_addr + c * kBM * 128 + w), kk > 0);
         }
         wgmma_commit();
+        // D = 256, deterministic causal: the last block's turn passes here, while both GEMMs
+        // run (PendingTurn).
+        if constexpr (kSplitD && CAUSAL) {
+            if (p.deterministic) bwd_hopper_pass_turn(pending, tid, lane);
+        }
 
         uint32_t pa[kKS][4];
         if constexpr (FEATURES) {
@@ -719,12 +740,20 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             issue_dv();
             issue_dk();
             wgmma_commit();
+            const int qblk = qblk_of(it);
+            // Causal: the early read of this block's turn (PendingTurn). Its turn is computed
+            // here by thread 0 only; every thread computing it before the barrier (for all
+            // walks) cost the non-causal deterministic launches 2 % (run 243).
+            bool turn_seen = false;
+            if (CAUSAL && p.deterministic && tid == 0) {
+                const int64_t tile_idx = (static_cast<int64_t>(b) * p.q_heads + head_of(it)) * p.q_blocks + qblk;
+                turn_seen = bwd_turn_reached(sems + tile_idx, turn_of(qblk));
+            }
             store_ds();
             named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
-            const int qblk = qblk_of(it);
             bwd_hopper_dq_by_warps<T, L, CAUSAL>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4),
                                          sems, p, b, head_of(it), qblk, turn_of(qblk), tid, wi, lane, acc_dv,
-                                         acc_dk, &empty[s], pending);
+                                         acc_dk, &empty[s], pending, turn_seen);
         } else {
             // FlashAttention-3's order (mainloop_bwd_sm90_tma_gmma_ws.hpp): dSᵀ stored, dV
             // queued, the barrier, then dQ ahead of dK, so dQ's staging for the writer runs
