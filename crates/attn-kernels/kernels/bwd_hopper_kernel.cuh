@@ -504,25 +504,24 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
                 const int s = it % kST;
                 const int h = head_of(it);
                 const int qblk = qblk_of(it);
+                mbar_wait(&dq_full[s], (it / kST) & 1);
                 float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
                 unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
                 const int turn = turn_of(qblk);
-                // The turn first, while the consumers still compute the block: its acquire's L2
-                // round trip then overlaps their GEMMs instead of following the staging.
-                if (p.deterministic) bwd_wait_turn(sem, turn);
-                mbar_wait(&dq_full[s], (it / kST) & 1);
-                if (p.deterministic) fence_proxy_async_global();
+                if (p.deterministic) {
+                    bwd_wait_turn(sem, turn);
+                    fence_proxy_async_global();
+                }
                 bulk_reduce_add_f32(dst, sdQ + s * (kBM * DK), L::kDqBytes);
                 bulk_commit();
-                // The staging is free once the reduce has read it; the turn passes once it
-                // has completed (so the consumers never wait for the completion).
-                bulk_wait_read<0>();
-                mbar_arrive(&dq_empty[s]);
                 if (p.deterministic) {
                     bulk_wait<0>();
                     fence_proxy_async_global();
                     bwd_pass_turn(sem, turn); // st.release.gpu: no separate fence needed
+                } else {
+                    bulk_wait_read<0>();
                 }
+                mbar_arrive(&dq_empty[s]);
             }
             bulk_wait<0>(); // the staging must outlive the last reduce
         }
