@@ -264,8 +264,8 @@ __device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, i
 // launches, whose turns run in reversed key order) that waits until the start of the next
 // block, while its Sᵀ and dPᵀ GEMMs run: the reductions had the dQ step to complete in, and
 // the next adder, which takes this query block one step later, gets the turn most of a step
-// before its own dQ (docs/PERF.md run 242; passed at the next block's dQ, as before, it
-// arrived just as that adder waited: 4,16,4096,256 causal 1.20–1.22× → 1.03–1.05× the
+// before its own dQ (docs/PERF.md runs 242–244; passed at the next block's dQ, as before, it
+// arrived just as that adder waited: 4,16,4096,256 causal 1.20–1.28× → 1.08–1.10× the
 // default). It is passed before the next one is waited for, so a CTA never holds a turn
 // while it waits for one. A causal block's own turn is read once, right after dV and dK are
 // issued (bwd_turn_reached), and thread 0 spins at chunk 0 only if that read missed.

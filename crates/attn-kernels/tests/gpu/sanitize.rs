@@ -269,7 +269,7 @@ fn sanitize_features_window_small_shapes() {
 /// stream-K tail (pieces of the last round's items merged through the ticketed workspace),
 /// f16 and FP8, one small shape each, so that racecheck finishes (the schedule tests run too
 /// many launches for it). 300 query rows × 3 heads are 9 items of 128 rows; 5 CTAs leave 4
-/// tail items of 2–4 key tiles, which the 5 CTAs share. Only on an H100/H200.
+/// tail items of 3 key tiles each (500 keys), which the 5 CTAs share. Only on an H100/H200.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn sanitize_hopper_walks_and_stream_k_tails() {
