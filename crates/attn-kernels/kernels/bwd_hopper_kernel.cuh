@@ -268,7 +268,8 @@ __device__ __forceinline__ int bwd_rotated_turn(int n, int qblk, int n_blocks, i
 // arrived just as that adder waited: 4,16,4096,256 causal 1.20–1.28× → 1.08–1.10× the
 // default). It is passed before the next one is waited for, so a CTA never holds a turn
 // while it waits for one. A causal block's own turn is read once, right after dV and dK are
-// issued (bwd_turn_reached), and thread 0 spins at chunk 0 only if that read missed.
+// issued (bwd_turn_reached), and thread 0 spins at chunk 0 only if that read missed: the wait
+// otherwise costs an L2 round trip per block even when the turn came long before.
 // Non-causal walks pass at once: the rotated walk's next adder needs the turn one block
 // later, and deferring cost that chain its slack (run 163: 1.27–1.30× → 1.47×); the early
 // read cost them 4 % (run 242). The caller passes the last pending turn with
@@ -291,15 +292,6 @@ __device__ __forceinline__ void bwd_hopper_pass_turn(PendingTurn& pending, int t
     named_barrier_sync(1, 256);
     if (tid == 0) bwd_pass_turn(pending.sem, pending.turn);
     pending.sem = nullptr;
-}
-
-// One acquire load of the turn's semaphore, a GEMM ahead of the turn's wait (which then spins
-// only if this missed): otherwise the wait costs an L2 round trip per block even when the
-// turn came long before.
-__device__ __forceinline__ bool bwd_turn_reached(const unsigned int* sem, int turn) {
-    unsigned int seen;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-    return seen == static_cast<unsigned int>(turn);
 }
 
 template <typename T, class L, bool DEFER, int NO>

@@ -187,12 +187,18 @@ __device__ __forceinline__ int bwd_turn(const BwdParams& p, int n, int qblk, boo
 
 // Deterministic mode's turns, in both engines: the CTAs adding into one query block's dQ
 // take them through a per-block semaphore, in bwd_turn's (or bwd_rotated_turn's) order.
-// Waits until the semaphore reaches `turn` (acquire: the earlier adders' writes are visible).
-__device__ __forceinline__ void bwd_wait_turn(const unsigned int* sem, int turn) {
+// Whether the semaphore has reached `turn`, by one acquire load: if so, the earlier adders'
+// writes are visible. (The wgmma backward also reads it once ahead of its wait.)
+__device__ __forceinline__ bool bwd_turn_reached(const unsigned int* sem, int turn) {
     unsigned int seen;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
-    } while (seen != static_cast<unsigned int>(turn));
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sem) : "memory");
+    return seen == static_cast<unsigned int>(turn);
+}
+
+// Waits until the semaphore reaches `turn`.
+__device__ __forceinline__ void bwd_wait_turn(const unsigned int* sem, int turn) {
+    while (!bwd_turn_reached(sem, turn)) {
+    }
 }
 
 // Passes the turn on (release, cumulative at gpu scope). The caller orders its additions
