@@ -629,67 +629,38 @@ pub fn hopper_persistent(
 
 /// The Hopper forward's configs per head-dim bucket, the default first. Shared memory holds
 /// the Q tile and `stages` K and V tiles in 64-column sub-tiles ([`hopper_smem_bytes`]).
-/// The defaults are the H100 sweeps' winners (docs/PERF.md, 2026-11-23 and -24): D ≤ 64 three
-/// consumer warpgroups (192 rows) with ping-pong and overlap; D = 96/128 128 keys with
-/// intra-warpgroup overlap; D ≤ 192 96 keys with overlap;
-/// D ≤ 256 80 keys with ping-pong and overlap. The other entries are the variants the sweep
-/// compares: ping-pong, overlap, a third stage, FlashAttention-3's wider tiles (176 keys at
-/// D ≤ 128, 112 at D ≤ 192). A wgmma's N must be a multiple of 8, P·V's k-steps take 16 keys.
+/// Each bucket builds only the tiles a launch can select: the default ([`hopper_default_tile`],
+/// the H100 and H200 sweeps' winners, docs/PERF.md from 2026-11-23 on), the feature and
+/// sequence tiles ([`hopper_feature_tile`], [`hopper_seq_tile`]) and the key-split tile of
+/// small grids. D ≤ 64: three consumer warpgroups (192 rows) with ping-pong and overlap, and
+/// [`HOPPER_128_PINGPONG`] for grids where 192-row blocks leave SMs idle; D = 96: 128 keys with
+/// intra-warpgroup overlap; D = 128: [`HOPPER_128_PINGPONG`] and, without a mask over long key
+/// ranges, [`HOPPER_D128_WIDE`]; D ≤ 192: 96 keys with ping-pong and overlap (features: without
+/// ping-pong); D ≤ 256: 80 keys with ping-pong and overlap (features: 64 keys with overlap).
+/// The variants the sweeps measured slower than these (a third stage, no overlap or no
+/// ping-pong, 176 keys without both at D ≤ 128, 112 keys at D ≤ 192, 64 keys with ping-pong at
+/// D ≤ 256) are no longer built: no launch selected them, and they cost CI's 2-core build
+/// about a minute (`git log -S "ht3(128, 3"` finds the list, to restore them for a sweep).
+/// A wgmma's N must be a multiple of 8, P·V's k-steps take 16 keys.
 pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     // The last: the key-split tile for grids of at most half the SMs (`hopper_default_tile`);
     // four stages, so that a block of 512 keys loads all its tiles at once.
-    const UP_TO_64: [HopperTile; 13] = [
+    const UP_TO_64: [HopperTile; 3] = [
         ht3(128, 2, true, true),
-        ht3(128, 3, false, false),
-        ht(128, 3, false, false),
-        ht3(128, 2, false, false),
-        ht3(128, 2, false, true),
-        ht(128, 2, true, true),
-        ht(128, 2, false, false),
-        ht(128, 2, false, true),
-        ht(128, 2, true, false),
-        ht(128, 3, false, true),
-        ht(176, 2, false, false),
-        ht(176, 2, true, true),
+        HOPPER_128_PINGPONG,
         HOPPER_KV_SPLIT_64,
     ];
-    const D96: [HopperTile; 4] = [
-        ht(128, 2, false, true),
-        ht(128, 2, true, true),
-        ht(128, 2, false, false),
-        ht(128, 3, false, false),
-    ];
+    const D96: [HopperTile; 1] = [ht(128, 2, false, true)];
     // The last: the key-split tile (`hopper_default_tile`'s small grids), 64 keys in four
     // stages: 128 keys fit only two, one per consumer, and each tile's load then waited for
     // that consumer's previous tile (run 167: 1,8,1024,128 21.9 µs against 13.6).
-    const D128: [HopperTile; 9] = [
-        ht(128, 2, false, true),
-        ht(128, 2, true, true),
-        ht(128, 2, false, false),
-        ht(128, 2, true, false),
-        ht(128, 3, false, false),
-        ht(128, 3, false, true),
-        ht(176, 2, false, false),
-        ht(176, 2, true, true),
-        HOPPER_KV_SPLIT_128,
-    ];
+    const D128: [HopperTile; 3] = [HOPPER_128_PINGPONG, HOPPER_D128_WIDE, HOPPER_KV_SPLIT_128];
     // D = 160 / 192: the 96-key ping-pong tile is the default (run 136, bf16, against the
     // same tile without ping-pong: 4,16,4096,192 1359–1360 → 1304–1313 µs, causal 745–768 →
     // 704–715, 2,8,512,192 16.5 → 15.4, 2,16,4096,160 591–593 → 561–578); the features run the
     // overlap tile without it (`hopper_feature_tile`).
-    const UP_TO_192: [HopperTile; 4] = [
-        ht(96, 2, true, true),
-        ht(96, 2, false, true),
-        ht(96, 2, false, false),
-        ht(112, 2, false, false),
-    ];
-    const UP_TO_256: [HopperTile; 5] = [
-        ht(80, 2, true, true),
-        ht(64, 2, false, true),
-        ht(64, 2, true, true),
-        ht(64, 2, false, false),
-        ht(80, 2, false, false),
-    ];
+    const UP_TO_192: [HopperTile; 2] = [ht(96, 2, true, true), ht(96, 2, false, true)];
+    const UP_TO_256: [HopperTile; 2] = [ht(80, 2, true, true), ht(64, 2, false, true)];
     match bucket {
         32 | 64 => &UP_TO_64,
         96 => &D96,

@@ -911,7 +911,7 @@ mod tests {
 
     #[test]
     fn three_consumer_tiles_take_192_rows_and_512_threads() {
-        let t = HopperTile::by_name("wg192_128_s3").unwrap();
+        let t = HopperTile::by_name("wg192_128_s2_pp_ia").unwrap();
         assert_eq!((t.consumers, t.block_m(), t.threads()), (3, 192, 512));
         assert_eq!(t.as_config().block_m, 192);
         let p = Problem::new(
@@ -920,11 +920,11 @@ mod tests {
         );
         let plan = plan_hopper(&p, Some(t), 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(plan.grid(), (22, 4, 2), "4096 rows in blocks of 192");
-        // Q is 192 rows of 128 bytes; three stages of 128-key K and V tiles; Q's full and
+        // Q is 192 rows of 128 bytes; two stages of 128-key K and V tiles; Q's full and
         // empty barriers and four per stage.
         assert_eq!(
             plan.smem_bytes as usize,
-            1024 + 192 * 128 + 2 * 3 * 128 * 128 + 8 * 14
+            1024 + 192 * 128 + 2 * 2 * 128 * 128 + 8 * 10
         );
         // Only D ≤ 64 has the 160-register budget for them.
         assert!(catalog::hopper_tiles(128).iter().all(|t| t.consumers == 2));
