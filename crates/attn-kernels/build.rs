@@ -31,6 +31,8 @@ struct Job {
     unit: String,
     arch: &'static str,
     debug: bool,
+    /// A Hopper forward unit (its debug build has its own flags: `nvcc::HOPPER_DEBUG_FLAGS`).
+    hopper: bool,
     /// Rough compile cost, to start the longest jobs first.
     cost: usize,
     src: PathBuf,
@@ -134,7 +136,8 @@ fn main() {
             if fs::read_to_string(&src).ok().as_deref() != Some(source.as_str()) {
                 fs::write(&src, &source).expect("write a generated unit");
             }
-            let flags = nvcc_flags(arch, dbg);
+            let hopper = unit.family == catalog::Family::FwdHopper;
+            let flags = nvcc_flags(arch, dbg, hopper);
             let headers = cubin_cache::include_digest(&kernels, &source).expect("read kernels/");
             let key = cubin_cache::key(&toolchain, &flags, &headers, &source);
             jobs.push(Job {
@@ -144,6 +147,7 @@ fn main() {
                 unit: stem.clone(),
                 arch,
                 debug: dbg,
+                hopper,
                 cost,
                 src,
                 out: cubin_dir.join(format!("{stem}.sm_{arch}.{tag}.cubin")),
@@ -179,11 +183,11 @@ fn main() {
 }
 
 /// The flags of one compile, less the include directory and the file names.
-fn nvcc_flags(arch: &str, debug: bool) -> Vec<String> {
-    let mode: &[&str] = if debug {
-        &nvcc::DEBUG_FLAGS
-    } else {
-        &nvcc::RELEASE_FLAGS
+fn nvcc_flags(arch: &str, debug: bool, hopper: bool) -> Vec<String> {
+    let mode: &[&str] = match (debug, hopper) {
+        (true, true) => &nvcc::HOPPER_DEBUG_FLAGS,
+        (true, false) => &nvcc::DEBUG_FLAGS,
+        (false, _) => &nvcc::RELEASE_FLAGS,
     };
     // `ATTN_TIMELINE=1`: release cubins with the Hopper forward's per-warp clock stamps
     // (kernels/timeline.cuh, src/timeline.rs); part of the flags, so of the cache key.
@@ -243,7 +247,7 @@ fn compile_cached(
 
 fn compile(nvcc_path: &Path, include: &Path, job: &Job) -> Result<(), String> {
     let mut cmd = Command::new(nvcc_path);
-    cmd.args(nvcc_flags(job.arch, job.debug))
+    cmd.args(nvcc_flags(job.arch, job.debug, job.hopper))
         .arg("-I")
         .arg(include)
         .arg(&job.src)

@@ -26,6 +26,11 @@ pub const RELEASE_FLAGS: [&str; 2] = ["-O3", "-DNDEBUG"];
 /// Debug flags: device debug info, line info, tile dumps compiled in.
 // (`-G` implies full line info; adding `-lineinfo` only makes nvcc and ptxas warn.)
 pub const DEBUG_FLAGS: [&str; 2] = ["-G", "-DATTN_DEBUG"];
+/// Debug flags of the Hopper forward's units: the release code with the tile dumps compiled
+/// in and line info. `-G` is not an option there: it keeps every value in local memory, and
+/// the warp-specialized kernel's `setmaxnreg` register split and its wgmma accumulators
+/// (which must stay in registers between issue and wait) do not survive that.
+pub const HOPPER_DEBUG_FLAGS: [&str; 4] = ["-O3", "-DNDEBUG", "-lineinfo", "-DATTN_DEBUG"];
 
 /// Parses `ATTN_CUDA_ARCHS`-style lists (`80;89;90a`, commas also accepted).
 pub fn parse_archs(list: &str) -> Vec<String> {

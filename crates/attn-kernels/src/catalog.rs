@@ -671,6 +671,16 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     }
 }
 
+/// The Hopper tile whose dense entries the debug build (feature `debug-kernels`) also has,
+/// with tile dumps (kernels/debug_dump.cuh): [`HOPPER_128_PINGPONG`] at D = 64 and 128, the
+/// buckets with mma.sync debug configs (a tile both buckets build; `FlashAttention::
+/// forward_debug` on the Hopper engine runs it).
+pub fn hopper_debug_tile(bucket: usize) -> Option<HopperTile> {
+    matches!(bucket, 64 | 128)
+        .then_some(HOPPER_128_PINGPONG)
+        .filter(|t| hopper_tiles(bucket).contains(t))
+}
+
 /// Per-row speed of the 192-row ping-pong tile over the 128-row small-grid tile at D = 64, for
 /// the wave model of [`hopper_default_tile`]: measured against the three-stage tile (H100,
 /// 4,16,4096,64 f16: 537 vs 621–635 µs, docs/PERF.md run 23), rounded down. The small-grid
@@ -1624,12 +1634,18 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             Some(s)
         }
         Family::FwdHopper => {
-            if debug {
-                return None;
-            }
             s.push_str("#include \"fwd_hopper_kernel.cuh\"\n\nnamespace attn {\n");
             let d = unit.head_dim;
-            let tiles = hopper_tiles(d);
+            let debug_tile = hopper_debug_tile(d);
+            if debug && debug_tile.is_none() {
+                return None;
+            }
+            let debug_tiles: Vec<HopperTile> = debug_tile.into_iter().collect();
+            let tiles = if debug {
+                &debug_tiles[..]
+            } else {
+                hopper_tiles(d)
+            };
             let mut ns: Vec<usize> = tiles.iter().map(|t| t.block_n).collect();
             ns.push(d);
             ns.sort_unstable();
@@ -1650,7 +1666,16 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     t.kv_split,
                     hopper_smem_bytes(t, d)
                 );
-                for variant in HopperVariant::ALL.into_iter().filter(|v| v.is_built(d, t)) {
+                // The debug unit: the dense entries of its one tile, with tile dumps.
+                let variants = if debug {
+                    vec![HopperVariant::Dense]
+                } else {
+                    HopperVariant::ALL
+                        .into_iter()
+                        .filter(|v| v.is_built(d, t))
+                        .collect()
+                };
+                for variant in variants {
                     let features = variant == HopperVariant::Features;
                     let seqs = variant == HopperVariant::Seqs;
                     for causal in [false, true] {
@@ -1668,6 +1693,9 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                         );
                     }
                 }
+            }
+            if debug {
+                return Some(s);
             }
             // FP8 (E4M3 in, this unit's type out) where the head dim is an FP8 one.
             for t in hopper_fp8_tiles(d) {

@@ -5,7 +5,8 @@ use attn_ref::{Problem, Tile, TileId};
 
 use crate::{
     launch::{DumpArgs, LaunchExtras},
-    FlashAttention, Forward, ForwardOptions, HostOutput, KernelError, KernelMode, StorageType,
+    Engine, FlashAttention, Forward, ForwardOptions, HostOutput, KernelError, KernelMode,
+    StorageType,
 };
 
 /// Which debug kernel to run.
@@ -29,7 +30,11 @@ pub struct DebugOutput<T> {
 
 impl FlashAttention {
     /// Runs a debug kernel on host inputs and dumps the tiles of the (b, h, q_tile) blocks
-    /// in `blocks`.
+    /// in `blocks`: the mma.sync kernel of `opts.config` (or a debug config), or with
+    /// [`Engine::Hopper`] the Hopper kernel's debug tile
+    /// ([`crate::catalog::hopper_debug_tile`], 128 × 128 at D ≤ 64 and 128; q_tile counts
+    /// blocks of that tile's rows).
+    #[allow(clippy::too_many_arguments)] // the inputs, the block list, the variant, options
     pub fn forward_debug<T: StorageType>(
         &self,
         problem: &Problem,
@@ -42,6 +47,40 @@ impl FlashAttention {
     ) -> Result<DebugOutput<T>, KernelError> {
         let shape = problem.shape();
         shape.check_qkv_lens(q.len(), k.len(), v.len())?;
+        if let Engine::Hopper(tile) = opts.engine {
+            // The Hopper engine's debug entries: one tile per bucket (`hopper_debug_tile`).
+            let bucket = crate::config::bucket_for(shape.head_dim())?;
+            let debug_tile = crate::catalog::hopper_debug_tile(bucket).ok_or_else(|| {
+                KernelError::EngineUnavailable(format!(
+                    "the Hopper engine has debug entries at head dims 64 and 128 only, not {}",
+                    shape.head_dim()
+                ))
+            })?;
+            if tile.is_some_and(|t| t != debug_tile) || opts.config.is_some() {
+                return Err(KernelError::EngineUnavailable(format!(
+                    "the Hopper engine's debug build has the tile {} only",
+                    debug_tile.name()
+                )));
+            }
+            if variant == DebugVariant::BrokenRescale {
+                return Err(KernelError::EngineUnavailable(
+                    "the planted broken-rescale kernel is an mma.sync one; use Engine::MmaSync"
+                        .into(),
+                ));
+            }
+            let opts = ForwardOptions {
+                engine: Engine::Hopper(Some(debug_tile)),
+                ..Default::default()
+            };
+            return self.debug_launch(
+                problem,
+                (q, k, v),
+                blocks,
+                variant,
+                (debug_tile.block_m(), debug_tile.block_n),
+                opts,
+            );
+        }
         let debug_configs = crate::config::debug_configs_for(shape.head_dim());
         let cfg = match opts.config {
             Some(c) => c,
@@ -63,7 +102,33 @@ impl FlashAttention {
                     .join(", "),
             });
         }
-        let (bm, bn) = (cfg.block_m, cfg.block_n);
+        let opts = ForwardOptions {
+            config: Some(cfg),
+            engine: Engine::MmaSync,
+            ..Default::default()
+        };
+        self.debug_launch(
+            problem,
+            (q, k, v),
+            blocks,
+            variant,
+            (cfg.block_m, cfg.block_n),
+            opts,
+        )
+    }
+
+    /// Validates the block list, runs one debug launch with a (BM, BN) tile and unpacks its
+    /// dumps.
+    fn debug_launch<T: StorageType>(
+        &self,
+        problem: &Problem,
+        (q, k, v): (&[T], &[T], &[T]),
+        blocks: &[(usize, usize, usize)],
+        variant: DebugVariant,
+        (bm, bn): (usize, usize),
+        opts: ForwardOptions,
+    ) -> Result<DebugOutput<T>, KernelError> {
+        let shape = problem.shape();
         let q_tiles = shape.q_len().div_ceil(bm);
         for &(b, h, qt) in blocks {
             if b >= shape.batch() || h >= shape.q_heads() || qt >= q_tiles {
@@ -117,14 +182,10 @@ impl FlashAttention {
                 count: blocks.len() as i32,
             }),
             seqs: None,
+            kv_scales: None,
         };
         let launch = self.launch(
-            Forward::bhsd(problem, &dq, &dk, &dv, &mut o, Some(&mut lse)).with_options(
-                ForwardOptions {
-                    config: Some(cfg),
-                    ..Default::default()
-                },
-            ),
+            Forward::bhsd(problem, &dq, &dk, &dv, &mut o, Some(&mut lse)).with_options(opts),
             extras,
         )?;
         let o = s.clone_dtoh(&o).map_err(err("downloading O"))?;
@@ -187,5 +248,8 @@ pub fn unpack_dump(
             });
         }
     }
+    // Ordered by (b, h, q_tile, k_tile), like the tiled reference's capture, whatever the
+    // order of `blocks`.
+    tiles.sort_by_key(|t| (t.id.b, t.id.h, t.id.q_tile, t.id.k_tile));
     tiles
 }

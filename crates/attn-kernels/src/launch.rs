@@ -964,7 +964,15 @@ impl FlashAttention {
         let hopper = if kv_fp8 || decode_rows.is_some() {
             None
         } else {
-            self.hopper_choice(problem, T::DTYPE, &opts, planted, seq_plan.as_ref())?
+            let dumps_only = debug && extras.mode.is_none();
+            self.hopper_choice(
+                problem,
+                T::DTYPE,
+                &opts,
+                planted,
+                dumps_only,
+                seq_plan.as_ref(),
+            )?
         };
         if let Some(tile) = hopper {
             let seqs = seq_plan.zip(extras.seqs.as_ref());
@@ -979,6 +987,7 @@ impl FlashAttention {
                 seqs,
                 opts.schedule,
                 opts.splits,
+                extras.dump,
             );
         }
         let (unit, name, plan) = match decode_rows {
@@ -1249,7 +1258,9 @@ impl FlashAttention {
 
     /// The Hopper tile a launch runs with (`Some(None)`: the bucket's default), or `None` for
     /// the mma.sync kernel (see [`Engine`]). `planted`: a debug launch (tile dumps, planted
-    /// bugs), which only the mma.sync kernel has. `seqs`: a sequence layout's plan; the
+    /// bugs), which `Auto` gives the mma.sync kernel; `dumps_only`: one with tile dumps and no
+    /// planted bug, which [`Engine::Hopper`] also runs (the debug build's Hopper tile,
+    /// [`crate::catalog::hopper_debug_tile`]). `seqs`: a sequence layout's plan; the
     /// Hopper engine runs varlen batches, KV-cache lengths and paged caches, and `Auto`
     /// gives it only launches whose longest query sequence fills more than the mma.sync
     /// general config's 64-row block (decode-like launches waste less there).
@@ -1259,6 +1270,7 @@ impl FlashAttention {
         dtype: Dtype,
         opts: &ForwardOptions,
         planted: bool,
+        dumps_only: bool,
         seqs: Option<&crate::seqs::SeqPlan>,
     ) -> Result<Option<Option<HopperTile>>, KernelError> {
         match opts.engine {
@@ -1273,9 +1285,9 @@ impl FlashAttention {
                 }
                 // Split counts are checked by `plan_hopper`: the sequence and feature entries
                 // split keys, the dense ones do not.
-                if planted || opts.config.is_some() {
+                if (planted && !dumps_only) || opts.config.is_some() {
                     return Err(KernelError::EngineUnavailable(
-                        "the Hopper engine has no tile dumps or mma.sync configs; use Engine::MmaSync or Engine::Auto for those".into(),
+                        "the Hopper engine has no planted bugs or mma.sync configs; use Engine::MmaSync or Engine::Auto for those".into(),
                     ));
                 }
                 Ok(Some(tile))
@@ -1339,6 +1351,7 @@ impl FlashAttention {
         seqs: Option<(crate::seqs::SeqPlan, &Sequences<'_>)>,
         schedule: crate::hopper::TileSchedule,
         splits: Option<usize>,
+        dump: Option<DumpArgs<'_>>,
     ) -> Result<LaunchInfo, KernelError> {
         let seq_launch = seqs.map(|(sp, layout)| crate::hopper::SeqLaunch {
             packed_total_q: matches!(layout.queries, crate::seqs::QueryRows::Packed { .. })
@@ -1357,9 +1370,25 @@ impl FlashAttention {
         )?;
         let unit = hopper_unit(T::DTYPE, plan.bucket);
         let causal = problem.causal() != Causal::None;
+        if dump.is_some() {
+            // The debug cubin has one tile's dense entries (`hopper_debug_tile`); a dump is
+            // per query block, so neither a split nor a walk (items of several blocks per CTA).
+            let debug_tile = crate::catalog::hopper_debug_tile(plan.bucket);
+            if debug_tile != Some(plan.tile)
+                || plan.variant != crate::catalog::HopperVariant::Dense
+                || plan.sched.splits > 1
+                || plan.sched.tail_items != 0
+            {
+                return Err(KernelError::EngineUnavailable(format!(
+                    "the Hopper engine dumps tiles from the dense entries of {} at head dim {} only, without splits or walks",
+                    debug_tile.map_or_else(|| "no tile".into(), |t| t.name()),
+                    plan.bucket
+                )));
+            }
+        }
         // Sequence layouts run in the `_seq` or `_feat` entries (kernels/seqs.cuh).
         let name = hopper_entry_name(&unit, &plan.tile, causal, plan.variant);
-        let (func, arch) = self.function(&unit, &name, false, plan.smem_bytes as usize)?;
+        let (func, arch) = self.function(&unit, &name, dump.is_some(), plan.smem_bytes as usize)?;
         let stream = &self.stream;
         let o_strides = o.strides;
         let expected = seqs.map_or_else(|| Expected::dense(problem.shape()), |(sp, _)| sp.expected);
@@ -1367,6 +1396,7 @@ impl FlashAttention {
         let mut params = plan
             .params
             .with_strides(q.strides, k.strides, v.strides, o_strides);
+        params.dump_count = dump.as_ref().map_or(0, |d| d.count);
         let mut index_guards = Vec::new();
         let grid = plan.launch_grid;
         if let Some((sp, layout)) = seqs {
@@ -1432,8 +1462,13 @@ impl FlashAttention {
             .arg(&tma_v)
             .arg(&params)
             .arg(&plan.sched);
+        if let Some(d) = dump {
+            builder.arg(d.buffer).arg(d.tiles);
+        }
         // SAFETY: the argument list matches ATTN_FWD_HOPPER_ENTRY (o, lse, three TMA
-        // descriptors by value, FwdParams and HopperSched by value). The item walk covers
+        // descriptors by value, FwdParams and HopperSched by value, and in debug cubins the
+        // dump buffer and its tile list, which `forward_debug` sized for `dump_count` blocks
+        // of the plan's key tiles of BM × BN, the block size the kernel indexes). The item walk covers
         // exactly the classic grid's blocks (`hopper_schedule`; the causal longest-first order
         // is a permutation of them, checked by hopper.rs's `item_order` test), and an entry that runs one
         // item per CTA gets one CTA per item. Every tensor was checked by

@@ -1,7 +1,7 @@
 //! Debug kernels (feature `debug-kernels`): tile dumps of S, P and l against the tiled
 //! reference, and the planted broken-rescale kernel caught at the P stage.
 
-use attn_kernels::{debug::DebugVariant, ForwardOptions};
+use attn_kernels::{debug::DebugVariant, Engine, ForwardOptions};
 use attn_ref::{reference::tiled::forward_tiled, AttnShape, Causal, Problem};
 use half::f16;
 use rand::{rngs::StdRng, SeedableRng};
@@ -28,28 +28,33 @@ fn max_tile_err(
 }
 
 fn dumps(p: &Problem, variant: DebugVariant, blocks: &[(usize, usize, usize)]) -> (f64, f64, f64) {
+    let cfg = attn_kernels::KernelConfig::by_name("64_64_4_s2").unwrap();
+    let opts = ForwardOptions {
+        config: Some(cfg),
+        ..Default::default()
+    };
+    dumps_with(p, variant, blocks, &opts, (64, 64))
+}
+
+/// The largest relative errors of the dumped S, P and l against the tiled reference's tiles
+/// of (bm, bn).
+fn dumps_with(
+    p: &Problem,
+    variant: DebugVariant,
+    blocks: &[(usize, usize, usize)],
+    opts: &ForwardOptions,
+    (bm, bn): (usize, usize),
+) -> (f64, f64, f64) {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(fresh_seed());
     let s = p.shape();
     let q: Vec<f16> = randn(&mut rng, s.q_elems());
     let k: Vec<f16> = randn(&mut rng, s.kv_elems());
     let v: Vec<f16> = randn(&mut rng, s.kv_elems());
-    let cfg = attn_kernels::KernelConfig::by_name("64_64_4_s2").unwrap();
     let out = gpu
-        .forward_debug(
-            p,
-            &q,
-            &k,
-            &v,
-            blocks,
-            variant,
-            &ForwardOptions {
-                config: Some(cfg),
-                ..Default::default()
-            },
-        )
+        .forward_debug(p, &q, &k, &v, blocks, variant, opts)
         .unwrap();
-    let (_, want) = forward_tiled(p, &q, &k, &v, 64, 64, blocks).unwrap();
+    let (_, want) = forward_tiled(p, &q, &k, &v, bm, bn, blocks).unwrap();
     (
         max_tile_err(&out.tiles, &want, |t| &t.s),
         max_tile_err(&out.tiles, &want, |t| &t.p),
@@ -90,4 +95,89 @@ fn correctness_broken_rescale_is_caught_at_the_p_stage() {
     let (s, _pe, l) = dumps(&p, DebugVariant::BrokenRescale, &[(0, 0, 0)]);
     assert!(s < 1e-3, "S must still match: {s:.2e}");
     assert!(l > 1e-2, "the missing rescale must show in l / P: {l:.2e}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_hopper_debug_dumps_match_the_tiled_reference() {
+    if gpu().compute_capability() != (9, 0) {
+        eprintln!("not an sm_90 GPU: the Hopper engine's dumps were not checked");
+        return;
+    }
+    let hopper = ForwardOptions {
+        engine: Engine::Hopper(None),
+        ..Default::default()
+    };
+    // The debug tile: 128 query rows (two consumer warpgroups) by 128 keys, ping-pong and
+    // intra-warpgroup overlap. Blocks in the middle and at the tail, a tail key tile, both
+    // causal alignments, GQA.
+    let cases = [
+        (
+            (1, 8, 8, 512, 512, 64),
+            Causal::None,
+            vec![(0, 0, 0), (0, 5, 3)],
+        ),
+        (
+            (2, 4, 2, 300, 277, 128),
+            Causal::BottomRight,
+            vec![(1, 3, 2), (0, 0, 0)],
+        ),
+        (
+            (1, 2, 1, 400, 400, 128),
+            Causal::TopLeft,
+            vec![(0, 1, 1), (0, 0, 3)],
+        ),
+        ((1, 2, 2, 200, 700, 64), Causal::None, vec![(0, 1, 1)]),
+    ];
+    for ((b, hq, hkv, sq, sk, d), causal, blocks) in cases {
+        let p = Problem::new(AttnShape::new(b, hq, hkv, sq, sk, d).unwrap(), causal);
+        let (s, pe, l) = dumps_with(&p, DebugVariant::Correct, &blocks, &hopper, (128, 128));
+        assert!(
+            s < 1e-3 && pe < 2e-3 && l < 2e-3,
+            "{:?} {causal:?}: S {s:.2e} P {pe:.2e} l {l:.2e}",
+            (b, hq, hkv, sq, sk, d)
+        );
+    }
+    // The planted bug is the mma.sync kernel's; the Hopper engine refuses it, and tiles other
+    // than its debug tile.
+    let p = Problem::new(
+        AttnShape::self_attention(1, 2, 256, 64).unwrap(),
+        Causal::None,
+    );
+    let q = vec![f16::ONE; p.shape().q_elems()];
+    let kv = vec![f16::ONE; p.shape().kv_elems()];
+    let e = gpu()
+        .forward_debug(
+            &p,
+            &q,
+            &kv,
+            &kv,
+            &[(0, 0, 0)],
+            DebugVariant::BrokenRescale,
+            &hopper,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, attn_kernels::KernelError::EngineUnavailable(_)),
+        "{e}"
+    );
+    let other = ForwardOptions {
+        engine: Engine::Hopper(Some(attn_kernels::catalog::HOPPER_KV_SPLIT_64)),
+        ..Default::default()
+    };
+    let e = gpu()
+        .forward_debug(
+            &p,
+            &q,
+            &kv,
+            &kv,
+            &[(0, 0, 0)],
+            DebugVariant::Correct,
+            &other,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, attn_kernels::KernelError::EngineUnavailable(_)),
+        "{e}"
+    );
 }
