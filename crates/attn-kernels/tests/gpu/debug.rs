@@ -146,38 +146,20 @@ fn correctness_hopper_debug_dumps_match_the_tiled_reference() {
     );
     let q = vec![f16::ONE; p.shape().q_elems()];
     let kv = vec![f16::ONE; p.shape().kv_elems()];
-    let e = gpu()
-        .forward_debug(
-            &p,
-            &q,
-            &kv,
-            &kv,
-            &[(0, 0, 0)],
-            DebugVariant::BrokenRescale,
-            &hopper,
-        )
-        .unwrap_err();
-    assert!(
-        matches!(e, attn_kernels::KernelError::EngineUnavailable(_)),
-        "{e}"
-    );
     let other = ForwardOptions {
         engine: Engine::Hopper(Some(attn_kernels::catalog::HOPPER_KV_SPLIT_64)),
         ..Default::default()
     };
-    let e = gpu()
-        .forward_debug(
-            &p,
-            &q,
-            &kv,
-            &kv,
-            &[(0, 0, 0)],
-            DebugVariant::Correct,
-            &other,
-        )
-        .unwrap_err();
-    assert!(
-        matches!(e, attn_kernels::KernelError::EngineUnavailable(_)),
-        "{e}"
-    );
+    for (variant, opts) in [
+        (DebugVariant::BrokenRescale, &hopper),
+        (DebugVariant::Correct, &other),
+    ] {
+        let e = gpu()
+            .forward_debug(&p, &q, &kv, &kv, &[(0, 0, 0)], variant, opts)
+            .unwrap_err();
+        assert!(
+            matches!(e, attn_kernels::KernelError::EngineUnavailable(_)),
+            "{variant:?}: {e}"
+        );
+    }
 }
