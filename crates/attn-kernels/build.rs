@@ -31,8 +31,8 @@ struct Job {
     unit: String,
     arch: &'static str,
     debug: bool,
-    /// A Hopper forward unit (its debug build has its own flags: `nvcc::HOPPER_DEBUG_FLAGS`).
-    hopper: bool,
+    /// nvcc's flags (`nvcc_flags`), less the include directory and the file names.
+    flags: Vec<String>,
     /// Rough compile cost, to start the longest jobs first.
     cost: usize,
     src: PathBuf,
@@ -136,8 +136,7 @@ fn main() {
             if fs::read_to_string(&src).ok().as_deref() != Some(source.as_str()) {
                 fs::write(&src, &source).expect("write a generated unit");
             }
-            let hopper = unit.family == catalog::Family::FwdHopper;
-            let flags = nvcc_flags(arch, dbg, hopper);
+            let flags = nvcc_flags(arch, dbg, unit.family == catalog::Family::FwdHopper);
             let headers = cubin_cache::include_digest(&kernels, &source).expect("read kernels/");
             let key = cubin_cache::key(&toolchain, &flags, &headers, &source);
             jobs.push(Job {
@@ -147,7 +146,7 @@ fn main() {
                 unit: stem.clone(),
                 arch,
                 debug: dbg,
-                hopper,
+                flags,
                 cost,
                 src,
                 out: cubin_dir.join(format!("{stem}.sm_{arch}.{tag}.cubin")),
@@ -247,7 +246,7 @@ fn compile_cached(
 
 fn compile(nvcc_path: &Path, include: &Path, job: &Job) -> Result<(), String> {
     let mut cmd = Command::new(nvcc_path);
-    cmd.args(nvcc_flags(job.arch, job.debug, job.hopper))
+    cmd.args(&job.flags)
         .arg("-I")
         .arg(include)
         .arg(&job.src)

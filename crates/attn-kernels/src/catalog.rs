@@ -1636,16 +1636,14 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
         Family::FwdHopper => {
             s.push_str("#include \"fwd_hopper_kernel.cuh\"\n\nnamespace attn {\n");
             let d = unit.head_dim;
-            let debug_tile = hopper_debug_tile(d);
-            if debug && debug_tile.is_none() {
+            let tiles: Vec<HopperTile> = if debug {
+                hopper_debug_tile(d).into_iter().collect()
+            } else {
+                hopper_tiles(d).to_vec()
+            };
+            if debug && tiles.is_empty() {
                 return None;
             }
-            let debug_tiles: Vec<HopperTile> = debug_tile.into_iter().collect();
-            let tiles = if debug {
-                &debug_tiles[..]
-            } else {
-                hopper_tiles(d)
-            };
             let mut ns: Vec<usize> = tiles.iter().map(|t| t.block_n).collect();
             ns.push(d);
             ns.sort_unstable();
@@ -1655,7 +1653,7 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             }
             s.push_str("} // namespace attn\n\n");
             let ty = unit.elem.cuda_type();
-            for t in tiles {
+            for t in &tiles {
                 // The launcher sizes shared memory from the catalog's mirror of the layout.
                 let _ = writeln!(
                     s,
