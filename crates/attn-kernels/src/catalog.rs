@@ -378,20 +378,15 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
 /// the causal entry with no feature arithmetic 501–511 → 493–495 µs, non-causal window
 /// 224 → 210 µs, softcap unchanged); otherwise up to D = 192 the bucket's first tile without
 /// ping-pong (D = 96's default; at D = 160 / 192 the default's overlap twin without ping-pong).
-/// Above D = 192 the default's 80-key ping-pong tile
-/// also spills (8 bytes, ptxas of CUDA 13.0) with the features' state, and the 64-key overlap
-/// tile runs them. (A third stage at D = 128 did not win back the paged prefill's loss to the
-/// overlap fix: run 57, docs/PERF.md.) [`hopper_seq_tile`] is the other tile that runs sequence
-/// layouts.
+/// Above D = 192 the default, 80 keys with ping-pong (run 254, 4,16,4096,256 bf16, against the
+/// 64-key overlap tile without ping-pong that ran them before: the entry with no feature
+/// arithmetic 1.10–1.12× → 1.03× plain, ALiBi 1.13–1.14× → 1.08–1.09×, softcap 1.20× →
+/// 1.13–1.14×; causal windows 0.295× → 0.32× plain, as 80-key tiles skip less of a window).
+/// (A third stage at D = 128 did not win back the paged prefill's loss to the overlap fix: run
+/// 57, docs/PERF.md.) [`hopper_seq_tile`] is the other tile that runs sequence layouts.
 pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
     let tiles = hopper_tiles(bucket);
-    if bucket > 192 {
-        return tiles
-            .iter()
-            .copied()
-            .find(|t| t.block_n == 64 && t.intra && !t.pingpong);
-    }
-    if bucket <= 64 {
+    if bucket <= 64 || bucket > 192 {
         return tiles.first().copied();
     }
     if bucket == 128 && tiles.contains(&HOPPER_128_PINGPONG) {
@@ -636,11 +631,11 @@ pub fn hopper_persistent(
 /// [`HOPPER_128_PINGPONG`] for grids where 192-row blocks leave SMs idle; D = 96: 128 keys with
 /// intra-warpgroup overlap; D = 128: [`HOPPER_128_PINGPONG`] and, without a mask over long key
 /// ranges, [`HOPPER_D128_WIDE`]; D ≤ 192: 96 keys with ping-pong and overlap (features: without
-/// ping-pong); D ≤ 256: 80 keys with ping-pong and overlap (features: 64 keys with overlap).
+/// ping-pong); D ≤ 256: 80 keys with ping-pong and overlap (features too, since run 254).
 /// The variants the sweeps measured slower than these (a third stage, no overlap or no
-/// ping-pong, 176 keys without both at D ≤ 128, 112 keys at D ≤ 192, 64 keys with ping-pong at
-/// D ≤ 256) are no longer built: no launch selected them, and they cost CI's 2-core build
-/// about a minute (`git log -S "ht3(128, 3"` finds the list, to restore them for a sweep).
+/// ping-pong, 176 keys without both at D ≤ 128, 112 keys at D ≤ 192, 64 keys at D ≤ 256) are
+/// no longer built: no launch selected them, and they cost CI's 2-core build about a minute
+/// (`git log -S "ht3(128, 3"` finds the list, to restore them for a sweep).
 /// A wgmma's N must be a multiple of 8, P·V's k-steps take 16 keys.
 pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     // The last: the key-split tile for grids of at most half the SMs (`hopper_default_tile`);
@@ -660,7 +655,8 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     // 704–715, 2,8,512,192 16.5 → 15.4, 2,16,4096,160 591–593 → 561–578); the features run the
     // overlap tile without it (`hopper_feature_tile`).
     const UP_TO_192: [HopperTile; 2] = [ht(96, 2, true, true), ht(96, 2, false, true)];
-    const UP_TO_256: [HopperTile; 2] = [ht(80, 2, true, true), ht(64, 2, false, true)];
+    // D = 224 / 256: one tile, which also runs the features (`hopper_feature_tile`).
+    const UP_TO_256: [HopperTile; 1] = [ht(80, 2, true, true)];
     match bucket {
         32 | 64 => &UP_TO_64,
         96 => &D96,

@@ -1208,8 +1208,8 @@ mod tests {
             let t = catalog::hopper_feature_tile(b).unwrap();
             assert!(catalog::hopper_tiles(b).contains(&t), "bucket {b}");
             assert!(
-                !t.pingpong || b <= 64 || b == 128,
-                "bucket {b}: besides D ≤ 64 and 128 the general feature tile runs without ping-pong"
+                !t.pingpong || b <= 64 || b == 128 || b > 192,
+                "bucket {b}: besides D ≤ 64, 128 and > 192 the general feature tile runs without ping-pong"
             );
             assert!(HopperVariant::Features.is_built(b, &t));
             if let Some(s) = catalog::hopper_seq_tile(b) {
@@ -1345,13 +1345,14 @@ mod tests {
         let plan = plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(128));
         assert_eq!(plan.params.feat.window_left, 100);
-        // Above D = 192 the feature tile is not the default: an unset tile picks it.
+        // Above D = 192 the features run the default tile (80 keys with ping-pong, run 254).
         let wide = p
             .with_shape(AttnShape::new(1, 8, 2, 300, 500, 256).unwrap())
             .unwrap();
         let plan = plan_hopper(&wide, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap();
         assert_eq!(Some(plan.tile), catalog::hopper_feature_tile(256));
-        assert_ne!(plan.tile, catalog::hopper_tiles(256)[0]);
+        assert_eq!(plan.tile, catalog::hopper_tiles(256)[0]);
+        assert!(plan.tile.pingpong && plan.tile.block_n == 80);
         let other = *catalog::hopper_tiles(128)
             .iter()
             .find(|t| !HopperVariant::Features.is_built(128, t))
