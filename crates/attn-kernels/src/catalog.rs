@@ -819,41 +819,20 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
 /// The Hopper engine's FP8 (E4M3 in, f16/bf16 out) configs for head dim 64, 128 or 256, the
 /// default first ([`hopper_fp8_default_tile`]): three consumer warpgroups (192 rows) of 128
 /// keys at D = 64, 192 keys at D = 128 (Vᵀ sub-tiles of 64-byte swizzle spans,
-/// kernels/fp8_vt_smem.cuh), 96 with ping-pong at D = 256 (32-byte spans); also 128 (64 at
-/// D = 256), and at D = 128 FlashAttention-3's 224 (32-byte spans; without ping-pong, which
-/// spills 8 bytes).
+/// kernels/fp8_vt_smem.cuh), and the same with ping-pong for causal launches there; 96 keys
+/// with ping-pong at D = 256 (32-byte spans). Only the tiles a launch selects are built: the
+/// sweeps' losers (128 keys with and without overlap, ping-pong or a third stage, 192 keys on
+/// two warpgroups at D = 64, FlashAttention-3's 224 at D = 128, 64 keys and 96 without
+/// ping-pong at D = 256; runs 191–195 and 241, docs/PERF.md) cost CI's 2-core build about a
+/// minute and a half and no launch ran them (`git log -S "ht(224, 2, false, true)"` finds the
+/// list, to restore them for a sweep).
 pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
-    const TILES: [HopperTile; 7] = [
-        ht(192, 2, false, true),
-        ht(192, 2, true, true),
-        ht(224, 2, false, true),
-        ht(128, 2, false, true),
-        ht(128, 2, false, false),
-        ht(128, 2, true, true),
-        ht(128, 3, false, true),
-    ];
-    // D = 64: three consumer warpgroups (O 32 and S 64 registers fit 160), the f16 D = 64
-    // winners' shape, and 192 keys on two (three spill 208 bytes).
-    const D64: [HopperTile; 9] = [
-        ht3(128, 2, false, true),
-        ht(192, 2, false, true),
-        ht(128, 2, false, true),
-        ht(128, 2, false, false),
-        ht(128, 2, true, true),
-        ht(128, 3, false, true),
-        ht3(128, 2, true, true),
-        ht3(128, 3, false, false),
-        ht(192, 2, true, true),
-    ];
-    // D = 256: the O accumulator alone is 128 registers per thread; 64 keys keep S at 32, 96
-    // (Vᵀ in 32-byte spans) at 48; 128 keys spill 20–48 bytes at 232 registers.
-    const D256: [HopperTile; 5] = [
-        ht(96, 2, true, true),
-        ht(96, 2, false, true),
-        ht(64, 2, false, true),
-        ht(64, 2, false, false),
-        ht(64, 2, true, true),
-    ];
+    const TILES: [HopperTile; 2] = [ht(192, 2, false, true), ht(192, 2, true, true)];
+    // D = 64: three consumer warpgroups (O 32 and S 64 registers fit 160).
+    const D64: [HopperTile; 1] = [ht3(128, 2, false, true)];
+    // D = 256: the O accumulator alone is 128 registers per thread; 96 keys (Vᵀ in 32-byte
+    // spans) keep S at 48; 128 keys spill 20–48 bytes at 232 registers.
+    const D256: [HopperTile; 1] = [ht(96, 2, true, true)];
     match head_dim {
         64 => &D64,
         128 => &TILES,
