@@ -369,30 +369,26 @@ pub fn fwd_feature_tile(bucket: usize) -> Option<Tile> {
 }
 
 /// The Hopper tile with the features' entry points (also the varlen / KV-cache launches)
-/// that runs every mask: at D ≤ 64 the default, the 192-row ping-pong tile (run 122: the
-/// feature entry with no feature arithmetic went from 1.12–1.14× the plain launch on the
-/// three-stage tile to 1.07–1.10× at 4,16,4096,64, and to 1.02–1.05× once the V-tail check
-/// left the steady-state loop, run 126); at D = 128 the 128-key tile with ping-pong and
-/// intra-warpgroup overlap (run 132, 4,16,4096,128 bf16 against the 128-key overlap tile
-/// without ping-pong: causal window 178–185 → 166 µs, causal ALiBi 530–539 → 513–519 µs,
-/// the causal entry with no feature arithmetic 501–511 → 493–495 µs, non-causal window
-/// 224 → 210 µs, softcap unchanged); otherwise up to D = 192 the bucket's first tile without
-/// ping-pong (D = 96's default; at D = 160 / 192 the default's overlap twin without ping-pong).
-/// Above D = 192 the default, 80 keys with ping-pong (run 254, 4,16,4096,256 bf16, against the
+/// that runs every mask: the bucket's default, ping-pong with intra-warpgroup overlap
+/// wherever the bucket has it. At D ≤ 64 the 192-row tile (run 122: the feature entry with no
+/// feature arithmetic went from 1.12–1.14× the plain launch on the three-stage tile to
+/// 1.07–1.10× at 4,16,4096,64, and to 1.02–1.05× once the V-tail check left the steady-state
+/// loop, run 126); at D = 128 the 128-key tile (run 132, 4,16,4096,128 bf16 against the
+/// 128-key overlap tile without ping-pong: causal window 178–185 → 166 µs, causal ALiBi
+/// 530–539 → 513–519 µs, the causal entry with no feature arithmetic 501–511 → 493–495 µs,
+/// non-causal window 224 → 210 µs, softcap unchanged); at D = 160 / 192 the 96-key tile
+/// (run 257) and above D = 192 the 80-key tile (run 254, 4,16,4096,256 bf16, against the
 /// 64-key overlap tile without ping-pong that ran them before: the entry with no feature
 /// arithmetic 1.10–1.12× → 1.03× plain, ALiBi 1.13–1.14× → 1.08–1.09×, softcap 1.20× →
 /// 1.13–1.14×; causal windows 0.295× → 0.32× plain, as 80-key tiles skip less of a window).
-/// (A third stage at D = 128 did not win back the paged prefill's loss to the overlap fix: run
-/// 57, docs/PERF.md.) [`hopper_seq_tile`] is the other tile that runs sequence layouts.
+/// Before, D = 160 / 192 ran them on the 96-key overlap tile without ping-pong, and D > 192 on
+/// the 64-key one because the 80-key tile spilled 8 bytes with the features' state (CUDA
+/// 13.0); of the default tiles' feature entries only D = 256's non-causal one spills now (24
+/// bytes, a budget rule). (A third stage at D = 128 did not win back the paged prefill's
+/// loss to the overlap fix: run 57, docs/PERF.md.) [`hopper_seq_tile`] is the other tile that
+/// runs sequence layouts.
 pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
-    let tiles = hopper_tiles(bucket);
-    if bucket <= 64 || bucket > 192 {
-        return tiles.first().copied();
-    }
-    if bucket == 128 && tiles.contains(&HOPPER_128_PINGPONG) {
-        return Some(HOPPER_128_PINGPONG);
-    }
-    tiles.iter().copied().find(|t| !t.pingpong)
+    hopper_tiles(bucket).first().copied()
 }
 
 /// The Hopper tile of `bucket` with entries for sequence layouts alone (`_seq`: varlen
@@ -630,8 +626,8 @@ pub fn hopper_persistent(
 /// small grids. D ≤ 64: three consumer warpgroups (192 rows) with ping-pong and overlap, and
 /// [`HOPPER_128_PINGPONG`] for grids where 192-row blocks leave SMs idle; D = 96: 128 keys with
 /// intra-warpgroup overlap; D = 128: [`HOPPER_128_PINGPONG`] and, without a mask over long key
-/// ranges, [`HOPPER_D128_WIDE`]; D ≤ 192: 96 keys with ping-pong and overlap (features: without
-/// ping-pong); D ≤ 256: 80 keys with ping-pong and overlap (features too, since run 254).
+/// ranges, [`HOPPER_D128_WIDE`]; D ≤ 192: 96 keys with ping-pong and overlap; D ≤ 256: 80 keys
+/// with ping-pong and overlap. Each bucket's default also runs its features.
 /// The variants the sweeps measured slower than these (a third stage, no overlap or no
 /// ping-pong, 176 keys without both at D ≤ 128, 112 keys at D ≤ 192, 64 keys at D ≤ 256) are
 /// no longer built: no launch selected them, and they cost CI's 2-core build about a minute
@@ -650,11 +646,11 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     // stages: 128 keys fit only two, one per consumer, and each tile's load then waited for
     // that consumer's previous tile (run 167: 1,8,1024,128 21.9 µs against 13.6).
     const D128: [HopperTile; 3] = [HOPPER_128_PINGPONG, HOPPER_D128_WIDE, HOPPER_KV_SPLIT_128];
-    // D = 160 / 192: the 96-key ping-pong tile is the default (run 136, bf16, against the
-    // same tile without ping-pong: 4,16,4096,192 1359–1360 → 1304–1313 µs, causal 745–768 →
-    // 704–715, 2,8,512,192 16.5 → 15.4, 2,16,4096,160 591–593 → 561–578); the features run the
-    // overlap tile without it (`hopper_feature_tile`).
-    const UP_TO_192: [HopperTile; 2] = [ht(96, 2, true, true), ht(96, 2, false, true)];
+    // D = 160 / 192: the 96-key ping-pong tile (run 136, bf16, against the same tile without
+    // ping-pong: 4,16,4096,192 1359–1360 → 1304–1313 µs, causal 745–768 → 704–715, 2,8,512,192
+    // 16.5 → 15.4, 2,16,4096,160 591–593 → 561–578), which also runs the features
+    // (`hopper_feature_tile`, run 257).
+    const UP_TO_192: [HopperTile; 1] = [ht(96, 2, true, true)];
     // D = 224 / 256: one tile, which also runs the features (`hopper_feature_tile`).
     const UP_TO_256: [HopperTile; 1] = [ht(80, 2, true, true)];
     match bucket {

@@ -1207,9 +1207,14 @@ mod tests {
         for &b in &catalog::FWD_HEAD_DIM_BUCKETS {
             let t = catalog::hopper_feature_tile(b).unwrap();
             assert!(catalog::hopper_tiles(b).contains(&t), "bucket {b}");
+            assert_eq!(
+                t,
+                catalog::hopper_tiles(b)[0],
+                "bucket {b}: the features run the default tile"
+            );
             assert!(
-                !t.pingpong || b <= 64 || b == 128 || b > 192,
-                "bucket {b}: besides D ≤ 64, 128 and > 192 the general feature tile runs without ping-pong"
+                t.pingpong || b == 96,
+                "bucket {b}: ping-pong wherever the bucket has it"
             );
             assert!(HopperVariant::Features.is_built(b, &t));
             if let Some(s) = catalog::hopper_seq_tile(b) {

@@ -41,15 +41,15 @@ fn correctness_hopper_every_tile_every_head_dim() {
             }
         }
     }
-    // 32 head dims, every tile of each one's bucket (one at D = 96, two or three elsewhere:
-    // the tiles a launch can select, catalog::hopper_tiles), 4 shapes.
-    assert!(runs >= 32 * 2 * 4, "only {runs} runs");
     assert!(
         failures.is_empty(),
         "{} of {runs} failed:\n{}",
         failures.len(),
         failures.join("\n")
     );
+    // 32 head dims, every tile of each one's bucket (one to three: the tiles a launch can
+    // select, catalog::hopper_tiles), 4 shapes each.
+    assert!(runs >= 32 * 4, "only {runs} runs");
 }
 
 #[test]
