@@ -819,7 +819,7 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
 /// with ping-pong at D = 256 (32-byte spans). Only the tiles a launch selects are built: the
 /// sweeps' losers (128 keys with and without overlap, ping-pong or a third stage, 192 keys on
 /// two warpgroups at D = 64, FlashAttention-3's 224 at D = 128, 64 keys and 96 without
-/// ping-pong at D = 256; runs 191–195 and 241, docs/PERF.md) cost CI's 2-core build about a
+/// ping-pong at D = 256; runs 191–195 and 222, docs/PERF.md) cost CI's 2-core build about a
 /// minute and a half and no launch ran them (`git log -S "ht(224, 2, false, true)"` finds the
 /// list, to restore them for a sweep).
 pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
