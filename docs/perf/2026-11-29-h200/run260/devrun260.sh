@@ -1,0 +1,15 @@
+#!/bin/bash
+# run 260 (H200): R = f1f66d6 with the default (non-deterministic) wgmma backward walking its
+# query blocks rotated by the key block, as the deterministic mode does (sm_90a, D = 128 only).
+# train-bench at D = 128 on B (f1f66d6, every head dim) and R, alternating, two rounds.
+set -u
+N=260; R=/tmp/r$N; P=/tmp/p$N
+mkdir -p $R $P; tar xJf target/pack$N.txz -C $P
+trap 'tar czf $OUT/logs$N.tgz -C /tmp r$N' EXIT
+cd $P
+date -u > $R/date.txt; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv >> $R/date.txt
+for i in 1 2; do
+  for b in B R; do
+    s=$(date +%s); timeout 60 $b/xtask train-bench --shapes "4,16,4096,128" --iters 20 --varlen-seqs 0 --python none > $R/train_${b}_$i.log 2>&1; echo "rc=$? secs=$(( $(date +%s) - s ))" >> $R/train_${b}_$i.log
+  done
+done
