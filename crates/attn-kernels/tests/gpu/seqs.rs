@@ -685,8 +685,9 @@ fn correctness_seqs_paged() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
     let k_lens = vec![100, 0, 333, 16, 47];
-    // D = 192: three 64-column sub-tiles per row.
-    for d in [64, 128, 96, 192] {
+    // D = 192: three 64-column sub-tiles per row. D = 256: 80-key tiles, which every page size
+    // here cuts into 16-row boxes, and 256-key pages that tiles straddle.
+    for d in [64, 128, 96, 192, 256] {
         for page_size in [16, 48, 256] {
             for causal in CAUSALS {
                 // Decode (one query), a chunk of new queries, and packed queries.
