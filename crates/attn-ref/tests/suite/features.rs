@@ -2,8 +2,7 @@
 //! paged-KV entry points, against a direct formula written here from the definitions (no
 //! code shared with the crate's mask or score functions), on fresh N(0,1) inputs.
 
-mod common;
-
+use crate::common::{assert_close, max_abs_diff, normal, normal_f32, qkv};
 use attn_ref::reference::emulate::{forward_emulated, Storage};
 use attn_ref::reference::paged::{forward_paged, PagedKv};
 use attn_ref::reference::tiled::forward_tiled;
@@ -12,7 +11,6 @@ use attn_ref::reference::{
     attention_weights, forward, forward_naive, forward_rows, RefOutput, RowSelection,
 };
 use attn_ref::{Alibi, AttnError, AttnShape, Causal, Features, Problem};
-use common::{assert_close, max_abs_diff, normal, normal_f32, qkv};
 use proptest::prelude::*;
 use rand::{rngs::StdRng, seq::SliceRandom, SeedableRng};
 

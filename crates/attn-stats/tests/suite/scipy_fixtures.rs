@@ -18,7 +18,7 @@ use attn_stats::{
 use serde_json::Value;
 
 fn fixture() -> Value {
-    let text = include_str!("fixtures/bootstrap_fixtures.json");
+    let text = include_str!("../fixtures/bootstrap_fixtures.json");
     serde_json::from_str(text).expect("fixture JSON parses")
 }
 

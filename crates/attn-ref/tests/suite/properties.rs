@@ -1,12 +1,10 @@
 //! Property tests over random small problems (fresh N(0,1) inputs from a seed that proptest
 //! draws and reports on failure).
 
-mod common;
-
+use crate::common::{assert_close, qkv};
 use attn_ref::reference::tiled::forward_tiled;
 use attn_ref::reference::{attention_weights, forward, forward_naive, forward_rows, RowSelection};
 use attn_ref::{AttnShape, Causal, Problem};
-use common::{assert_close, qkv};
 use proptest::prelude::*;
 use rand::{rngs::StdRng, seq::SliceRandom, SeedableRng};
 

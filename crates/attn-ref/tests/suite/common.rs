@@ -1,5 +1,4 @@
-//! Helpers shared by the integration tests.
-#![allow(dead_code)]
+//! Helpers shared by the test modules.
 
 use attn_ref::AttnShape;
 use rand::{rngs::StdRng, SeedableRng};

@@ -1,15 +1,13 @@
 //! Deterministic tests of the reference, its tiled twin and the emulation: hand-computed
 //! cases, masking, GQA, scale, odd sizes, NaN propagation and every error path.
 
-mod common;
-
+use crate::common::{assert_close, max_abs_diff, normal_f32, qkv};
 use attn_ref::reference::emulate::{forward_emulated, Storage};
 use attn_ref::reference::tiled::forward_tiled;
 use attn_ref::reference::{
     attention_weights, forward, forward_naive, forward_rows, RefOutput, RowSelection,
 };
 use attn_ref::{Attention, AttnError, AttnShape, Causal, Problem, ReferenceBackend};
-use common::{assert_close, max_abs_diff, normal_f32, qkv};
 
 const E: f64 = std::f64::consts::E;
 

@@ -5,6 +5,7 @@ use attn_stats::{
     trim_outliers_mad, BootstrapConfig, BootstrapMethod, CompareOptions, Decision, Summary,
 };
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use rand::SeedableRng;
 use rand_distr::{Distribution, LogNormal, StandardNormal};
 
@@ -39,7 +40,15 @@ fn method() -> impl Strategy<Value = BootstrapMethod> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    // Regressions in `properties.proptest-regressions` next to this file: proptest's default
+    // (`SourceParallel`) would look in `tests/proptest-regressions/properties.txt` instead, as
+    // it stops at the `main.rs` beside this module.
+    #![proptest_config(ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions"
+        ))),
+        ..ProptestConfig::with_cases(64)
+    })]
 
     #[test]
     fn summary_is_ordered(x in sample()) {

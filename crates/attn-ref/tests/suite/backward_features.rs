@@ -4,13 +4,11 @@
 //! independently of the backward) with respect to every element of Q, K, V and every sink
 //! logit, and the kernel-rounding emulation against the f64 backward.
 
-mod common;
-
+use crate::common::{max_abs, max_abs_diff, normal, normal_f32, qkv};
 use attn_ref::reference::backward::backward_emulated;
 use attn_ref::reference::emulate::Storage;
 use attn_ref::reference::{backward, backward_with, forward, forward_naive, RefGrads};
 use attn_ref::{Alibi, AttnShape, Causal, Features, Problem};
-use common::{max_abs, max_abs_diff, normal, normal_f32, qkv};
 use proptest::prelude::*;
 
 /// Step of the central differences for Q, K, V.

@@ -18,7 +18,7 @@ use attn_stats::{
 use serde_json::Value;
 
 fn fixture() -> Value {
-    serde_json::from_str(include_str!("fixtures/bootstrap_fixtures.json")).expect("fixture JSON")
+    serde_json::from_str(include_str!("../fixtures/bootstrap_fixtures.json")).expect("fixture JSON")
 }
 
 fn numbers(v: &Value) -> Vec<f64> {

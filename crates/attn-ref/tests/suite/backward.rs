@@ -2,14 +2,12 @@
 //! to every element of Q, K and V (with `dO = G`), GQA sums, fully masked rows, the
 //! `backward_with` variant, error paths and the kernel-rounding emulation.
 
-mod common;
-
+use crate::common::{assert_close, max_abs, max_abs_diff, normal, normal_f32, qkv};
 use attn_ref::reference::backward::backward_emulated;
 use attn_ref::reference::emulate::Storage;
 use attn_ref::reference::tiled::forward_tiled;
 use attn_ref::reference::{backward, backward_with, forward, forward_naive, RefGrads};
 use attn_ref::{Attention, AttnError, AttnShape, Causal, Problem, ReferenceBackend};
-use common::{assert_close, max_abs, max_abs_diff, normal, normal_f32, qkv};
 use proptest::prelude::*;
 
 /// Step of the central differences.
