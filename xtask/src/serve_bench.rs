@@ -1,8 +1,8 @@
 //! `cargo xtask serve-bench`: the serving layouts against the dense work they replace, timed
 //! in one process with `bench`'s protocol (CUDA events around each launch, CUDA-graph replays
 //! under 20 µs; ratios of means with bootstrap CIs, attn-stats):
-//! - **varlen**: 16 sequences of random lengths 128–4096 (DESIGN.md §7's `varlen` set)
-//!   through `forward_sequences` (packed Q/K/V) on the default engine (Hopper on sm_90) and
+//! - **varlen**: 16 sequences of random lengths 128–4096 (DESIGN.md §7's `varlen` set; H 16,
+//!   D 128 or `--varlen-head-dim`) through `forward_sequences` (packed Q/K/V) on the default engine (Hopper on sm_90) and
 //!   on the mma.sync engine, the same packed queries against a paged KV cache (pages of 16
 //!   and 64 shuffled through the cache, `seqused_k`: chunked prefill's layout), and the padded
 //!   dense batch of the same sequences (B = 16, S = the longest) on both engines;
@@ -55,6 +55,27 @@ pub struct Args {
     /// Write the samples' summary as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Head dim of the varlen set (the other sets keep the shapes named above).
+    #[arg(long, default_value_t = 128)]
+    varlen_head_dim: usize,
+    /// Run only these sets (comma-separated; default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Set>,
+}
+
+/// The sets of `serve-bench`, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Set {
+    /// Packed and paged varlen prefill against the padded dense batch.
+    Varlen,
+    /// Chunks of one sequence against a paged cache.
+    ChunkedPrefill,
+    /// Paged decode (f16 and E4M3 caches) against dense caches.
+    Paged,
+    /// Single-sequence decode at D = 128 and 256, f16 and E4M3 caches.
+    Decode,
+    /// Decode with attention sinks, a window or ALiBi.
+    DecodeFeatures,
 }
 
 fn randn(
@@ -144,13 +165,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // CUDA_ERROR_STREAM_CAPTURE_ISOLATION, run 198).
     unsafe { gpu.context().disable_event_tracking() };
     let mut json = Vec::new();
-    varlen(&gpu, &args, &mut json)?;
-    chunked_prefill(&gpu, &args, &mut json)?;
-    paged(&gpu, &args, &mut json)?;
-    decode(&gpu, &args, &mut json, (32, 32, 128), true)?;
-    // Gemma 2's head dim (9B: 16 query heads over 8 KV heads).
-    decode(&gpu, &args, &mut json, (16, 8, 256), false)?;
-    decode_features(&gpu, &args, &mut json)?;
+    let runs = |set: Set| args.only.is_empty() || args.only.contains(&set);
+    if runs(Set::Varlen) {
+        varlen(&gpu, &args, &mut json)?;
+    }
+    if runs(Set::ChunkedPrefill) {
+        chunked_prefill(&gpu, &args, &mut json)?;
+    }
+    if runs(Set::Paged) {
+        paged(&gpu, &args, &mut json)?;
+    }
+    if runs(Set::Decode) {
+        decode(&gpu, &args, &mut json, (32, 32, 128), true)?;
+        // Gemma 2's head dim (9B: 16 query heads over 8 KV heads).
+        decode(&gpu, &args, &mut json, (16, 8, 256), false)?;
+    }
+    if runs(Set::DecodeFeatures) {
+        decode_features(&gpu, &args, &mut json)?;
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -181,7 +213,7 @@ fn varlen(
     args: &Args,
     json: &mut Vec<serde_json::Value>,
 ) -> anyhow::Result<()> {
-    let (h, d, n) = (16, 128, 16);
+    let (h, d, n) = (16, args.varlen_head_dim, 16);
     let mut rng = StdRng::seed_from_u64(args.seed);
     let lens: Vec<usize> = (0..n).map(|_| rng.random_range(128..=4096)).collect();
     let total: usize = lens.iter().sum();
@@ -202,54 +234,34 @@ fn varlen(
         // against a paged KV cache holding the same sequences (chunked prefill's layout):
         // pages shuffled through the cache, a table row per sequence, `seqused_k`.
         let template = Problem::new(AttnShape::new(n, h, h, longest, longest, d)?, causal);
-        // The Hopper tiles of the paged rows: the wide 176-key tile reads every page size in
-        // 16-row TMA boxes (gcd(176, page)), the 128-key tile a page of ≥ 64 keys in boxes of
-        // ≥ 64 rows; the default engine takes the latter there (`hopper_seq_default_tile`).
-        let pinned = |tile: Option<attn_kernels::HopperTile>| match tile {
-            Some(t) if gpu.compute_capability() == (9, 0) => Engine::Hopper(Some(t)),
-            _ => Engine::Auto,
+        // The Hopper tiles of the paged rows at D = 128: the wide 176-key tile reads every page
+        // size in 16-row TMA boxes (gcd(176, page)), the 128-key tile a page of ≥ 64 keys in
+        // boxes of ≥ 64 rows; the default engine takes the latter there
+        // (`hopper_seq_default_tile`). Other head dims have one tile for sequence layouts (the
+        // feature tile), which the default rows run.
+        let on_hopper = gpu.compute_capability() == (9, 0);
+        let pinned = |tile: Option<attn_kernels::HopperTile>| {
+            tile.filter(|_| on_hopper)
+                .map(|t| (format!("Hopper {} tile", t.name()), Engine::Hopper(Some(t))))
         };
-        let narrow = pinned(attn_kernels::catalog::hopper_feature_tile(d));
+        let narrow = pinned(attn_kernels::catalog::hopper_feature_tile(d))
+            .filter(|_| attn_kernels::catalog::hopper_seq_tile(d).is_some());
         let wide = pinned(attn_kernels::catalog::hopper_seq_tile(d));
-        for (name, engine, page) in [
-            ("varlen (packed), default engine", Engine::Auto, None),
-            ("varlen (packed), mma.sync", Engine::MmaSync, None),
-            (
-                "varlen (packed Q), paged KV, page 16, default engine",
-                Engine::Auto,
-                Some(16usize),
-            ),
-            (
-                "varlen (packed Q), paged KV, page 16, mma.sync",
-                Engine::MmaSync,
-                Some(16),
-            ),
-            (
-                "varlen (packed Q), paged KV, page 16, Hopper 128-key tile",
-                narrow,
-                Some(16),
-            ),
-            (
-                "varlen (packed Q), paged KV, page 64, default engine",
-                Engine::Auto,
-                Some(64),
-            ),
-            (
-                "varlen (packed Q), paged KV, page 64, Hopper 176-key tile",
-                wide,
-                Some(64),
-            ),
-            (
-                "varlen (packed Q), paged KV, page 256, default engine",
-                Engine::Auto,
-                Some(256),
-            ),
-            (
-                "varlen (packed Q), paged KV, page 256, Hopper 176-key tile",
-                wide,
-                Some(256),
-            ),
-        ] {
+        let mut variants: Vec<(String, Engine, Option<usize>)> = vec![
+            ("varlen (packed), default engine".into(), Engine::Auto, None),
+            ("varlen (packed), mma.sync".into(), Engine::MmaSync, None),
+        ];
+        for (ps, pin) in [(16usize, &narrow), (64, &wide), (256, &wide)] {
+            let paged = format!("varlen (packed Q), paged KV, page {ps}");
+            variants.push((format!("{paged}, default engine"), Engine::Auto, Some(ps)));
+            if ps == 16 {
+                variants.push((format!("{paged}, mma.sync"), Engine::MmaSync, Some(ps)));
+            }
+            if let Some((tile, engine)) = pin {
+                variants.push((format!("{paged}, {tile}"), *engine, Some(ps)));
+            }
+        }
+        for (name, engine, page) in variants {
             let q = randn(&st, &mut rng, total * h * d)?;
             let mut o = st.alloc_zeros::<f16>(total * h * d)?;
             let dcu = st.clone_htod(&cu)?;
@@ -313,7 +325,7 @@ fn varlen(
             };
             let samples = time_samples(gpu, args, &mut launch)?;
             rows.push(Timed {
-                name: name.into(),
+                name,
                 kernel,
                 samples,
             });
