@@ -491,3 +491,57 @@ fn debug_run<T: attn_kernels::StorageType>(
 ) -> anyhow::Result<DebugParts> {
     bail!("tile dumps need the debug kernels: build xtask with `--features debug-kernels` (the bundle has them)")
 }
+
+/// What the backward's debug entry dumped (`xtask oracle --backward`).
+pub struct BwdDebugRun {
+    /// P, dP, dS and Δ of the listed blocks' key tiles.
+    pub tiles: Vec<attn_ref::BwdTile>,
+    /// The tiling they count in (query rows, keys).
+    pub block: (usize, usize),
+    /// The main kernel.
+    pub kernel: String,
+}
+
+/// Runs the release forward and the mma.sync backward's debug entry on host values (f32,
+/// rounded to `dtype` = "f16"|"bf16"), dumping the backward tiles of `blocks` (an error
+/// unless xtask was built with the `debug-kernels` feature).
+pub fn run_backward_debug(
+    problem: &Problem,
+    (q, k, v, d_o): (&[f32], &[f32], &[f32], &[f32]),
+    dtype: &str,
+    blocks: &[(usize, usize, usize)],
+) -> anyhow::Result<BwdDebugRun> {
+    let dtype = Dtype::parse(dtype)?;
+    let gpu = gpu()?;
+    match dtype {
+        Dtype::F16 => backward_debug_run::<half::f16>(&gpu, problem, (q, k, v, d_o), blocks),
+        Dtype::Bf16 => backward_debug_run::<half::bf16>(&gpu, problem, (q, k, v, d_o), blocks),
+    }
+}
+
+#[cfg(feature = "debug-kernels")]
+fn backward_debug_run<T: attn_kernels::StorageType>(
+    gpu: &FlashAttention,
+    problem: &Problem,
+    (q, k, v, d_o): (&[f32], &[f32], &[f32], &[f32]),
+    blocks: &[(usize, usize, usize)],
+) -> anyhow::Result<BwdDebugRun> {
+    let cvt = |x: &[f32]| -> Vec<T> { x.iter().map(|&e| T::from_f32(e)).collect() };
+    let out = gpu.backward_debug(problem, (&cvt(q), &cvt(k), &cvt(v), &cvt(d_o)), blocks)?;
+    Ok(BwdDebugRun {
+        tiles: out.tiles,
+        block: out.block,
+        kernel: out.kernel,
+    })
+}
+
+#[cfg(not(feature = "debug-kernels"))]
+#[allow(clippy::extra_unused_type_parameters)] // the debug build's signature
+fn backward_debug_run<T: attn_kernels::StorageType>(
+    _gpu: &FlashAttention,
+    _problem: &Problem,
+    _inputs: (&[f32], &[f32], &[f32], &[f32]),
+    _blocks: &[(usize, usize, usize)],
+) -> anyhow::Result<BwdDebugRun> {
+    bail!("backward tile dumps need the debug kernels: build xtask with `--features debug-kernels` (the bundle has them)")
+}

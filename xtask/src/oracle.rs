@@ -12,6 +12,12 @@
 //! causal alignments) so the report can name the one the kernel matches; each costs one more
 //! reference run. Exit 0 only when the rule holds.
 //!
+//! Backward tile mode (`--shape … --tiles … --backward`, debug builds): the release forward,
+//! then the mma.sync backward's debug entry on a seeded N(0,1) dO, dumping P, dP, dS and Δ of
+//! every key tile of the listed query blocks (in the backward's 64-row blocks); they are
+//! compared with attn-ref's backward tiles and the first diverging stage is named. Exit 0 only
+//! when every tile matches and none is missing or extra.
+//!
 //! File mode (`--got G.npy --want W.npy`): a 4-D `[B,H,S,D]` O or a 3-D `[B,H,S]` LSE;
 //! exit 0 only when `max|got − want| ≤ --max-abs` and no NaN/Inf differs.
 
@@ -19,10 +25,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context};
 use attn_oracle::{
-    compare, compare_lse, compare_tiles, write_artifacts, Alternative, Artifacts, CompareOptions,
-    Findings, OracleReport, Storage, Suspect, TileTolerance, ToleranceRule,
+    compare, compare_bwd_tiles, compare_lse, compare_tiles, write_artifacts, Alternative,
+    Artifacts, BwdTileTolerance, CompareOptions, Findings, OracleReport, Storage, Suspect,
+    TileTolerance, ToleranceRule,
 };
-use attn_ref::reference::{self, tiled};
+use attn_ref::reference::{self, bwd_tiles, tiled};
 use attn_ref::{AttnShape, Causal, Problem};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
@@ -56,6 +63,10 @@ pub struct Args {
     /// Query blocks whose tiles the debug kernels dump, `b:h:q_tile,…`.
     #[arg(long, value_delimiter = ',', value_parser = parse_tile, requires = "shape")]
     tiles: Vec<(usize, usize, usize)>,
+    /// Backward tile mode: dump and check the backward's P, dP, dS and Δ tiles of the
+    /// --tiles query blocks (64-row blocks) instead of the forward's (f16/bf16, no features).
+    #[arg(long, requires = "tiles")]
+    backward: bool,
     /// Seed of the N(0,1) inputs.
     #[arg(long, default_value_t = 0, requires = "shape")]
     seed: u64,
@@ -144,6 +155,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         seed: args.seed,
         out_dir,
     };
+    if args.backward {
+        let report = run_backward_tiles(&spec, crate::forward::run_backward_debug)?;
+        print!("{report}");
+        eprintln!("artifacts in {}", spec.out_dir.display());
+        ensure!(
+            report.is_clean(),
+            "the backward tiles differ from the reference (see the summary above)"
+        );
+        return Ok(());
+    }
     let (findings, pass) = run_problem(&spec, crate::forward::run_gpu)?;
     print!("{}", findings.summary());
     eprintln!("artifacts in {}", spec.out_dir.display());
@@ -384,6 +405,94 @@ pub fn run_problem(spec: &ProblemSpec, backend: impl Backend) -> anyhow::Result<
     Ok((findings, verdict.pass))
 }
 
+/// The GPU side of backward tile mode: `forward::run_backward_debug`'s signature, so tests can
+/// stand the reference in for the GPU.
+pub trait BwdBackend:
+    FnOnce(
+    &Problem,
+    (&[f32], &[f32], &[f32], &[f32]),
+    &str,
+    &[(usize, usize, usize)],
+) -> anyhow::Result<crate::forward::BwdDebugRun>
+{
+}
+impl<F> BwdBackend for F where
+    F: FnOnce(
+        &Problem,
+        (&[f32], &[f32], &[f32], &[f32]),
+        &str,
+        &[(usize, usize, usize)],
+    ) -> anyhow::Result<crate::forward::BwdDebugRun>
+{
+}
+
+/// Backward tile mode without the CLI: seeded inputs (Q, K, V, then dO), the backend's dumps
+/// against attn-ref's backward tiles. Writes `bwd_report.json`, `bwd_summary.txt` and, per
+/// compared tile, its P, dP and dS from both sides (`bwd_tiles/b{b}_h{h}_q{q}_k{k}_{p,dp,ds}_{test,ref}.npy`).
+pub fn run_backward_tiles(
+    spec: &ProblemSpec,
+    backend: impl BwdBackend,
+) -> anyhow::Result<attn_oracle::BwdTileReport> {
+    let storage = match spec.dtype.as_str() {
+        "f16" => attn_ref::Dtype::F16,
+        "bf16" => attn_ref::Dtype::Bf16,
+        other => bail!("--backward runs the f16/bf16 backward; --dtype `{other}` has none"),
+    };
+    let shape = spec.shape;
+    let p = Problem::new(shape, spec.causal);
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let q = inputs(shape.q_elems(), &mut rng, storage);
+    let k = inputs(shape.kv_elems(), &mut rng, storage);
+    let v = inputs(shape.kv_elems(), &mut rng, storage);
+    let d_o = inputs(shape.o_elems(), &mut rng, storage);
+    let run = backend(&p, (&q, &k, &v, &d_o), &spec.dtype, &spec.tiles)
+        .context("running the backward's debug kernel")?;
+    let (bm, bn) = run.block;
+    let want = bwd_tiles::backward_tiles(&p, &q, &k, &v, &d_o, bm, bn, &spec.tiles)?;
+    let report = compare_bwd_tiles(
+        &run.tiles,
+        &want,
+        &BwdTileTolerance::for_storage(Storage::from(storage)),
+    );
+    let dir = spec.out_dir.join("bwd_tiles");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for w in &want {
+        let Some(g) = run.tiles.iter().find(|g| g.id == w.id) else {
+            continue;
+        };
+        let stem = format!("b{}_h{}_q{}_k{}", w.id.b, w.id.h, w.id.q_tile, w.id.k_tile);
+        for (field, got, exp) in [
+            ("p", &g.p, &w.p),
+            ("dp", &g.dp, &w.dp),
+            ("ds", &g.ds, &w.ds),
+        ] {
+            if got.len() == w.rows * w.cols {
+                npy::write(
+                    &dir.join(format!("{stem}_{field}_test.npy")),
+                    &[w.rows, w.cols],
+                    got,
+                )?;
+            }
+            npy::write(
+                &dir.join(format!("{stem}_{field}_ref.npy")),
+                &[w.rows, w.cols],
+                exp,
+            )?;
+        }
+    }
+    let json = serde_json::json!({
+        "kernel": run.kernel,
+        "problem": format!("{shape:?} causal={} {} seed={} tiles {bm}x{bn}", spec.causal, spec.dtype, spec.seed),
+        "report": report,
+    });
+    std::fs::write(
+        spec.out_dir.join("bwd_report.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    std::fs::write(spec.out_dir.join("bwd_summary.txt"), report.to_string())?;
+    Ok(report)
+}
+
 /// One file-mode run.
 #[derive(Debug, Clone)]
 pub struct FileSpec {
@@ -570,6 +679,47 @@ mod tests {
         // 2 % off is caught.
         let (findings, pass) = run_problem(&s, fp8_backend(1.02)).unwrap();
         assert!(!pass, "{findings}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Backward tile mode with attn-ref's tiles standing in for the GPU's dumps; `plant` adds
+    /// to one dS element of the first tile.
+    fn bwd_backend(plant: f64) -> impl BwdBackend {
+        move |p: &Problem,
+              (q, k, v, d_o): (&[f32], &[f32], &[f32], &[f32]),
+              _dtype: &str,
+              blocks: &[(usize, usize, usize)]|
+              -> anyhow::Result<crate::forward::BwdDebugRun> {
+            let mut tiles = bwd_tiles::backward_tiles(p, q, k, v, d_o, 64, 128, blocks)?;
+            tiles[0].ds[5] += plant;
+            Ok(crate::forward::BwdDebugRun {
+                tiles,
+                block: (64, 128),
+                kernel: "cpu-reference".into(),
+            })
+        }
+    }
+
+    #[test]
+    fn backward_tile_mode_writes_its_tiles_and_names_the_stage() {
+        let dir = temp_dir("bwd");
+        let mut s = spec(&dir, Causal::BottomRight, vec![(0, 3, 1)]);
+        s.shape = AttnShape::new(1, 4, 2, 100, 300, 64).unwrap();
+        let report = run_backward_tiles(&s, bwd_backend(0.0)).unwrap();
+        assert!(report.is_clean(), "{report}");
+        // Key tiles 0..3 of 128 keys (the last a tail), all visible to rows 64..100.
+        assert_eq!(report.tiles.len(), 3, "{report}");
+        assert!(dir.join("bwd_tiles/b0_h3_q1_k2_ds_test.npy").exists());
+        assert!(dir.join("bwd_summary.txt").exists());
+        let report = run_backward_tiles(&s, bwd_backend(0.3)).unwrap();
+        assert_eq!(
+            report.first_stage,
+            Some(attn_oracle::BwdStage::DS),
+            "{report}"
+        );
+        // FP8 has no backward.
+        s.dtype = "e4m3".into();
+        assert!(run_backward_tiles(&s, bwd_backend(0.0)).is_err());
         std::fs::remove_dir_all(&dir).ok();
     }
 

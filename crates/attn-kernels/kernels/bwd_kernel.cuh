@@ -41,6 +41,7 @@
 #include "ptx.cuh"
 #include "score_mod.cuh"
 #include "seqs.cuh"
+#include "debug_dump.cuh"
 
 namespace attn {
 
@@ -431,7 +432,9 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                                            const T* __restrict__ v, const T* __restrict__ d_o,
                                            const float* __restrict__ lse, const float* __restrict__ delta,
                                            float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv,
-                                           unsigned int* __restrict__ sems, const BwdParams& p_launch) {
+                                           unsigned int* __restrict__ sems, const BwdParams& p_launch,
+                                           float* __restrict__ dump, const int* __restrict__ dump_tiles,
+                                           int dump_count) {
     using Cfg = BwdConfig<DK, BM, BN, WARPS, QSTAGES>;
     // The general entries hold the features' state too: above D = 128 phase A stays rolled.
     constexpr int kUnrollA = FEATURES && (DK > 128 || Cfg::kWide && DK == 128) ? 1 : Cfg::kUnrollA;
@@ -559,6 +562,9 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             if (cur_hg < hg_end) issue(buf ^ 1, cur_hg, cur_qi);
             cp_async_commit();
         }
+        // Debug builds: the dump of this (b, h, query block) × key block, when the launcher
+        // listed the query block (bwd_dump_tile; one slot per listed block, a tile per key block).
+        float* dump_at = bwd_dump_tile<BM, BN>(dump, dump_tiles, dump_count, b, h, qblk, n_blk, gridDim.x);
         const T* tQ = sQ + buf * BM * DP;
         const T* tdO = sdO + buf * BM * DP;
         const float* tLse = sLse + buf * BM;
@@ -653,6 +659,8 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                         const float pr = vis ? exp2f(fmaf(s, p.scale_log2, -row_lse2[e])) : 0.f;
                         pv[e] = pr;
                         dsv[e] = pr * (acc_dp[ma][n][2 * r + e] - row_delta[e]) * dscore;
+                        bwd_dump_scores<BM, BN>(dump_at, ql + e, kl, pr, acc_dp[ma][n][2 * r + e], dsv[e],
+                                                row_delta[e]);
                     }
                     // (Writing out kl & 7 == g here, to fold the row into an immediate, kept four
                     // offsets live and spilled 4 bytes on sm_90a.)
@@ -808,12 +816,22 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
 
 } // namespace attn
 
+// Release entries take no debug arguments; the debug build (ATTN_DEBUG: tile dumps) appends
+// the dump buffer, its tile list and the list's length.
+#ifdef ATTN_DEBUG
+#define ATTN_BWD_DEBUG_PARAMS , float *__restrict__ dump, const int *__restrict__ dump_tiles, int dump_count
+#define ATTN_BWD_DEBUG_ARGS dump, dump_tiles, dump_count
+#else
+#define ATTN_BWD_DEBUG_PARAMS
+#define ATTN_BWD_DEBUG_ARGS nullptr, nullptr, 0
+#endif
 #define ATTN_BWD_ENTRY(NAME, T, DK, BM, BN, WARPS, QSTAGES, CAUSAL, FEATURES)                        \
     extern "C" __global__ void __launch_bounds__(WARPS * 32, 1)                                       \
         NAME(const T* q, const T* k, const T* v, const T* d_o, const float* lse, const float* delta,  \
-             float* dq_acc, T* dk, T* dv, unsigned int* sems, const attn::BwdParams p) {               \
+             float* dq_acc, T* dk, T* dv, unsigned int* sems, const attn::BwdParams p ATTN_BWD_DEBUG_PARAMS) { \
         attn::bwd_kernel<T, DK, BM, BN, WARPS, QSTAGES, CAUSAL, FEATURES>(q, k, v, d_o, lse, delta, dq_acc, \
-                                                                           dk, dv, sems, p);          \
+                                                                           dk, dv, sems, p,           \
+                                                                           ATTN_BWD_DEBUG_ARGS);      \
     }
 
 #define ATTN_BWD_PREP_ENTRY(PRE, POST, T)                                                             \

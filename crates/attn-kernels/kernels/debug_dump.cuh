@@ -66,4 +66,33 @@ __device__ __forceinline__ void dump_probs(float* base, const float (&s)[NT][4],
 }
 #endif
 
+// Backward tile dumps (the mma.sync backward, kernels/bwd_kernel.cuh): for each listed
+// (b, h, q_tile) the kernel writes, per key block, P (normalized), dP = dO·Vᵀ and dS =
+// P∘(dP − Δ) at [query][key], and Δ per query row:
+//   dump[(slot * key_tiles + k_tile) * (3*BM*BN + BM) + …] = P[BM][BN], dP[BM][BN], dS[BM][BN], Δ[BM]
+// Release builds compile both helpers to nothing.
+template <int BM, int BN>
+__device__ __forceinline__ float* bwd_dump_tile(float* dump, const int* tiles, int count, int b, int h, int q_tile,
+                                                int k_tile, int key_tiles) {
+#ifdef ATTN_DEBUG
+    for (int i = 0; i < count; ++i) {
+        if (tiles[3 * i] == b && tiles[3 * i + 1] == h && tiles[3 * i + 2] == q_tile)
+            return dump + (static_cast<int64_t>(i) * key_tiles + k_tile) * (3 * BM * BN + BM);
+    }
+#endif
+    return nullptr;
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ void bwd_dump_scores(float* tile, int row, int key, float p, float dp, float ds,
+                                                float delta) {
+#ifdef ATTN_DEBUG
+    if (tile == nullptr) return;
+    tile[row * BN + key] = p;
+    tile[BM * BN + row * BN + key] = dp;
+    tile[2 * BM * BN + row * BN + key] = ds;
+    if (key == 0) tile[3 * BM * BN + row] = delta;
+#endif
+}
+
 } // namespace attn

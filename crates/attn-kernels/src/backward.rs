@@ -23,7 +23,8 @@
 
 use attn_ref::{AttnError, Causal, Problem};
 use cudarc::driver::{
-    CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
+    PushKernelArg,
 };
 
 use crate::catalog::{self, Arch, Family, UnitKey};
@@ -121,6 +122,14 @@ pub struct BackwardExtras<'a> {
     /// The gradient of the sink logits, `[Hq]` f32 (written, summed over the batch and the
     /// rows), for a problem with attention sinks; `None` skips it.
     pub dsinks: Option<CudaViewMut<'a, f32>>,
+}
+
+/// The debug backward's dump buffer and the `(b, h, q_tile)` list it dumps
+/// (kernels/debug_dump.cuh's backward layout).
+pub(crate) struct BwdDump<'a> {
+    pub buffer: &'a mut CudaSlice<f32>,
+    pub tiles: &'a CudaSlice<i32>,
+    pub count: i32,
 }
 
 /// What a backward ran.
@@ -415,6 +424,17 @@ impl FlashAttention {
         args: Backward<'_, T>,
         extras: BackwardExtras<'_>,
     ) -> Result<BackwardInfo, KernelError> {
+        self.backward_dumping(args, extras, None)
+    }
+
+    /// [`FlashAttention::backward_with`], and with `dump` the mma.sync kernel's debug entry
+    /// writing its tile dumps (`crate::debug`, feature `debug-kernels`).
+    pub(crate) fn backward_dumping<T: StorageType>(
+        &self,
+        args: Backward<'_, T>,
+        extras: BackwardExtras<'_>,
+        dump: Option<BwdDump<'_>>,
+    ) -> Result<BackwardInfo, KernelError> {
         let Backward {
             problem,
             q,
@@ -508,6 +528,21 @@ impl FlashAttention {
             ..unit0
         };
         let hopper = runs_hopper_backward(options.engine, arch, bucket)?;
+        if dump.is_some() && (hopper || general || !catalog::BWD_DEBUG_HEAD_DIMS.contains(&bucket))
+        {
+            return Err(KernelError::EngineUnavailable(format!(
+                "backward tile dumps come from the mma.sync kernel's plain entries at head dims \
+                 {:?} (no features or packed sequences); this launch needs {}",
+                catalog::BWD_DEBUG_HEAD_DIMS,
+                if hopper {
+                    "the wgmma kernel"
+                } else if general {
+                    "a general entry"
+                } else {
+                    "another bucket"
+                }
+            )));
+        }
         let smem = if hopper {
             catalog::bwd_hopper_smem_bytes(bucket)
         } else {
@@ -692,7 +727,7 @@ impl FlashAttention {
             (name, grid, arch_str, post, post_grid, dq_acc, delta, q_pad)
         } else {
             let name = catalog::bwd_entry_name(&unit, causal, general);
-            let (main, arch_str) = self.function(&unit, &name, false, smem)?;
+            let (main, arch_str) = self.function(&unit, &name, dump.is_some(), smem)?;
             let (pre_name, post_name) = catalog::bwd_prep_entry_names(&unit);
             let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
             let (post, _) = self.function(&unit, &post_name, false, 0)?;
@@ -736,8 +771,14 @@ impl FlashAttention {
                 .arg(&dvp)
                 .arg(&mut sems)
                 .arg(&params);
+            let mut dump = dump;
+            if let Some(d) = dump.as_mut() {
+                b.arg(&mut *d.buffer).arg(d.tiles).arg(&d.count);
+            }
             // SAFETY: matches ATTN_BWD_ENTRY (q, k, v, d_o, lse, delta, dq_acc, dk, dv, sems,
-            // BwdParams). Every tensor was checked by `plan_backward` (dims, extents inside their
+            // BwdParams; the debug entry then the dump buffer, its tile list and the list's
+            // length, which `crate::debug` sizes for every listed block's key tiles of this
+            // tile and checks against the grid). Every tensor was checked by `plan_backward` (dims, extents inside their
             // views, 16-byte alignment, outputs distinct and not overlapping any input); dq_acc
             // holds `rows` rows of the bucket's width, 16-byte aligned (`bwd_f32_regions`: the
             // kernel's float2 atomics on sm_90), and sems B·Hq·ceil(Sq/BM) zeroed counters
@@ -1084,6 +1125,34 @@ mod tests {
                         assert!(matches!(e, KernelError::EngineUnavailable(_)));
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn debug_backward_units_carry_the_plain_mma_sync_entries_at_64_and_128_only() {
+        for arch in Arch::ALL {
+            for d in catalog::FWD_HEAD_DIM_BUCKETS {
+                let unit = UnitKey {
+                    family: Family::Bwd,
+                    arch,
+                    elem: catalog::Elem::F16,
+                    head_dim: d,
+                };
+                let src = catalog::unit_source(&unit, true);
+                if !catalog::BWD_DEBUG_HEAD_DIMS.contains(&d)
+                    || catalog::bwd_tile(arch, d).is_none()
+                {
+                    assert!(src.is_none(), "{arch:?} D={d}");
+                    continue;
+                }
+                let src = src.unwrap();
+                for causal in [false, true] {
+                    assert!(src.contains(&catalog::bwd_entry_name(&unit, causal, false)));
+                    assert!(!src.contains(&catalog::bwd_entry_name(&unit, causal, true)));
+                }
+                // The other passes run their release code; no wgmma entries in -G units.
+                assert!(!src.contains("ATTN_BWD_PREP_ENTRY") && !src.contains("attn_bwd_wg_"));
             }
         }
     }

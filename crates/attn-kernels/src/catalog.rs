@@ -397,7 +397,9 @@ pub fn hopper_feature_tile(bucket: usize) -> Option<HopperTile> {
 /// what the same dense launch runs (issue 16's target is the one's time against the
 /// other's). It also has `_feat` entries: since the V-tail check left the steady-state loop
 /// (run 126) the features' state no longer spills in it (it spilled 52 bytes before, CUDA
-/// 13.0), and a non-causal feature launch then runs the tile its dense twin runs.
+/// 13.0), and a non-causal feature launch then runs the tile its dense twin runs. Other
+/// buckets run sequence layouts in their feature tile's `_feat` entries: `_seq` entries on
+/// D = 256's default tile ran a varlen prefill no faster (runs 264–265, docs/PERF.md).
 pub fn hopper_seq_tile(bucket: usize) -> Option<HopperTile> {
     (bucket == 128 && hopper_tiles(bucket).contains(&HOPPER_D128_WIDE)).then_some(HOPPER_D128_WIDE)
 }
@@ -1321,6 +1323,10 @@ pub fn bwd_entry_name(unit: &UnitKey, causal: bool, features: bool) -> String {
     )
 }
 
+/// Head-dim buckets whose backward units have debug entries (tile dumps of the mma.sync
+/// backward's plain entries, `FlashAttention::backward_debug`).
+pub const BWD_DEBUG_HEAD_DIMS: [usize; 2] = [64, 128];
+
 /// The sinks' gradient pass of a backward unit (type-independent).
 pub const BWD_DSINKS_ENTRY: &str = "attn_bwd_dsinks";
 
@@ -1693,13 +1699,29 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             Some(s)
         }
         Family::Bwd => {
-            if debug {
-                return None;
-            }
             s.push_str("#include \"bwd_kernel.cuh\"\n\n");
             let ty = unit.elem.cuda_type();
             let d = unit.head_dim;
             let t = bwd_tile(unit.arch, d)?;
+            if debug {
+                // Tile dumps (P, dP, dS, Δ) from the mma.sync kernel's plain entries at the
+                // buckets the forward's debug build covers; the other passes run release code.
+                if !BWD_DEBUG_HEAD_DIMS.contains(&d) {
+                    return None;
+                }
+                for causal in [false, true] {
+                    let _ = writeln!(
+                        s,
+                        "ATTN_BWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {causal}, false)",
+                        bwd_entry_name(unit, causal, false),
+                        t.block_m,
+                        t.block_n,
+                        t.warps,
+                        t.stages
+                    );
+                }
+                return Some(s);
+            }
             for causal in [false, true] {
                 for features in [false, true] {
                     let _ = writeln!(

@@ -1,12 +1,15 @@
 //! Debug kernels (feature `debug-kernels`): tile dumps of S, P, m and l for chosen query
-//! blocks, and the planted broken-rescale variant, for the oracle.
+//! blocks, and the planted broken-rescale variant, for the oracle; and the backward's P, dP,
+//! dS and Δ tiles ([`FlashAttention::backward_debug`]).
 
-use attn_ref::{Problem, Tile, TileId};
+use attn_ref::{BwdTile, Problem, Tile, TileId};
 
 use crate::{
+    backward::BwdDump,
+    catalog::{self, Arch},
     launch::{DumpArgs, LaunchExtras},
-    Engine, FlashAttention, Forward, ForwardOptions, HostOutput, KernelError, KernelMode,
-    StorageType,
+    Backward, BackwardEngine, BackwardExtras, BackwardOptions, Engine, FlashAttention, Forward,
+    ForwardOptions, HostOutput, KernelError, KernelMode, StorageType, Tensor, TensorMut,
 };
 
 /// Which debug kernel to run.
@@ -197,6 +200,213 @@ impl FlashAttention {
             tiles,
         })
     }
+}
+
+/// Output of a debug backward: the gradients (storage type, `[B, H, S, D]`) and the dumped
+/// tiles of the listed query blocks.
+#[derive(Debug, Clone)]
+pub struct BwdDebugOutput<T> {
+    /// dQ.
+    pub dq: Vec<T>,
+    /// dK.
+    pub dk: Vec<T>,
+    /// dV.
+    pub dv: Vec<T>,
+    /// The dumped tiles, ordered by (b, h, q_tile, k_tile); key tiles the kernel's walk
+    /// skipped are absent.
+    pub tiles: Vec<BwdTile>,
+    /// The tiling the tiles count in (query rows, keys): the mma.sync backward's tile.
+    pub block: (usize, usize),
+    /// The main kernel that ran.
+    pub kernel: String,
+}
+
+impl FlashAttention {
+    /// Runs the release forward on host `q`, `k`, `v` (`[B, H, S, D]`) for O and LSE, then the
+    /// mma.sync backward's debug entry (compiled `-G -DATTN_DEBUG`) with `d_o`, dumping P, dP,
+    /// dS and Δ ([`attn_ref::BwdTile`]) of every key tile of the `(b, h, q_tile)` blocks in
+    /// `blocks` (q_tile in the backward tile's rows, [`BwdDebugOutput::block`]); compare them
+    /// with `attn_ref::reference::bwd_tiles::backward_tiles` through
+    /// `attn_oracle::compare_bwd_tiles`. Plain problems (no window, softcap, ALiBi or sinks)
+    /// at head dims 64 and 128; the gradients and the dump start as NaN.
+    pub fn backward_debug<T: StorageType>(
+        &self,
+        problem: &Problem,
+        (q, k, v, d_o): (&[T], &[T], &[T], &[T]),
+        blocks: &[(usize, usize, usize)],
+    ) -> Result<BwdDebugOutput<T>, KernelError> {
+        let shape = problem.shape();
+        shape.check_qkv_lens(q.len(), k.len(), v.len())?;
+        attn_ref::check_len("dO", shape.o_elems(), d_o.len())?;
+        if !problem.features().is_empty() {
+            return Err(KernelError::UnsupportedFeature(
+                "backward tile dumps cover problems without a window, softcap, ALiBi or sinks"
+                    .into(),
+            ));
+        }
+        let bucket = crate::config::bucket_for(shape.head_dim())?;
+        let (major, minor) = self.compute_capability();
+        let arch = Arch::ALL
+            .iter()
+            .rev()
+            .copied()
+            .find(|a| a.runs_on(major, minor))
+            .ok_or_else(|| KernelError::NoCubinForArch {
+                device: format!("{major}.{minor}"),
+                available: "sm_80, sm_89, sm_90a".into(),
+            })?;
+        let tile = catalog::bwd_tile(arch, bucket)
+            .filter(|_| catalog::BWD_DEBUG_HEAD_DIMS.contains(&bucket))
+            .ok_or_else(|| {
+                KernelError::EngineUnavailable(format!(
+                    "the backward's debug entries exist at head dims {:?}, not {}",
+                    catalog::BWD_DEBUG_HEAD_DIMS,
+                    shape.head_dim()
+                ))
+            })?;
+        let (bm, bn) = (tile.block_m, tile.block_n);
+        let q_tiles = shape.q_len().div_ceil(bm);
+        for &(b, h, qt) in blocks {
+            if b >= shape.batch() || h >= shape.q_heads() || qt >= q_tiles {
+                return Err(attn_ref::AttnError::InvalidArgument(format!(
+                    "tile block ({b}, {h}, {qt}) outside batch {}, heads {}, q tiles {q_tiles} \
+                     (the backward's {bm}-row blocks)",
+                    shape.batch(),
+                    shape.q_heads()
+                ))
+                .into());
+            }
+        }
+        let key_tiles = shape.kv_len().div_ceil(bn);
+        let per_tile = 3 * bm * bn + bm;
+        let s = self.stream();
+        let err = |context| move |source| KernelError::Driver { context, source };
+        let (dims_q, dims_kv) = (crate::dims_q(shape), crate::dims_kv(shape));
+        let dq_in = s.clone_htod(q).map_err(err("uploading Q"))?;
+        let dk_in = s.clone_htod(k).map_err(err("uploading K"))?;
+        let dv_in = s.clone_htod(v).map_err(err("uploading V"))?;
+        let ddo = s.clone_htod(d_o).map_err(err("uploading dO"))?;
+        let nan = |n: usize| vec![T::from_f32(f32::NAN); n];
+        let mut o = s
+            .clone_htod(&nan(shape.o_elems()))
+            .map_err(err("allocating O"))?;
+        let mut lse = s
+            .clone_htod(&vec![f32::NAN; shape.lse_elems()])
+            .map_err(err("allocating LSE"))?;
+        self.forward(Forward::bhsd(
+            problem,
+            &dq_in,
+            &dk_in,
+            &dv_in,
+            &mut o,
+            Some(&mut lse),
+        ))?;
+        let mut gq = s
+            .clone_htod(&nan(shape.q_elems()))
+            .map_err(err("allocating dQ"))?;
+        let mut gk = s
+            .clone_htod(&nan(shape.kv_elems()))
+            .map_err(err("allocating dK"))?;
+        let mut gv = s
+            .clone_htod(&nan(shape.kv_elems()))
+            .map_err(err("allocating dV"))?;
+        let mut dump = s
+            .clone_htod(&vec![f32::NAN; blocks.len().max(1) * key_tiles * per_tile])
+            .map_err(err("allocating the dump buffer"))?;
+        let flat: Vec<i32> = blocks
+            .iter()
+            .flat_map(|&(b, h, qt)| [b as i32, h as i32, qt as i32])
+            .chain(std::iter::repeat_n(0, 3))
+            .collect();
+        let dtiles = s
+            .clone_htod(&flat)
+            .map_err(err("uploading the tile list"))?;
+        let info = self.backward_dumping(
+            Backward {
+                problem,
+                q: Tensor::bhsd(&dq_in, dims_q),
+                k: Tensor::bhsd(&dk_in, dims_kv),
+                v: Tensor::bhsd(&dv_in, dims_kv),
+                o: Tensor::bhsd(&o, dims_q),
+                lse: lse.as_view(),
+                d_o: Tensor::bhsd(&ddo, dims_q),
+                dq: TensorMut::bhsd(&mut gq, dims_q),
+                dk: TensorMut::bhsd(&mut gk, dims_kv),
+                dv: TensorMut::bhsd(&mut gv, dims_kv),
+                options: BackwardOptions {
+                    deterministic: false,
+                    engine: BackwardEngine::MmaSync,
+                },
+            },
+            BackwardExtras::default(),
+            Some(BwdDump {
+                buffer: &mut dump,
+                tiles: &dtiles,
+                count: blocks.len() as i32,
+            }),
+        )?;
+        let down = |x: &cudarc::driver::CudaSlice<T>, what| s.clone_dtoh(x).map_err(err(what));
+        let dump = s.clone_dtoh(&dump).map_err(err("downloading the dump"))?;
+        Ok(BwdDebugOutput {
+            dq: down(&gq, "downloading dQ")?,
+            dk: down(&gk, "downloading dK")?,
+            dv: down(&gv, "downloading dV")?,
+            tiles: unpack_bwd_dump(problem, &dump, blocks, bm, bn),
+            block: (bm, bn),
+            kernel: info.kernel,
+        })
+    }
+}
+
+/// Turns the backward's raw dump buffer into tiles; a key tile whose Δ values are all still
+/// NaN (the poison) was not visited and is left out.
+pub fn unpack_bwd_dump(
+    problem: &Problem,
+    dump: &[f32],
+    blocks: &[(usize, usize, usize)],
+    bm: usize,
+    bn: usize,
+) -> Vec<BwdTile> {
+    let shape = problem.shape();
+    let key_tiles = shape.kv_len().div_ceil(bn);
+    let per_tile = 3 * bm * bn + bm;
+    let mut tiles = Vec::new();
+    for (slot, &(b, h, qt)) in blocks.iter().enumerate() {
+        let rows = bm.min(shape.q_len().saturating_sub(qt * bm));
+        for kt in 0..key_tiles {
+            let base = (slot * key_tiles + kt) * per_tile;
+            let Some(raw) = dump.get(base..base + per_tile) else {
+                continue;
+            };
+            let delta = &raw[3 * bm * bn..];
+            if delta[..rows].iter().all(|x| x.is_nan()) {
+                continue;
+            }
+            let cols = bn.min(shape.kv_len() - kt * bn);
+            let take = |m: usize| -> Vec<f64> {
+                (0..rows)
+                    .flat_map(|r| (0..cols).map(move |c| (r, c)))
+                    .map(|(r, c)| raw[m * bm * bn + r * bn + c] as f64)
+                    .collect()
+            };
+            tiles.push(BwdTile {
+                id: TileId {
+                    b,
+                    h,
+                    q_tile: qt,
+                    k_tile: kt,
+                },
+                rows,
+                cols,
+                p: take(0),
+                dp: take(1),
+                ds: take(2),
+                delta: delta[..rows].iter().map(|&x| x as f64).collect(),
+            });
+        }
+    }
+    tiles.sort_by_key(|t| (t.id.b, t.id.h, t.id.q_tile, t.id.k_tile));
+    tiles
 }
 
 /// Turns the raw dump buffer into tiles; a key tile whose m values are all still NaN (the

@@ -28,17 +28,20 @@
 //!
 //! The decision tree the hints follow is the seeds' debugging loop: S diverges → the QK path
 //! (layouts, scale); P diverges → the softmax update or the causal mask; O diverges → the P·V
-//! accumulation or the final normalization.
+//! accumulation or the final normalization. A backward's dumped P, dP, Δ and dS tiles get the
+//! same treatment ([`compare_bwd_tiles`], [`BwdStage`]).
 
 #![warn(missing_docs)]
 
 mod artifacts;
+mod bwd_tiles;
 mod compare;
 mod pattern;
 mod tiles;
 mod tolerance;
 
 pub use artifacts::{write_artifacts, Artifacts, Findings};
+pub use bwd_tiles::{compare_bwd_tiles, BwdStage, BwdTileDiff, BwdTileReport, BwdTileTolerance};
 pub use compare::{
     compare, compare_lse, CompareOptions, GroupSummary, HeadSummary, Location, NonFiniteCount,
     OracleReport, RowBlockSummary, TensorKind, WorstElement,

@@ -21,7 +21,9 @@ pub mod reference;
 
 pub use backend::ReferenceBackend;
 pub use dtype::Dtype;
-pub use problem::{check_len, Alibi, AttnShape, Causal, Element, Features, Problem, Tile, TileId};
+pub use problem::{
+    check_len, Alibi, AttnShape, BwdTile, Causal, Element, Features, Problem, Tile, TileId,
+};
 
 /// Errors from building or checking a problem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

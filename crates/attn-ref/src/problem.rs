@@ -609,6 +609,33 @@ pub struct Tile {
     pub l: Vec<f64>,
 }
 
+/// The backward's values of one tile (`b`, `h`, query block × key block) of a problem without
+/// score features, in the kernels' terms: with `z = scale · q·k` and the row's LSE,
+/// - `p[r][c]` = `exp(z − LSE)` (0 where masked), the normalized probabilities;
+/// - `dp[r][c]` = `dO_r · V_c` (every valid column, masked or not: the GEMM computes them all);
+/// - `ds[r][c]` = `p · (dp − Δ_r)`, the gradient of the loss with respect to `z` (0 where
+///   masked), so that `dQ = scale · dS·K` and `dK = scale · dSᵀ·Q`;
+/// - `delta[r]` = `Δ_r = Σ_c p·dp` over the row's keys (= `dO_r · O_r`).
+///
+/// `rows`/`cols` are the valid extents; the matrices are row-major `rows × cols`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BwdTile {
+    /// Which tile.
+    pub id: TileId,
+    /// Valid query rows in the tile.
+    pub rows: usize,
+    /// Valid key columns in the tile.
+    pub cols: usize,
+    /// Normalized probabilities, `rows × cols`.
+    pub p: Vec<f64>,
+    /// `dO·Vᵀ`, `rows × cols`.
+    pub dp: Vec<f64>,
+    /// `P ∘ (dP − Δ)`, `rows × cols`.
+    pub ds: Vec<f64>,
+    /// Δ per row.
+    pub delta: Vec<f64>,
+}
+
 /// An element type the reference accepts: `f16`, `bf16`, `f32`, `f64`.
 pub trait Element: Copy + Send + Sync + 'static {
     /// Exact widening to f64.

@@ -163,3 +163,91 @@ fn correctness_hopper_debug_dumps_match_the_tiled_reference() {
         );
     }
 }
+
+/// The mma.sync backward's debug entry dumps P, dP, dS and Δ of the listed query blocks; the
+/// oracle compares them with attn-ref's backward tiles, and the gradients that ran with the
+/// dumps still pass the FA3 rule's caps against the f64 reference.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_backward_debug_dumps_match_the_reference_tiles() {
+    use attn_oracle::{compare_bwd_tiles, BwdTileTolerance, Storage};
+    use attn_ref::reference::{backward, bwd_tiles::backward_tiles};
+    // Interior and tail blocks, a tail key tile, both causal alignments, GQA, D 64 and 128.
+    let cases = [
+        (
+            (1, 4, 4, 256, 256, 64),
+            Causal::None,
+            vec![(0, 0, 0), (0, 3, 2)],
+        ),
+        (
+            (2, 4, 2, 200, 177, 128),
+            Causal::BottomRight,
+            vec![(1, 3, 3), (0, 0, 0)],
+        ),
+        (
+            (1, 2, 1, 300, 300, 128),
+            Causal::TopLeft,
+            vec![(0, 1, 1), (0, 0, 4)],
+        ),
+        ((1, 2, 2, 100, 333, 64), Causal::None, vec![(0, 1, 1)]),
+    ];
+    let gpu = gpu();
+    let mut failures = Vec::new();
+    for ((b, hq, hkv, sq, sk, d), causal, blocks) in cases {
+        let p = Problem::new(AttnShape::new(b, hq, hkv, sq, sk, d).unwrap(), causal);
+        let s = p.shape();
+        let seed = fresh_seed();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let q: Vec<f16> = randn(&mut rng, s.q_elems());
+        let k: Vec<f16> = randn(&mut rng, s.kv_elems());
+        let v: Vec<f16> = randn(&mut rng, s.kv_elems());
+        let d_o: Vec<f16> = randn(&mut rng, s.o_elems());
+        let out = gpu.backward_debug(&p, (&q, &k, &v, &d_o), &blocks).unwrap();
+        let (bm, bn) = out.block;
+        let want = backward_tiles(&p, &q, &k, &v, &d_o, bm, bn, &blocks).unwrap();
+        assert!(!want.is_empty());
+        let report = compare_bwd_tiles(
+            &out.tiles,
+            &want,
+            &BwdTileTolerance::for_storage(Storage::F16),
+        );
+        if !report.is_clean() {
+            failures.push(format!(
+                "{:?} {causal:?} seed {seed}: {report}",
+                (b, hq, hkv, sq, sk, d)
+            ));
+        }
+        // The dumping kernel's gradients are still the gradients (max abs against f64).
+        let f = |x: &[f16]| x.iter().map(|e| e.to_f64()).collect::<Vec<_>>();
+        let r = backward(&p, &f(&q), &f(&k), &f(&v), &f(&d_o)).unwrap();
+        for (name, got, want) in [
+            ("dQ", &out.dq, &r.dq),
+            ("dK", &out.dk, &r.dk),
+            ("dV", &out.dv, &r.dv),
+        ] {
+            let errs: Vec<f64> = got
+                .iter()
+                .zip(want.iter())
+                .map(|(a, b)| (a.to_f64() - b).abs())
+                .collect();
+            let err = errs.iter().copied().fold(0.0, f64::max);
+            let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+            // NaN (an unwritten, poisoned element) fails too.
+            if errs.iter().any(|e| !e.is_finite()) || err > 1e-2 * scale {
+                failures.push(format!(
+                    "{:?} {causal:?}: {name} max err {err:.3e} (scale {scale:.2})",
+                    (b, hq, hkv, sq, sk, d)
+                ));
+            }
+        }
+    }
+    // A problem with a feature is refused with a typed error, before anything runs.
+    let p = Problem::new(AttnShape::new(1, 1, 1, 64, 64, 64).unwrap(), Causal::None)
+        .with_softcap(5.0)
+        .unwrap();
+    let x: Vec<f16> = randn(&mut StdRng::seed_from_u64(1), 64 * 64);
+    assert!(gpu
+        .backward_debug(&p, (&x, &x, &x, &x), &[(0, 0, 0)])
+        .is_err());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -54,6 +54,7 @@
 //! ```
 
 pub mod backward;
+pub mod bwd_tiles;
 pub mod emulate;
 pub mod paged;
 pub mod tiled;
