@@ -237,16 +237,20 @@ fn varlen(
         // The Hopper tiles of the paged rows at D = 128: the wide 176-key tile reads every page
         // size in 16-row TMA boxes (gcd(176, page)), the 128-key tile a page of ≥ 64 keys in
         // boxes of ≥ 64 rows; the default engine takes the latter there
-        // (`hopper_seq_default_tile`). Other head dims have one tile for sequence layouts (the
-        // feature tile), which the default rows run.
+        // (`hopper_seq_default_tile`). Other head dims have one tile for sequence layouts,
+        // which the default rows run.
         let on_hopper = gpu.compute_capability() == (9, 0);
         let pinned = |tile: Option<attn_kernels::HopperTile>| {
             tile.filter(|_| on_hopper)
                 .map(|t| (format!("Hopper {} tile", t.name()), Engine::Hopper(Some(t))))
         };
-        let narrow = pinned(attn_kernels::catalog::hopper_feature_tile(d))
-            .filter(|_| attn_kernels::catalog::hopper_seq_tile(d).is_some());
-        let wide = pinned(attn_kernels::catalog::hopper_seq_tile(d));
+        let (feature_tile, seq_tile) = (
+            attn_kernels::catalog::hopper_feature_tile(d),
+            attn_kernels::catalog::hopper_seq_tile(d),
+        );
+        let two_tiles = seq_tile.is_some() && seq_tile != feature_tile;
+        let narrow = pinned(feature_tile).filter(|_| two_tiles);
+        let wide = pinned(seq_tile).filter(|_| two_tiles);
         let mut variants: Vec<(String, Engine, Option<usize>)> = vec![
             ("varlen (packed), default engine".into(), Engine::Auto, None),
             ("varlen (packed), mma.sync".into(), Engine::MmaSync, None),
