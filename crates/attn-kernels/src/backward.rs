@@ -427,6 +427,25 @@ impl FlashAttention {
         self.backward_dumping(args, extras, None)
     }
 
+    /// The arch whose backward cubins run on this device for `unit` (bucket and dtype): the
+    /// embedded cubin the device takes, else the newest arch it runs.
+    pub(crate) fn backward_arch(&self, unit: &UnitKey) -> Result<Arch, KernelError> {
+        let (major, minor) = self.compute_capability();
+        crate::cubin::select(unit, false, major, minor)
+            .and_then(|c| Arch::parse(c.arch))
+            .or_else(|| {
+                Arch::ALL
+                    .iter()
+                    .rev()
+                    .copied()
+                    .find(|a| a.runs_on(major, minor))
+            })
+            .ok_or_else(|| KernelError::NoCubinForArch {
+                device: format!("{major}.{minor}"),
+                available: "sm_80, sm_89, sm_90a".into(),
+            })
+    }
+
     /// [`FlashAttention::backward_with`], and with `dump` the mma.sync kernel's debug entry
     /// writing its tile dumps (`crate::debug`, feature `debug-kernels`).
     pub(crate) fn backward_dumping<T: StorageType>(
@@ -457,20 +476,7 @@ impl FlashAttention {
             elem,
             head_dim: catalog::fwd_bucket(s.head_dim()).unwrap_or(0),
         };
-        let (major, minor) = self.compute_capability();
-        let arch = crate::cubin::select(&unit0, false, major, minor)
-            .and_then(|c| Arch::parse(c.arch))
-            .or_else(|| {
-                Arch::ALL
-                    .iter()
-                    .rev()
-                    .copied()
-                    .find(|a| a.runs_on(major, minor))
-            })
-            .ok_or_else(|| KernelError::NoCubinForArch {
-                device: format!("{major}.{minor}"),
-                available: "sm_80, sm_89, sm_90a".into(),
-            })?;
+        let arch = self.backward_arch(&unit0)?;
         let (qp, gq) = q.view().device_ptr(stream);
         let (kp, gk) = k.view().device_ptr(stream);
         let (vp, gv) = v.view().device_ptr(stream);

@@ -132,17 +132,7 @@ impl FlashAttention {
         opts: ForwardOptions,
     ) -> Result<DebugOutput<T>, KernelError> {
         let shape = problem.shape();
-        let q_tiles = shape.q_len().div_ceil(bm);
-        for &(b, h, qt) in blocks {
-            if b >= shape.batch() || h >= shape.q_heads() || qt >= q_tiles {
-                return Err(attn_ref::AttnError::InvalidArgument(format!(
-                    "tile block ({b}, {h}, {qt}) outside batch {}, heads {}, q tiles {q_tiles}",
-                    shape.batch(),
-                    shape.q_heads()
-                ))
-                .into());
-            }
-        }
+        check_blocks(shape, bm, blocks)?;
         if variant == DebugVariant::BrokenRescale && problem.causal() != attn_ref::Causal::None {
             return Err(attn_ref::AttnError::InvalidArgument(
                 "the broken-rescale variant exists for non-causal problems only".into(),
@@ -166,14 +156,7 @@ impl FlashAttention {
         let mut dump = s
             .clone_htod(&vec![f32::NAN; dump_len])
             .map_err(err("allocating the dump buffer"))?;
-        let flat: Vec<i32> = blocks
-            .iter()
-            .flat_map(|&(b, h, qt)| [b as i32, h as i32, qt as i32])
-            .chain(std::iter::repeat_n(0, 3))
-            .collect();
-        let dtiles = s
-            .clone_htod(&flat)
-            .map_err(err("uploading the tile list"))?;
+        let dtiles = upload_blocks(s, blocks)?;
         let extras = LaunchExtras {
             mode: match variant {
                 DebugVariant::Correct => None,
@@ -245,16 +228,13 @@ impl FlashAttention {
             ));
         }
         let bucket = crate::config::bucket_for(shape.head_dim())?;
-        let (major, minor) = self.compute_capability();
-        let arch = Arch::ALL
-            .iter()
-            .rev()
-            .copied()
-            .find(|a| a.runs_on(major, minor))
-            .ok_or_else(|| KernelError::NoCubinForArch {
-                device: format!("{major}.{minor}"),
-                available: "sm_80, sm_89, sm_90a".into(),
-            })?;
+        // The arch `backward_with` will run, so the tile below is the one that dumps.
+        let arch = self.backward_arch(&catalog::UnitKey {
+            family: catalog::Family::Bwd,
+            arch: Arch::Sm80,
+            elem: crate::config::elem_of(T::DTYPE),
+            head_dim: bucket,
+        })?;
         let tile = catalog::bwd_tile(arch, bucket)
             .filter(|_| catalog::BWD_DEBUG_HEAD_DIMS.contains(&bucket))
             .ok_or_else(|| {
@@ -265,18 +245,7 @@ impl FlashAttention {
                 ))
             })?;
         let (bm, bn) = (tile.block_m, tile.block_n);
-        let q_tiles = shape.q_len().div_ceil(bm);
-        for &(b, h, qt) in blocks {
-            if b >= shape.batch() || h >= shape.q_heads() || qt >= q_tiles {
-                return Err(attn_ref::AttnError::InvalidArgument(format!(
-                    "tile block ({b}, {h}, {qt}) outside batch {}, heads {}, q tiles {q_tiles} \
-                     (the backward's {bm}-row blocks)",
-                    shape.batch(),
-                    shape.q_heads()
-                ))
-                .into());
-            }
-        }
+        check_blocks(shape, bm, blocks)?;
         let key_tiles = shape.kv_len().div_ceil(bn);
         let per_tile = 3 * bm * bn + bm;
         let s = self.stream();
@@ -313,14 +282,7 @@ impl FlashAttention {
         let mut dump = s
             .clone_htod(&vec![f32::NAN; blocks.len().max(1) * key_tiles * per_tile])
             .map_err(err("allocating the dump buffer"))?;
-        let flat: Vec<i32> = blocks
-            .iter()
-            .flat_map(|&(b, h, qt)| [b as i32, h as i32, qt as i32])
-            .chain(std::iter::repeat_n(0, 3))
-            .collect();
-        let dtiles = s
-            .clone_htod(&flat)
-            .map_err(err("uploading the tile list"))?;
+        let dtiles = upload_blocks(s, blocks)?;
         let info = self.backward_dumping(
             Backward {
                 problem,
@@ -356,6 +318,44 @@ impl FlashAttention {
             kernel: info.kernel,
         })
     }
+}
+
+/// Checks that every `(b, h, q_tile)` block lies inside the problem (q_tile in `bm`-row blocks).
+fn check_blocks(
+    shape: &attn_ref::AttnShape,
+    bm: usize,
+    blocks: &[(usize, usize, usize)],
+) -> Result<(), KernelError> {
+    let q_tiles = shape.q_len().div_ceil(bm);
+    match blocks
+        .iter()
+        .find(|&&(b, h, qt)| b >= shape.batch() || h >= shape.q_heads() || qt >= q_tiles)
+    {
+        Some(&(b, h, qt)) => Err(attn_ref::AttnError::InvalidArgument(format!(
+            "tile block ({b}, {h}, {qt}) outside batch {}, heads {}, q tiles {q_tiles} \
+             ({bm}-row blocks)",
+            shape.batch(),
+            shape.q_heads()
+        ))
+        .into()),
+        None => Ok(()),
+    }
+}
+
+/// The kernels' tile list: `(b, h, q_tile)` triples as i32, padded by one so it is never empty.
+fn upload_blocks(
+    s: &std::sync::Arc<cudarc::driver::CudaStream>,
+    blocks: &[(usize, usize, usize)],
+) -> Result<cudarc::driver::CudaSlice<i32>, KernelError> {
+    let flat: Vec<i32> = blocks
+        .iter()
+        .flat_map(|&(b, h, qt)| [b as i32, h as i32, qt as i32])
+        .chain(std::iter::repeat_n(0, 3))
+        .collect();
+    s.clone_htod(&flat).map_err(|source| KernelError::Driver {
+        context: "uploading the tile list",
+        source,
+    })
 }
 
 /// Turns the backward's raw dump buffer into tiles; a key tile whose Δ values are all still

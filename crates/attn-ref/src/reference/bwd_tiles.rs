@@ -52,23 +52,7 @@ pub fn backward_tiles<T: Element>(
             "backward tiles cover problems without a window, softcap, ALiBi or sinks".into(),
         ));
     }
-    if block_m == 0 || block_n == 0 {
-        return Err(AttnError::InvalidArgument(format!(
-            "tile sizes must be at least 1, got block_m={block_m}, block_n={block_n}"
-        )));
-    }
-    let q_tiles = shape.q_len().div_ceil(block_m);
-    for &(b, h, t) in capture {
-        if b >= shape.batch() || h >= shape.q_heads() || t >= q_tiles {
-            return Err(AttnError::InvalidArgument(format!(
-                "capture (b={b}, h={h}, q_tile={t}) is outside B={}, Hq={}, query tiles={q_tiles} \
-                 (Sq={}, block_m={block_m})",
-                shape.batch(),
-                shape.q_heads(),
-                shape.q_len()
-            )));
-        }
-    }
+    super::tiled::check_capture(&shape, block_m, block_n, capture)?;
     let (sq, sk, d) = (shape.q_len(), shape.kv_len(), shape.head_dim());
     let row =
         |x: &[T], at: usize| -> Vec<f64> { x[at..][..d].iter().map(|e| e.to_f64()).collect() };

@@ -64,23 +64,7 @@ pub fn forward_tiled<T: Element>(
 ) -> Result<(RefOutput, Vec<Tile>), AttnError> {
     let shape = *p.shape();
     shape.check_qkv_lens(q.len(), k.len(), v.len())?;
-    if block_m == 0 || block_n == 0 {
-        return Err(AttnError::InvalidArgument(format!(
-            "tile sizes must be at least 1, got block_m={block_m}, block_n={block_n}"
-        )));
-    }
-    let q_tiles = shape.q_len().div_ceil(block_m);
-    for &(b, h, t) in capture {
-        if b >= shape.batch() || h >= shape.q_heads() || t >= q_tiles {
-            return Err(AttnError::InvalidArgument(format!(
-                "capture (b={b}, h={h}, q_tile={t}) is outside B={}, Hq={}, query tiles={q_tiles} \
-                 (Sq={}, block_m={block_m})",
-                shape.batch(),
-                shape.q_heads(),
-                shape.q_len()
-            )));
-        }
-    }
+    check_capture(&shape, block_m, block_n, capture)?;
 
     let (sq, d) = (shape.q_len(), shape.head_dim());
     let mut o = vec![0.0; shape.o_elems()];
@@ -115,6 +99,34 @@ pub fn forward_tiled<T: Element>(
         .collect();
     tiles.sort_by_key(|t| t.id);
     Ok((RefOutput { o, lse }, tiles))
+}
+
+/// Checks the tiling (non-zero blocks) and that every captured `(b, h, q_tile)` lies inside
+/// the shape; shared with [`super::bwd_tiles`].
+pub(crate) fn check_capture(
+    shape: &crate::AttnShape,
+    block_m: usize,
+    block_n: usize,
+    capture: &[(usize, usize, usize)],
+) -> Result<(), AttnError> {
+    if block_m == 0 || block_n == 0 {
+        return Err(AttnError::InvalidArgument(format!(
+            "tile sizes must be at least 1, got block_m={block_m}, block_n={block_n}"
+        )));
+    }
+    let q_tiles = shape.q_len().div_ceil(block_m);
+    for &(b, h, t) in capture {
+        if b >= shape.batch() || h >= shape.q_heads() || t >= q_tiles {
+            return Err(AttnError::InvalidArgument(format!(
+                "capture (b={b}, h={h}, q_tile={t}) is outside B={}, Hq={}, query tiles={q_tiles} \
+                 (Sq={}, block_m={block_m})",
+                shape.batch(),
+                shape.q_heads(),
+                shape.q_len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One query block of one (batch, head).
