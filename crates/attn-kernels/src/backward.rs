@@ -452,7 +452,7 @@ impl FlashAttention {
         &self,
         args: Backward<'_, T>,
         extras: BackwardExtras<'_>,
-        dump: Option<BwdDump<'_>>,
+        mut dump: Option<BwdDump<'_>>,
     ) -> Result<BackwardInfo, KernelError> {
         let Backward {
             problem,
@@ -777,14 +777,14 @@ impl FlashAttention {
                 .arg(&dvp)
                 .arg(&mut sems)
                 .arg(&params);
-            let mut dump = dump;
             if let Some(d) = dump.as_mut() {
                 b.arg(&mut *d.buffer).arg(d.tiles).arg(&d.count);
             }
             // SAFETY: matches ATTN_BWD_ENTRY (q, k, v, d_o, lse, delta, dq_acc, dk, dv, sems,
-            // BwdParams; the debug entry then the dump buffer, its tile list and the list's
-            // length, which `crate::debug` sizes for every listed block's key tiles of this
-            // tile and checks against the grid). Every tensor was checked by `plan_backward` (dims, extents inside their
+            // BwdParams; a debug entry then takes the dump buffer, its tile list and the list's
+            // length: `crate::debug` sizes the buffer for every listed block times this grid's
+            // key blocks, and the kernel writes only listed blocks' slots). Every tensor was
+            // checked by `plan_backward` (dims, extents inside their
             // views, 16-byte alignment, outputs distinct and not overlapping any input); dq_acc
             // holds `rows` rows of the bucket's width, 16-byte aligned (`bwd_f32_regions`: the
             // kernel's float2 atomics on sm_90), and sems B·Hq·ceil(Sq/BM) zeroed counters

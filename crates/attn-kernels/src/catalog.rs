@@ -1703,27 +1703,14 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             let ty = unit.elem.cuda_type();
             let d = unit.head_dim;
             let t = bwd_tile(unit.arch, d)?;
-            if debug {
-                // Tile dumps (P, dP, dS, Δ) from the mma.sync kernel's plain entries at the
-                // buckets the forward's debug build covers; the other passes run release code.
-                if !BWD_DEBUG_HEAD_DIMS.contains(&d) {
-                    return None;
-                }
-                for causal in [false, true] {
-                    let _ = writeln!(
-                        s,
-                        "ATTN_BWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {causal}, false)",
-                        bwd_entry_name(unit, causal, false),
-                        t.block_m,
-                        t.block_n,
-                        t.warps,
-                        t.stages
-                    );
-                }
-                return Some(s);
+            // Debug units: tile dumps (P, dP, dS, Δ) from the plain entries alone, at the
+            // buckets the forward's debug build covers; the other passes run release code.
+            if debug && !BWD_DEBUG_HEAD_DIMS.contains(&d) {
+                return None;
             }
+            let feature_variants: &[bool] = if debug { &[false] } else { &[false, true] };
             for causal in [false, true] {
-                for features in [false, true] {
+                for &features in feature_variants {
                     let _ = writeln!(
                         s,
                         "ATTN_BWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {causal}, {features})",
@@ -1734,6 +1721,9 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                         t.stages
                     );
                 }
+            }
+            if debug {
+                return Some(s);
             }
             let (pre, post) = bwd_prep_entry_names(unit);
             let _ = writeln!(s, "ATTN_BWD_PREP_ENTRY({pre}, {post}, {ty})");
