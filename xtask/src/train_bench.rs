@@ -46,6 +46,11 @@ pub struct Args {
     /// the sequences' own FLOPs; 0 skips it.
     #[arg(long, default_value_t = 16)]
     varlen_seqs: usize,
+    /// Time only the default forward and the default and deterministic backward of each
+    /// shape (no features, no mma.sync engine, no training steps): a quick comparison of two
+    /// builds' default kernels.
+    #[arg(long)]
+    plain: bool,
 }
 
 fn parse_shapes(s: &str) -> Result<Vec<[usize; 4]>> {
@@ -229,6 +234,27 @@ pub fn run(args: Args) -> Result<()> {
                     time(&gpu, warmup, iters, || t.backward(p, options))
                 };
             let fwd = fwd_of(&mut t, &p)?;
+            if args.plain {
+                let bwd = bwd_of(&mut t, &p, false, BackwardEngine::Auto)?;
+                let bwd_det = bwd_of(&mut t, &p, true, BackwardEngine::Auto)?;
+                let flops = shape.flops(mask);
+                let m = |x: &[f64]| median(&mut x.to_vec());
+                println!(
+                    "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×)",
+                    if causal { "causal" } else { "full" },
+                    m(&fwd),
+                    flops / m(&fwd) * 1e-6,
+                    m(&bwd),
+                    2.5 * flops / m(&bwd) * 1e-6,
+                    m(&bwd_det),
+                    m(&bwd_det) / m(&bwd)
+                );
+                rows.push(serde_json::json!({
+                    "shape": [b, h, n, d, causal],
+                    "fwd_us": fwd, "bwd_us": bwd, "bwd_det_us": bwd_det, "flops_fwd": flops,
+                }));
+                continue;
+            }
             let window = fwd_of(&mut t, &windowed)?;
             let softcap = fwd_of(&mut t, &capped)?;
             let noop = fwd_of(&mut t, &feat_noop)?;
@@ -337,15 +363,30 @@ pub fn run(args: Args) -> Result<()> {
                 continue;
             }
             let opts = attn_stats::CompareOptions::default();
-            // Our training steps against SDPA's (the same duty cycle on both sides).
-            let cf = attn_stats::compare(&sf, &f(&ours["step_fwd_us"]), &opts)
-                .map_err(|e| anyhow!("{e}"))?;
-            let cb = attn_stats::compare(&sb, &f(&ours["step_bwd_us"]), &opts)
-                .map_err(|e| anyhow!("{e}"))?;
-            let cm = attn_stats::compare(&sb, &f(&ours["bwd_mma_us"]), &opts)
-                .map_err(|e| anyhow!("{e}"))?;
+            // Our training steps against SDPA's (the same duty cycle on both sides); with
+            // --plain, which times no steps, our own loops (the forward's ratio then favours us:
+            // run 216).
+            let (fwd_key, bwd_key) = if args.plain {
+                ("fwd_us", "bwd_us")
+            } else {
+                ("step_fwd_us", "step_bwd_us")
+            };
+            let cf =
+                attn_stats::compare(&sf, &f(&ours[fwd_key]), &opts).map_err(|e| anyhow!("{e}"))?;
+            let cb =
+                attn_stats::compare(&sb, &f(&ours[bwd_key]), &opts).map_err(|e| anyhow!("{e}"))?;
+            let mma = if args.plain {
+                String::new()
+            } else {
+                let cm = attn_stats::compare(&sb, &f(&ours["bwd_mma_us"]), &opts)
+                    .map_err(|e| anyhow!("{e}"))?;
+                format!(
+                    ", bwd mma.sync {:.3} [{:.3}, {:.3}]",
+                    cm.ratio, cm.ratio_ci_low, cm.ratio_ci_high
+                )
+            };
             println!(
-                "SDPA {} {}: fwd {:.1} µs, bwd {:.1} µs | ours/SDPA time: fwd {:.3} [{:.3}, {:.3}], bwd {:.3} [{:.3}, {:.3}], bwd mma.sync {:.3} [{:.3}, {:.3}]",
+                "SDPA {} {}: fwd {:.1} µs, bwd {:.1} µs | ours/SDPA time: fwd {:.3} [{:.3}, {:.3}], bwd {:.3} [{:.3}, {:.3}]{mma}",
                 r["backend"],
                 r["shape"],
                 median(&mut sf.clone()),
@@ -356,9 +397,6 @@ pub fn run(args: Args) -> Result<()> {
                 cb.ratio,
                 cb.ratio_ci_low,
                 cb.ratio_ci_high,
-                cm.ratio,
-                cm.ratio_ci_low,
-                cm.ratio_ci_high
             );
         }
     }
