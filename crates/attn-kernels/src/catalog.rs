@@ -428,7 +428,8 @@ pub const fn paged_box_rows(block_n: usize, page_size: usize) -> usize {
 /// 16-row boxes, so a paged launch takes it only where its boxes are no smaller than the
 /// feature tile's: with pages of 64 and 256 keys the 128-key tile (boxes of 64 and 128 rows)
 /// ran a varlen prefill 1.07–1.08× faster (run 206, docs/PERF.md: 1090–1101 µs against
-/// 1179–1180).
+/// 1179–1180). At D = 256 a paged launch takes [`HOPPER_D256_PAGED`] where its boxes are
+/// taller than the feature tile's (pages of 32 keys and more).
 pub fn hopper_seq_default_tile(
     bucket: usize,
     kv_len: usize,
@@ -455,6 +456,11 @@ pub fn hopper_seq_default_tile(
         && boxes_ok(HOPPER_D128_WIDE)
     {
         return Some(HOPPER_D128_WIDE);
+    }
+    if let (Some(page), Some(paged), Some(f)) = (page_size, hopper_paged_tile(bucket), feature) {
+        if paged_box_rows(paged.block_n, page) > paged_box_rows(f.block_n, page) {
+            return Some(paged);
+        }
     }
     feature
 }
@@ -491,10 +497,13 @@ impl HopperVariant {
     /// Whether `tile` of `bucket` is compiled in this variant.
     pub fn is_built(self, bucket: usize, tile: &HopperTile) -> bool {
         match self {
-            HopperVariant::Dense => true,
+            // The paged caches' tile runs paged launches only (`_feat`).
+            HopperVariant::Dense => hopper_paged_tile(bucket) != Some(*tile),
             HopperVariant::Seqs => hopper_seq_tile(bucket) == Some(*tile),
             HopperVariant::Features => {
-                hopper_feature_tile(bucket) == Some(*tile) || hopper_seq_tile(bucket) == Some(*tile)
+                hopper_feature_tile(bucket) == Some(*tile)
+                    || hopper_seq_tile(bucket) == Some(*tile)
+                    || hopper_paged_tile(bucket) == Some(*tile)
             }
         }
     }
@@ -629,9 +638,11 @@ pub fn hopper_persistent(
 /// [`HOPPER_128_PINGPONG`] for grids where 192-row blocks leave SMs idle; D = 96: 128 keys with
 /// intra-warpgroup overlap; D = 128: [`HOPPER_128_PINGPONG`] and, without a mask over long key
 /// ranges, [`HOPPER_D128_WIDE`]; D ≤ 192: 96 keys with ping-pong and overlap; D ≤ 256: 80 keys
-/// with ping-pong and overlap. Each bucket's default also runs its features.
+/// with ping-pong and overlap, and at D = 256 [`HOPPER_D256_PAGED`] for paged caches. Each
+/// bucket's default also runs its features.
 /// The variants the sweeps measured slower than these (a third stage, no overlap or no
-/// ping-pong, 176 keys without both at D ≤ 128, 112 keys at D ≤ 192, 64 keys at D ≤ 256) are
+/// ping-pong, 176 keys without both at D ≤ 128, 112 keys at D ≤ 192, 64 keys at D ≤ 256 for
+/// anything but paged caches) are
 /// no longer built: no launch selected them, and they cost CI's 2-core build about a minute
 /// (`git log -S "ht3(128, 3"` finds the list, to restore them for a sweep).
 /// A wgmma's N must be a multiple of 8, P·V's k-steps take 16 keys.
@@ -653,16 +664,38 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
     // 16.5 → 15.4, 2,16,4096,160 591–593 → 561–578), which also runs the features
     // (`hopper_feature_tile`, run 257).
     const UP_TO_192: [HopperTile; 1] = [ht(96, 2, true, true)];
-    // D = 224 / 256: one tile, which also runs the features (`hopper_feature_tile`).
-    const UP_TO_256: [HopperTile; 1] = [ht(80, 2, true, true)];
+    // D = 224 / 256: one tile, which also runs the features (`hopper_feature_tile`); at
+    // D = 256 also the paged caches' 64-key tile ([`HOPPER_D256_PAGED`]).
+    const D224: [HopperTile; 1] = [ht(80, 2, true, true)];
+    const D256: [HopperTile; 2] = [ht(80, 2, true, true), HOPPER_D256_PAGED];
     match bucket {
         32 | 64 => &UP_TO_64,
         96 => &D96,
         128 => &D128,
         160 | 192 => &UP_TO_192,
-        224 | 256 => &UP_TO_256,
+        224 => &D224,
+        256 => &D256,
         _ => &[],
     }
+}
+
+/// D = 256's tile for paged KV caches: 64 keys per stage with ping-pong and intra-warpgroup
+/// overlap, built with `_feat` entries only. The default 80-key tile reads every power-of-two
+/// page in 16-row TMA boxes (gcd(80, page), [`paged_box_rows`]), and a paged prefill paid
+/// 15–19 % over the same packed K/V for it; 64 keys read pages of 64 keys and more in 64-row
+/// boxes. Run 275 (H200, `serve-bench --only varlen --varlen-head-dim 256`, 16 sequences of
+/// 248–3903 tokens, f16, µs, 80 → 64 keys): pages of 64 keys 2311–2314 → 2147–2149 (causal
+/// 1360–1365 → 1249–1255), pages of 256 2317–2320 → 2136–2145 (causal 1355 → 1250–1257), now
+/// 1.03–1.04× packed; pages of 16 (16-row boxes either way) 2337–2343 → 2416–2421, and packed
+/// K/V 1974–1976 → 2069–2090: where the boxes do not grow, 80 keys stay faster
+/// ([`hopper_seq_default_tile`] decides).
+pub const HOPPER_D256_PAGED: HopperTile = ht(64, 2, true, true);
+
+/// The bucket's tile for paged KV caches, if it has one besides its feature tile (D = 256:
+/// [`HOPPER_D256_PAGED`]).
+pub fn hopper_paged_tile(bucket: usize) -> Option<HopperTile> {
+    (bucket == 256 && hopper_tiles(bucket).contains(&HOPPER_D256_PAGED))
+        .then_some(HOPPER_D256_PAGED)
 }
 
 /// The Hopper tile whose dense entries the debug build (feature `debug-kernels`) also has,

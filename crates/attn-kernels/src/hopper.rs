@@ -501,7 +501,9 @@ pub(crate) fn plan_hopper(
             .collect();
         return Err(KernelError::EngineUnavailable(format!(
             "the Hopper engine runs {} only in tile{} {} (asked: {}); leave the tile unset",
-            if features {
+            if variant == HopperVariant::Dense {
+                "dense problems".to_string()
+            } else if features {
                 crate::launch::feature_names(problem)
             } else if dense_split {
                 "split-KV".to_string()
@@ -1233,6 +1235,83 @@ mod tests {
                 assert_eq!(t, catalog::hopper_tiles(b)[0], "bucket {b}: the default");
             }
         }
+    }
+
+    #[test]
+    fn d256_paged_launches_take_the_64_key_tile_where_its_boxes_are_taller() {
+        let p = Problem::new(
+            AttnShape::new(16, 16, 16, 4000, 4000, 256).unwrap(),
+            Causal::None,
+        );
+        let default = catalog::hopper_tiles(256)[0];
+        let paged = catalog::hopper_paged_tile(256).unwrap();
+        assert_eq!((default.block_n, paged.block_n), (80, 64));
+        // Boxes of gcd(BN, page) rows: 16 against 16 at pages of 16 (80 keys stay), 32 and 64
+        // against 16 at 32, 64 and 256.
+        for (page, want) in [
+            (16, default),
+            (32, paged),
+            (64, paged),
+            (256, paged),
+            (48, default),
+        ] {
+            let seq = SeqLaunch {
+                page_size: Some(page),
+                ..SeqLaunch::default()
+            };
+            let plan =
+                plan_hopper(&p, None, 232_448, Some(seq), 132, TileSchedule::Auto, None).unwrap();
+            assert_eq!(
+                (plan.tile, plan.variant),
+                (want, HopperVariant::Features),
+                "page {page}"
+            );
+        }
+        // Packed K/V and softcap keep the 80-key tile, and D = 224 has no paged tile.
+        let plan = plan_hopper(
+            &p,
+            None,
+            232_448,
+            Some(SeqLaunch::default()),
+            132,
+            TileSchedule::Auto,
+            None,
+        )
+        .unwrap();
+        assert_eq!(plan.tile, default);
+        let capped = p.with_softcap(30.0).unwrap();
+        let seq = SeqLaunch {
+            page_size: Some(64),
+            ..SeqLaunch::default()
+        };
+        let plan = plan_hopper(
+            &capped,
+            None,
+            232_448,
+            Some(seq),
+            132,
+            TileSchedule::Auto,
+            None,
+        )
+        .unwrap();
+        assert_eq!(plan.tile, default);
+        assert_eq!(catalog::hopper_paged_tile(224), None);
+        // The paged tile has no dense entries: pinned on a dense launch it is refused, typed.
+        assert!(!HopperVariant::Dense.is_built(256, &paged));
+        let err = plan_hopper(
+            &p,
+            Some(paged),
+            232_448,
+            None,
+            132,
+            TileSchedule::Auto,
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, KernelError::EngineUnavailable(m) if m.contains("dense problems")),
+            "{err}"
+        );
     }
 
     #[test]

@@ -164,7 +164,13 @@ fn sanitize_hopper_engine() {
     let mut failures = Vec::new();
     for d in [24, 64, 120, 128, 192, 256] {
         let tiles: Vec<Option<attn_kernels::HopperTile>> = if hopper {
-            hopper_configs_for(d).into_iter().map(Some).collect()
+            // Dense launches: the tiles with dense entries.
+            let bucket = attn_kernels::bucket_for(d).expect("a catalog head dim");
+            hopper_configs_for(d)
+                .into_iter()
+                .filter(|t| attn_kernels::catalog::HopperVariant::Dense.is_built(bucket, t))
+                .map(Some)
+                .collect()
         } else {
             vec![None]
         };

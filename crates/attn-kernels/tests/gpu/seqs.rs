@@ -488,6 +488,31 @@ fn hopper_suffix(c: &SeqCase) -> &'static str {
     }
 }
 
+/// Whether a Hopper launch of `c` ran the paged caches' tile exactly when it should: unpinned,
+/// without softcap or a window, over pages its TMA boxes read taller than the feature tile's
+/// (`catalog::hopper_paged_tile`, D = 256). True for buckets without such a tile.
+fn paged_tile_ran(c: &SeqCase, kernel: &str) -> bool {
+    use attn_kernels::catalog::{hopper_feature_tile, hopper_paged_tile, paged_box_rows};
+    let Ok(bucket) = attn_kernels::bucket_for(c.d) else {
+        return true;
+    };
+    let (Some(paged), Some(feature)) = (hopper_paged_tile(bucket), hopper_feature_tile(bucket))
+    else {
+        return true;
+    };
+    let want = match (c.keys, c.engine) {
+        (_, Engine::Hopper(Some(t))) => t == paged,
+        // Softcap and windows keep the feature tile (src/hopper.rs `plan_hopper`).
+        (Keys::Paged { page_size, .. }, _)
+            if c.features.softcap.is_none() && c.features.window.is_none() =>
+        {
+            paged_box_rows(paged.block_n, page_size) > paged_box_rows(feature.block_n, page_size)
+        }
+        _ => false,
+    };
+    kernel.contains(&format!("_{}_", paged.name())) == want
+}
+
 fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mut Vec<String>) {
     for dtype in [Dtype::F16, Dtype::Bf16] {
         let r = match dtype {
@@ -520,6 +545,11 @@ fn run_dtypes(gpu: &FlashAttention, c: &SeqCase, rng: &mut StdRng, failures: &mu
                 let name = kernel.strip_suffix("_split").unwrap_or(&kernel);
                 if !name.ends_with(want) {
                     failures.push(format!("{c:?}: ran {kernel}, not a `{want}` entry"));
+                }
+                if hopper && !paged_tile_ran(c, &kernel) {
+                    failures.push(format!(
+                        "{c:?}: ran {kernel}, not the paged caches' tile choice"
+                    ));
                 }
                 if hopper != kernel.starts_with("attn_fwdh_") {
                     failures.push(format!(
@@ -685,8 +715,9 @@ fn correctness_seqs_paged() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
     let k_lens = vec![100, 0, 333, 16, 47];
-    // D = 192: three 64-column sub-tiles per row. D = 256: 80-key tiles, which every page size
-    // here cuts into 16-row boxes, and 256-key pages that tiles straddle.
+    // D = 192: three 64-column sub-tiles per row. D = 256: the 80-key tile, which pages of 16
+    // and 48 cut into 16-row boxes, and at pages of 256 (which its tiles straddle) the 64-key
+    // paged tile's 64-row boxes (`catalog::hopper_paged_tile`); `paged_tile_ran` checks which.
     for d in [64, 128, 96, 192, 256] {
         for page_size in [16, 48, 256] {
             for causal in CAUSALS {
