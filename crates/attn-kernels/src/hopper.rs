@@ -1243,11 +1243,18 @@ mod tests {
             AttnShape::new(16, 16, 16, 4000, 4000, 256).unwrap(),
             Causal::None,
         );
+        let plan = |p: &Problem, tile, page_size: Option<Option<usize>>| {
+            let seq = page_size.map(|page| SeqLaunch {
+                page_size: page,
+                ..SeqLaunch::default()
+            });
+            plan_hopper(p, tile, 232_448, seq, 132, TileSchedule::Auto, None)
+        };
         let default = catalog::hopper_tiles(256)[0];
         let paged = catalog::hopper_paged_tile(256).unwrap();
         assert_eq!((default.block_n, paged.block_n), (80, 64));
-        // Boxes of gcd(BN, page) rows: 16 against 16 at pages of 16 (80 keys stay), 32 and 64
-        // against 16 at 32, 64 and 256.
+        // Boxes of gcd(BN, page) rows: 16 against 16 at pages of 16 and 48 (80 keys stay), 32
+        // and 64 against 16 at 32, 64 and 256.
         for (page, want) in [
             (16, default),
             (32, paged),
@@ -1255,59 +1262,21 @@ mod tests {
             (256, paged),
             (48, default),
         ] {
-            let seq = SeqLaunch {
-                page_size: Some(page),
-                ..SeqLaunch::default()
-            };
-            let plan =
-                plan_hopper(&p, None, 232_448, Some(seq), 132, TileSchedule::Auto, None).unwrap();
+            let got = plan(&p, None, Some(Some(page))).unwrap();
             assert_eq!(
-                (plan.tile, plan.variant),
+                (got.tile, got.variant),
                 (want, HopperVariant::Features),
                 "page {page}"
             );
         }
         // Packed K/V and softcap keep the 80-key tile, and D = 224 has no paged tile.
-        let plan = plan_hopper(
-            &p,
-            None,
-            232_448,
-            Some(SeqLaunch::default()),
-            132,
-            TileSchedule::Auto,
-            None,
-        )
-        .unwrap();
-        assert_eq!(plan.tile, default);
+        assert_eq!(plan(&p, None, Some(None)).unwrap().tile, default);
         let capped = p.with_softcap(30.0).unwrap();
-        let seq = SeqLaunch {
-            page_size: Some(64),
-            ..SeqLaunch::default()
-        };
-        let plan = plan_hopper(
-            &capped,
-            None,
-            232_448,
-            Some(seq),
-            132,
-            TileSchedule::Auto,
-            None,
-        )
-        .unwrap();
-        assert_eq!(plan.tile, default);
+        assert_eq!(plan(&capped, None, Some(Some(64))).unwrap().tile, default);
         assert_eq!(catalog::hopper_paged_tile(224), None);
         // The paged tile has no dense entries: pinned on a dense launch it is refused, typed.
         assert!(!HopperVariant::Dense.is_built(256, &paged));
-        let err = plan_hopper(
-            &p,
-            Some(paged),
-            232_448,
-            None,
-            132,
-            TileSchedule::Auto,
-            None,
-        )
-        .unwrap_err();
+        let err = plan(&p, Some(paged), None).unwrap_err();
         assert!(
             matches!(&err, KernelError::EngineUnavailable(m) if m.contains("dense problems")),
             "{err}"
