@@ -685,10 +685,11 @@ pub fn hopper_tiles(bucket: usize) -> &'static [HopperTile] {
 /// 15–19 % over the same packed K/V for it; 64 keys read pages of 64 keys and more in 64-row
 /// boxes. Run 275 (H200, `serve-bench --only varlen --varlen-head-dim 256`, 16 sequences of
 /// 248–3903 tokens, f16, µs, 80 → 64 keys): pages of 64 keys 2311–2314 → 2147–2149 (causal
-/// 1360–1365 → 1249–1255), pages of 256 2317–2320 → 2136–2145 (causal 1355 → 1250–1257), now
-/// 1.03–1.04× packed; pages of 16 (16-row boxes either way) 2337–2343 → 2416–2421, and packed
-/// K/V 1974–1976 → 2069–2090: where the boxes do not grow, 80 keys stay faster
-/// ([`hopper_seq_default_tile`] decides).
+/// 1360–1365 → 1249–1255), pages of 256 2317–2320 → 2136–2145 (causal 1355 → 1250–1257);
+/// pages of 16 (16-row boxes either way) 2337–2343 → 2416–2421, and packed K/V 1974–1976 →
+/// 2069–2090: where the boxes do not grow, 80 keys stay faster ([`hopper_seq_default_tile`]
+/// decides). With both tiles built (run 276) pages of 64 and 256 cost 1.07× the 80-key packed
+/// launch, against 1.15–1.19× before.
 pub const HOPPER_D256_PAGED: HopperTile = ht(64, 2, true, true);
 
 /// The bucket's tile for paged KV caches, if it has one besides its feature tile (D = 256:
