@@ -131,6 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let opts = BackwardOptions {
         deterministic: args.deterministic,
         engine: args.engine.into(),
+        ..Default::default()
     };
     let host = Host {
         q: &q,

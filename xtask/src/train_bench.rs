@@ -12,8 +12,8 @@ use std::process::Command;
 
 use anyhow::{anyhow, Context, Result};
 use attn_kernels::{
-    dims_kv, dims_q, Backward, BackwardEngine, BackwardOptions, FlashAttention, Forward,
-    ForwardOptions, Layout, Tensor, TensorMut,
+    dims_kv, dims_q, Backward, BackwardEngine, BackwardOptions, BackwardSchedule, FlashAttention,
+    Forward, ForwardOptions, Layout, Tensor, TensorMut,
 };
 use attn_ref::{Alibi, AttnShape, Causal, Problem};
 use clap::Parser;
@@ -47,8 +47,9 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     varlen_seqs: usize,
     /// Time only the default forward and the default and deterministic backward of each
-    /// shape (no features, no mma.sync engine, no training steps): a quick comparison of two
-    /// builds' default kernels.
+    /// shape, and the default backward on its classic grid (`BackwardSchedule::Grid`, no
+    /// split tail); no features, no mma.sync engine, no training steps: a quick comparison of
+    /// two builds' default kernels.
     #[arg(long)]
     plain: bool,
 }
@@ -230,6 +231,7 @@ pub fn run(args: Args) -> Result<()> {
                     let options = BackwardOptions {
                         deterministic,
                         engine,
+                        ..Default::default()
                     };
                     time(&gpu, warmup, iters, || t.backward(p, options))
                 };
@@ -237,21 +239,31 @@ pub fn run(args: Args) -> Result<()> {
             if args.plain {
                 let bwd = bwd_of(&mut t, &p, false, BackwardEngine::Auto)?;
                 let bwd_det = bwd_of(&mut t, &p, true, BackwardEngine::Auto)?;
+                // The default backward on the classic grid (no split tail), so one build
+                // compares the two schedules.
+                let grid = BackwardOptions {
+                    schedule: BackwardSchedule::Grid,
+                    ..Default::default()
+                };
+                let bwd_grid = time(&gpu, warmup, iters, || t.backward(&p, grid))?;
                 let flops = shape.flops(mask);
                 let m = |x: &[f64]| median(&mut x.to_vec());
                 println!(
-                    "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×)",
+                    "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×), grid {:.1} µs (default / grid {:.3}×)",
                     if causal { "causal" } else { "full" },
                     m(&fwd),
                     flops / m(&fwd) * 1e-6,
                     m(&bwd),
                     2.5 * flops / m(&bwd) * 1e-6,
                     m(&bwd_det),
-                    m(&bwd_det) / m(&bwd)
+                    m(&bwd_det) / m(&bwd),
+                    m(&bwd_grid),
+                    m(&bwd) / m(&bwd_grid)
                 );
                 rows.push(serde_json::json!({
                     "shape": [b, h, n, d, causal],
-                    "fwd_us": fwd, "bwd_us": bwd, "bwd_det_us": bwd_det, "flops_fwd": flops,
+                    "fwd_us": fwd, "bwd_us": bwd, "bwd_det_us": bwd_det, "bwd_grid_us": bwd_grid,
+                    "flops_fwd": flops,
                 }));
                 continue;
             }

@@ -118,6 +118,34 @@ template <int DK> struct HopperBwdLayout {
     static_assert(kSmemBytes <= 232448, "fits Hopper's 227 KiB of shared memory per block");
 };
 
+// The split tail of a plain non-causal launch (src/backward.rs `bwd_tail_split`). With one CTA
+// per SM, a grid of `items` equal (key block, KV head, batch) items ends on a partial round of
+// items mod SMs, while the other SMs idle (4,16,4096,128: 68 items of 132, a third of a round
+// lost: 3 % of the launch, the wave quantization cuDNN's backward does not show, run 278).
+// Those last items are cut into `tail_pieces` ranges of their query-block walk, one CTA each;
+// every piece writes its dK, dV partial (f32, in the threads' register order) to a slot of
+// `tail_part`, and the last of an item's pieces to arrive (a ticket in `tail_cnt`, zeroed
+// before the launch) adds the item's slots in piece order and runs the epilogue, so the sum is
+// the same whichever piece arrives last. The tail's CTAs come last in the 1-D grid, so they
+// start after every whole item; FlashAttention-3's stream-K ideas (Osama et al. 2023) without
+// a persistent kernel. CTA c: item c below tail_first; else piece (c − first) mod pieces of
+// item first + (c − first) / pieces. Items are key-block fastest, as the 3-D grid's.
+template <int BN>
+__device__ __forceinline__ void bwd_tail_item(const BwdParams& p, int& n_blk, int& kvh, int& b, int& piece,
+                                              int& tail_item) {
+    const int c = blockIdx.x;
+    int item = c;
+    if (c >= p.tail_first) {
+        tail_item = (c - p.tail_first) / p.tail_pieces;
+        piece = (c - p.tail_first) % p.tail_pieces;
+        item = p.tail_first + tail_item;
+    }
+    const int n_blocks = (p.kv_len + BN - 1) / BN;
+    n_blk = item % n_blocks;
+    kvh = (item / n_blocks) % p.kv_heads;
+    b = item / (n_blocks * p.kv_heads);
+}
+
 // Δ = rowsum(dO∘O) and LSE₂ = LSE·log2e per (b, h, row) into [B·Hq, q_blocks·64] rows,
 // padded: rows past Sq (and rows whose LSE is −∞: they see no key) get Δ = 0, LSE₂ = +∞; and
 // zeros into the same rows of the dQ accumulator (64·q_blocks rows of the bucket's width per
@@ -360,12 +388,59 @@ __device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_
     }
 }
 
+// A split item's piece (bwd_tail_item) after its walk: writes this thread's dK, dV partial to
+// the piece's slot (256 consumer threads × 2·NO float4, each float4 one n-tile's registers,
+// thread-fastest so the stores coalesce), takes the item's ticket, and returns whether it
+// was the last piece; if so, dK and dV hold the sum of every piece's slot, added in piece
+// order. The threadfence-reduction pattern: stores, fence, barrier, then one atomic; the
+// last arriver fences again and reads the other pieces' slots through the L2 (ld.global.cg).
+// `flag`: a shared int no longer in use (the walk's LSE₂ stage).
+template <int NO>
+__device__ __forceinline__ bool bwd_tail_merge(float (&acc_dk)[NO][4], float (&acc_dv)[NO][4],
+                                               float* __restrict__ tail_part, unsigned int* __restrict__ tail_cnt,
+                                               int tail_item, int piece, int pieces, int tid, int* flag) {
+    constexpr int kSlotFloats = 2 * NO * 4 * 256;
+    float4* slot = reinterpret_cast<float4*>(tail_part + (static_cast<int64_t>(tail_item) * pieces + piece) * kSlotFloats);
+#pragma unroll
+    for (int n = 0; n < NO; ++n) {
+        slot[n * 256 + tid] = make_float4(acc_dk[n][0], acc_dk[n][1], acc_dk[n][2], acc_dk[n][3]);
+        slot[(NO + n) * 256 + tid] = make_float4(acc_dv[n][0], acc_dv[n][1], acc_dv[n][2], acc_dv[n][3]);
+    }
+    __threadfence();
+    named_barrier_sync(1, 256);
+    if (tid == 0) *flag = atomicAdd(tail_cnt + tail_item, 1u) == static_cast<unsigned>(pieces - 1);
+    named_barrier_sync(1, 256);
+    if (!*flag) return false;
+    __threadfence();
+    const float4* item = reinterpret_cast<const float4*>(tail_part + static_cast<int64_t>(tail_item) * pieces * kSlotFloats);
+    // dK, then dV: NO float4 loads in flight at most (all 2·NO at once, 128 registers beside
+    // the 128 of the accumulators, spilled at D = 128 and 256).
+    auto merge = [&](float (&acc)[NO][4], int first) {
+        for (int q = 0; q < pieces; ++q) {
+            const float4* src = item + static_cast<int64_t>(q) * (kSlotFloats / 4) + first * 256;
+#pragma unroll
+            for (int n = 0; n < NO; ++n) {
+                const float4 x = __ldcg(src + n * 256 + tid);
+                if (q == 0) {
+                    acc[n][0] = x.x, acc[n][1] = x.y, acc[n][2] = x.z, acc[n][3] = x.w;
+                } else {
+                    acc[n][0] += x.x, acc[n][1] += x.y, acc[n][2] += x.z, acc[n][3] += x.w;
+                }
+            }
+        }
+    };
+    merge(acc_dk, 0);
+    merge(acc_dv, NO);
+    return true;
+}
+
 template <typename T, int DK, bool CAUSAL, bool FEATURES, bool SEQS = false>
 __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const TmaDesc* tma_do, const float* __restrict__ lse2,
                                                   const float* __restrict__ delta, float* __restrict__ dq_acc,
                                                   T* __restrict__ dk, T* __restrict__ dv,
-                                                  unsigned int* __restrict__ sems, const BwdParams& p_launch) {
+                                                  unsigned int* __restrict__ sems, float* __restrict__ tail_part,
+                                                  unsigned int* __restrict__ tail_cnt, const BwdParams& p_launch) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using L = HopperBwdLayout<DK>;
     constexpr int kBM = L::kBM, kBN = L::kBN, kST = L::kStages;
@@ -397,6 +472,12 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     const bool reversed = CAUSAL && p_launch.deterministic;
     int n_lin = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     if constexpr (CAUSAL) bwd_lpt_order(p_launch, 8 * DK, n_lin, kvh, b);
+    // A split tail (plain non-causal entries, src/backward.rs `bwd_tail_split`): a 1-D grid
+    // whose CTAs from tail_first on are pieces of the last items, `tail_pieces` per item.
+    int piece = -1, tail_item = 0;
+    if constexpr (!CAUSAL && !FEATURES && !SEQS) {
+        if (p_launch.tail_pieces > 1) bwd_tail_item<kBN>(p_launch, n_lin, kvh, b, piece, tail_item);
+    }
     const int n_blk = reversed ? gridDim.x - 1 - n_lin : n_lin;
     const int tid = threadIdx.x;
     // FEATURES or SEQS: this sequence's lengths, alignment and packed row offsets (seqs.cuh). Its
@@ -421,7 +502,13 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     int i_begin, i_end;
     bwd_walk<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, i_begin, i_end);
     const int per_head = max(0, i_end - i_begin);
-    const int n_iter = per_head * p.group;
+    // A piece of a split item walks iterations [it0, it0 + n_iter) of the item's walk.
+    int n_iter = per_head * p.group;
+    int it0 = 0;
+    if (piece >= 0) {
+        it0 = piece * n_iter / p.tail_pieces;
+        n_iter = (piece + 1) * n_iter / p.tail_pieces - it0;
+    }
     // Iteration `it` covers query head kvh·group + it / per_head, block i_begin + it % per_head;
     // in deterministic mode rotated back by the key block where every key block walks every
     // query block (non-causal entries without features: see bwd_rotated_turn). The default
@@ -429,8 +516,8 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     // the L2 at about the same time (run 113 measured it within noise, 0–3 % slower, rotated).
     const bool rotated = !CAUSAL && !FEATURES && p.deterministic && p.det_rotated;
     const int rotation = rotated && per_head > 0 ? n_blk % per_head : 0;
-    auto head_of = [&](int it) { return kvh * p.group + it / per_head; };
-    auto qblk_of = [&](int it) { return i_begin + (it % per_head + per_head - rotation) % per_head; };
+    auto head_of = [&](int it) { return kvh * p.group + (it0 + it) / per_head; };
+    auto qblk_of = [&](int it) { return i_begin + ((it0 + it) % per_head + per_head - rotation) % per_head; };
     // This key block's deterministic turn on query block qblk (0 in the default mode).
     auto turn_of = [&](int qblk) {
         if (!p.deterministic) return 0;
@@ -793,6 +880,11 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     // before the CTA exits.
     if constexpr (kSplitD && CAUSAL) bwd_hopper_pass_turn(pending, tid, lane);
     if (kSplitD && lane == 0) bulk_wait<0>();
+    if constexpr (!CAUSAL && !FEATURES && !SEQS) {
+        if (piece >= 0 && !bwd_tail_merge<kNO>(acc_dk, acc_dv, tail_part, tail_cnt, tail_item, piece,
+                                               p.tail_pieces, tid, reinterpret_cast<int*>(sLse)))
+            return; // another piece of this item writes dK and dV
+    }
     // dK = scale·dK, dV: this thread's keys krow, krow + 8 × columns 8n + 2t.
     T* dk_head = seq_head_ptr(dk, p.dk_stride, b, kvh, seq_rows.k_row0, packed_k);
     T* dv_head = seq_head_ptr(dv, p.dv_stride, b, kvh, seq_rows.k_row0, packed_k);
@@ -824,9 +916,9 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         NAME(const __grid_constant__ attn::TmaDesc tma_q, const __grid_constant__ attn::TmaDesc tma_k,   \
              const __grid_constant__ attn::TmaDesc tma_v, const __grid_constant__ attn::TmaDesc tma_do,  \
              const float* lse2, const float* delta, float* dq_acc, T* dk, T* dv, unsigned int* sems,     \
-             const attn::BwdParams p) {                                                                  \
+             float* tail_part, unsigned int* tail_cnt, const attn::BwdParams p) {                        \
         attn::bwd_hopper_kernel<T, DK, CAUSAL, FEATURES, SEQS>(&tma_q, &tma_k, &tma_v, &tma_do, lse2, delta,   \
-                                                               dq_acc, dk, dv, sems, p);                 \
+                                                               dq_acc, dk, dv, sems, tail_part, tail_cnt, p); \
     }
 
 #define ATTN_BWD_HOPPER_PREP_ENTRY(PRE, POST, T)                                                         \

@@ -73,6 +73,11 @@ struct BwdParams {
     int64_t dv_stride[3];
     FwdFeatures feat; // the forward's features (FEATURES entries; "off" values elsewhere)
     FwdSeqs seqs;     // packed sequences (FEATURES entries; null elsewhere)
+    // The wgmma backward's split tail (plain non-causal entries; bwd_hopper_kernel.cuh
+    // `bwd_tail_item`): a 1-D grid whose CTAs from tail_first on are query-range pieces of the
+    // last items, tail_pieces per item; tail_pieces ≤ 1: the classic 3-D grid.
+    int tail_first;
+    int tail_pieces;
 };
 
 // Where query head h's rows of sequence b start in a [B, Hq, Sq] (dense) or [Hq, total_q]

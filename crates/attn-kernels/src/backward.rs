@@ -45,6 +45,131 @@ pub struct BackwardOptions {
     pub deterministic: bool,
     /// Which kernel runs it.
     pub engine: BackwardEngine,
+    /// How the wgmma kernel covers its grid's last, partial round of CTAs.
+    pub schedule: BackwardSchedule,
+}
+
+/// How the wgmma backward covers the last round of its grid, whose one CTA per (key block, KV
+/// head, batch) runs one per SM: where the items are not a multiple of the SMs, the last round
+/// leaves SMs idle while it runs. The tail's items can be cut into query-range pieces, one CTA
+/// each, whose dK/dV partials the last piece adds (kernels/bwd_hopper_kernel.cuh
+/// `bwd_tail_item`). Splits only plain (no features, dense) non-causal launches. dQ is added
+/// as without a split (in deterministic mode, in the same turns), and dK/dV's pieces add in a
+/// fixed order, so deterministic launches stay bitwise reproducible.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BackwardSchedule {
+    /// Split the tail of default-mode launches where a model of the round says it ends
+    /// sooner ([`bwd_tail_split`]); deterministic launches keep the classic grid (their pieces
+    /// would wait for their dQ turns).
+    #[default]
+    Auto,
+    /// One CTA per item, never split.
+    Grid,
+    /// Split the last `items mod ctas` items into `pieces` pieces each (2..=8, at most the
+    /// item's query blocks × group), as if the GPU held `ctas` CTAs at once: for tests and
+    /// tuning. A launch that cannot split gets [`KernelError::EngineUnavailable`].
+    TailPieces {
+        /// CTAs resident at once (the SM count on the real GPU).
+        ctas: usize,
+        /// Pieces per tail item.
+        pieces: usize,
+    },
+}
+
+/// The most pieces a tail item is cut into.
+pub const TAIL_MAX_PIECES: usize = 8;
+
+/// A piece's fixed cost in the model of [`bwd_tail_split`], in query-block iterations: its
+/// K/V load and pipeline fill, the partial's write and, for the last, the read of the item's
+/// slots. A model's margin, not a timed figure.
+const TAIL_PIECE_OVERHEAD: usize = 2;
+
+/// The iterations a split must save to be used ([`bwd_tail_split`]).
+const TAIL_MIN_SAVED: usize = 4;
+
+/// A split tail: items from `first` on (`items` of them) run as `pieces` CTAs each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TailSplit {
+    pub first: usize,
+    pub items: usize,
+    pub pieces: usize,
+}
+
+impl TailSplit {
+    /// CTAs of the split launch's 1-D grid.
+    pub fn ctas(&self) -> usize {
+        self.first + self.items * self.pieces
+    }
+}
+
+/// The split of a launch of `items` equal items of `iters` query-block iterations each on
+/// `ctas` CTA slots, or `None`. The tail is `items mod ctas` (every item when they fit in
+/// one round). Unsplit, it keeps the SMs it runs on `iters` iterations longer than the rest;
+/// cut into k pieces, ⌈T·k / G⌉ rounds of ⌈iters / k⌉ + TAIL_PIECE_OVERHEAD iterations. The
+/// k (2..=TAIL_MAX_PIECES, k ≤ iters, at most two rounds of pieces, which bounds the
+/// partials' workspace) that ends soonest is taken where it saves TAIL_MIN_SAVED iterations.
+/// At 4,16,4096,128 on 132 SMs: 2048 items, T = 68, 64 iterations: k = 3 ends after 48.
+pub(crate) fn bwd_tail_split(items: usize, ctas: usize, iters: usize) -> Option<TailSplit> {
+    let ctas = ctas.max(1);
+    let tail = items % ctas;
+    if tail == 0 {
+        return None;
+    }
+    let mut best: Option<(usize, usize)> = None;
+    for k in 2..=TAIL_MAX_PIECES.min(iters) {
+        if tail * k > 2 * ctas {
+            break;
+        }
+        let t = (tail * k).div_ceil(ctas) * (iters.div_ceil(k) + TAIL_PIECE_OVERHEAD);
+        if t + TAIL_MIN_SAVED <= iters && best.is_none_or(|(bt, _)| t < bt) {
+            best = Some((t, k));
+        }
+    }
+    best.map(|(_, pieces)| TailSplit {
+        first: items - tail,
+        items: tail,
+        pieces,
+    })
+}
+
+/// The tail split a launch takes under `schedule`: `splittable` says whether the launch can
+/// split (the wgmma kernel's plain non-causal entry); `items`, `iters` as
+/// [`bwd_tail_split`], on `sm_count` SMs.
+pub(crate) fn tail_for(
+    schedule: BackwardSchedule,
+    splittable: bool,
+    items: usize,
+    iters: usize,
+    sm_count: usize,
+) -> Result<Option<TailSplit>, KernelError> {
+    match schedule {
+        BackwardSchedule::Grid => Ok(None),
+        BackwardSchedule::Auto if splittable => Ok(bwd_tail_split(items, sm_count, iters)),
+        BackwardSchedule::Auto => Ok(None),
+        BackwardSchedule::TailPieces { ctas, pieces } => {
+            if !splittable {
+                return Err(KernelError::EngineUnavailable(
+                    "a split tail runs on the wgmma backward's plain non-causal entry (sm_90a, buckets \
+                     64, 128 and 256; no features, dense tensors); use BackwardSchedule::Auto or Grid"
+                        .into(),
+                ));
+            }
+            if !(2..=TAIL_MAX_PIECES.min(iters)).contains(&pieces) || ctas == 0 {
+                return Err(AttnError::InvalidArgument(format!(
+                    "BackwardSchedule::TailPieces: pieces must be 2..={} (and at most the item's \
+                     {iters} query-block iterations), ctas at least 1; got pieces {pieces}, ctas {ctas}",
+                    TAIL_MAX_PIECES
+                ))
+                .into());
+            }
+            let tail = items % ctas;
+            Ok((tail > 0).then_some(TailSplit {
+                first: items - tail,
+                items: tail,
+                pieces,
+            }))
+        }
+    }
 }
 
 /// The kernel family of a backward.
@@ -139,12 +264,15 @@ pub struct BackwardInfo {
     pub kernel: String,
     /// The cubin arch it came from.
     pub arch: &'static str,
-    /// Its grid (key blocks, KV heads, batch).
+    /// Its grid: (key blocks, KV heads, batch), or (CTAs, 1, 1) with a split tail.
     pub grid: (u32, u32, u32),
     /// Its dynamic shared memory.
     pub smem_bytes: usize,
     /// Whether dQ was accumulated in a fixed order.
     pub deterministic: bool,
+    /// The split tail ([`BackwardSchedule`]): (first split item, items split, pieces each);
+    /// `None` for a classic grid.
+    pub tail: Option<(usize, usize, usize)>,
 }
 
 /// Kernel parameters; the layout of `attn::BwdParams`.
@@ -176,12 +304,15 @@ pub(crate) struct BwdParams {
     dv_stride: [i64; 3],
     feat: FwdFeatures,
     seqs: FwdSeqs,
+    tail_first: i32,
+    tail_pieces: i32,
 }
 
-// SAFETY: plain-old-data with the C layout of `attn::BwdParams` (twelve 4-byte ints and two
-// floats, so the 8-byte strides start 8-byte aligned at offset 56 in both languages; then
-// the forward's FwdFeatures and FwdSeqs, whose mirrors are checked in src/launch.rs, at
-// 8-byte-aligned offsets 248 and 304).
+// SAFETY: plain-old-data with the C layout of `attn::BwdParams`: thirteen 4-byte ints and two
+// floats (60 bytes, so both languages pad the 8-byte strides to offset 64); then the
+// forward's FwdFeatures and FwdSeqs (mirrors checked in src/launch.rs) at 8-byte-aligned
+// offsets 256 and 312; then two ints, which end the struct on an 8-byte multiple (the unit
+// test `a_valid_backward_plans_its_bucket_tile_and_strides` pins these offsets).
 unsafe impl DeviceRepr for BwdParams {}
 
 /// What [`plan_backward`] derives.
@@ -202,22 +333,30 @@ pub(crate) struct BwdPlan {
 
 /// Whether a deterministic Hopper backward walks its query blocks rotated
 /// (kernels/bwd_hopper_kernel.cuh `bwd_rotated_turn`): non-causal launches of the plain entry
-/// whose `key_blocks` per head all fit on the GPU's `sm_count` SMs at once (one CTA per SM).
+/// whose `head_ctas` per head (its key blocks, [`head_ctas`]) all fit on the GPU's `sm_count`
+/// SMs at once (one CTA per SM).
 /// Rotated, the first adder on a query block can be a key block the grid launches after the
-/// one that waits for it, so a head whose key blocks cannot all be resident would hang (a
+/// one that waits for it, so a head whose CTAs cannot all be resident would hang (a
 /// non-causal S > 16 896 at D ≤ 128 on an H100's 132 SMs, S > 8 448 at D = 256); those launches
-/// take the turns in key-block order, where every CTA waits only for ones launched before it.
+/// take the turns in key-block order, where every CTA waits only for ones launched before it
+/// (a split tail's pieces come after every whole item, in item order, so that holds for them
+/// too). The heads launch one after another, so a head whose CTAs fit finds its slots once
+/// the heads before it, whose waits are all on resident CTAs, have finished.
 pub(crate) fn rotated_turns(
     deterministic: bool,
     causal: bool,
     variant: catalog::BwdHopperVariant,
-    key_blocks: usize,
+    head_ctas: usize,
     sm_count: usize,
 ) -> bool {
-    deterministic
-        && !causal
-        && variant == catalog::BwdHopperVariant::Plain
-        && key_blocks <= sm_count
+    deterministic && !causal && variant == catalog::BwdHopperVariant::Plain && head_ctas <= sm_count
+}
+
+/// The most CTAs one (KV head, batch) runs: its `key_blocks`, and with a split tail the
+/// pieces of its tail items in place of them (the tail is the grid's last items, so the last
+/// heads hold it; a head holds at most `key_blocks` of them).
+pub(crate) fn head_ctas(key_blocks: usize, tail: Option<TailSplit>) -> usize {
+    key_blocks + tail.map_or(0, |t| (t.pieces - 1) * t.items.min(key_blocks))
 }
 
 /// The backward workspace's new (f32, u32) capacities when the kept one, `have`, cannot hold
@@ -241,16 +380,20 @@ const DELTA_ROWS_PER_CTA: usize = 32;
 /// length there is B·Hq·Sq, odd for some shapes; packed back to back, an odd length put the
 /// accumulator on a 4-byte boundary and the kernel failed with CUDA_ERROR_MISALIGNED_ADDRESS.
 /// Δ keeps at least one float (an empty launch still binds it).
+/// The fourth region holds the wgmma kernel's tail partials (`tail_len`, at least one float:
+/// every launch binds it).
 fn bwd_f32_regions(
     lse2_len: usize,
     delta_len: usize,
     dq_len: usize,
-) -> ([(usize, usize); 3], usize) {
+    tail_len: usize,
+) -> ([(usize, usize); 4], usize) {
     let span = |len: usize| len.next_multiple_of(4);
     let lse2 = (0, lse2_len);
     let delta = (span(lse2_len), delta_len.max(1));
     let dq = (delta.0 + span(delta.1), dq_len);
-    ([lse2, delta, dq], dq.0 + dq_len)
+    let tail = (dq.0 + span(dq_len), tail_len.max(1));
+    ([lse2, delta, dq, tail], tail.0 + tail.1)
 }
 
 fn st(s: Strides) -> [i64; 3] {
@@ -384,6 +527,9 @@ pub(crate) fn plan_backward(
         dv_stride: sdv,
         feat: fwd_features(problem),
         seqs,
+        // The Hopper launch decides (`tail_for`); the mma.sync kernel ignores them.
+        tail_first: 0,
+        tail_pieces: 0,
     };
     Ok(BwdPlan {
         bucket,
@@ -572,6 +718,46 @@ impl FlashAttention {
         } else {
             1
         };
+        // The wgmma kernel's split tail (`BackwardSchedule`): its plain non-causal entry; items
+        // are its grid's (key block, KV head, batch), each walking every query block of its
+        // GQA group.
+        let variant = catalog::BwdHopperVariant::pick(
+            !problem.features().is_empty(),
+            packed,
+            options.deterministic,
+        );
+        let block_n = catalog::bwd_hopper_block_n(bucket);
+        let key_blocks = s.kv_len().div_ceil(block_n);
+        let mut tail = tail_for(
+            options.schedule,
+            hopper && variant == catalog::BwdHopperVariant::Plain && !causal,
+            key_blocks * s.kv_heads() * s.batch(),
+            s.q_len().div_ceil(64) * s.group_size(),
+            self.sm_count(),
+        )?;
+        // Deterministic turns rotated need every CTA of a head resident at once (`rotated_turns`);
+        // a split head has more of them, and where they do not fit a (forced) split takes its
+        // turns in key order.
+        let rotated = |tail: Option<TailSplit>| {
+            rotated_turns(
+                options.deterministic,
+                causal,
+                variant,
+                head_ctas(key_blocks, tail),
+                self.sm_count(),
+            )
+        };
+        // Auto splits only default-mode launches. Deterministic pieces reach their later query
+        // blocks before the key blocks ahead of them in those blocks' turns have added, and
+        // wait: run 280 measured the split 2.6 % slower there (4,16,4096,256, 10.71 → 10.99 ms).
+        if options.schedule == BackwardSchedule::Auto && options.deterministic {
+            tail = None;
+        }
+        // Per tail item and piece, dK and dV in f32 (block_n keys × the bucket's columns each);
+        // one ticket per item, after the semaphores (zeroed with them).
+        let tail_len = tail.map_or(0, |t| t.items * t.pieces * 2 * block_n * bucket);
+        let tickets = tail.map_or(1, |t| t.items);
+        let sem_len = sem_len + tickets;
         // LSE₂ (wgmma only), Δ and the f32 dQ accumulator: B·Hq·q_blocks·64 floats each for the
         // wgmma kernel's padded tiles (the accumulator that many rows of the bucket's width),
         // `rows` for the mma.sync kernel's Δ and accumulator rows. Carved from the launcher's
@@ -583,7 +769,7 @@ impl FlashAttention {
         } else {
             (0, rows)
         };
-        let (regions, f32_len) = bwd_f32_regions(lse2_len, delta_len, delta_len * bucket);
+        let (regions, f32_len) = bwd_f32_regions(lse2_len, delta_len, delta_len * bucket, tail_len);
         let mut ws_guard = self
             .bwd_workspace
             .lock()
@@ -606,13 +792,15 @@ impl FlashAttention {
                 ws_guard.insert(ws)
             }
         };
-        let [lse2_at, delta_at, dq_at] = regions;
+        let [lse2_at, delta_at, dq_at, tail_at] = regions;
         let (mut lse2_span, mut rest) = ws.f32s.split_at_mut(delta_at.0);
         let (mut lse2, _) = lse2_span.split_at_mut(lse2_at.1);
         let (mut delta_span, mut rest) = rest.split_at_mut(dq_at.0 - delta_at.0);
         let (mut delta, _) = delta_span.split_at_mut(delta_at.1);
-        let (mut dq_acc, _) = rest.split_at_mut(dq_at.1);
-        let mut sems = ws.u32s.slice_mut(..sem_len);
+        let (mut dq_span, mut rest) = rest.split_at_mut(tail_at.0 - dq_at.0);
+        let (mut dq_acc, _) = dq_span.split_at_mut(dq_at.1);
+        let (mut tail_part, _) = rest.split_at_mut(tail_at.1);
+        let mut sems_all = ws.u32s.slice_mut(..sem_len);
         // The wgmma engine's Δ pass writes every padded row of LSE₂ and Δ and zeroes the
         // accumulator's, so only the mma.sync engine's workspace is zeroed here.
         if !hopper {
@@ -623,8 +811,9 @@ impl FlashAttention {
             }
         }
         stream
-            .memset_zeros(&mut sems)
+            .memset_zeros(&mut sems_all)
             .map_err(driver("zeroing the backward semaphores"))?;
+        let (mut sems, mut tail_cnt) = sems_all.split_at_mut(sem_len - tickets);
         let row_grid = (
             s.q_len().div_ceil(8) as u32,
             s.q_heads() as u32,
@@ -652,7 +841,6 @@ impl FlashAttention {
                     elem_t,
                 )
             };
-            let block_n = catalog::bwd_hopper_block_n(bucket);
             let (tq, tk, tv, tdo) = (
                 tma(&q, qp, 64)?,
                 tma(&k, kp, block_n)?,
@@ -665,13 +853,19 @@ impl FlashAttention {
                 s.kv_heads() as u32,
                 s.batch() as u32,
             );
-            params.det_rotated = i32::from(rotated_turns(
-                options.deterministic,
-                causal,
-                variant,
-                grid.0 as usize,
-                self.sm_count(),
-            ));
+            params.det_rotated = i32::from(rotated(tail));
+            // A split tail runs a 1-D grid (kernels/bwd_hopper_kernel.cuh `bwd_tail_item`).
+            let grid = match tail {
+                Some(t) => {
+                    params.tail_first = t.first as i32;
+                    params.tail_pieces = t.pieces as i32;
+                    let ctas = u32::try_from(t.ctas()).map_err(|_| {
+                        KernelError::IndexOverflow("the backward's split grid (CTAs)")
+                    })?;
+                    (ctas, 1, 1)
+                }
+                None => grid,
+            };
 
             let mut b = stream.launch_builder(&pre);
             b.arg(&op)
@@ -712,14 +906,20 @@ impl FlashAttention {
                 .arg(&dkp)
                 .arg(&dvp)
                 .arg(&mut sems)
+                .arg(&mut tail_part)
+                .arg(&mut tail_cnt)
                 .arg(&params);
             // SAFETY: matches ATTN_BWD_HOPPER_ENTRY (four TMA descriptors by value, lse2,
-            // delta, dq_acc, dk, dv, sems, BwdParams). The descriptors describe Q, K, V and
-            // dO with the dims and strides `plan_backward` checked against their views (TMA
-            // bounds every read by those dims); lse2/delta hold B·Hq·q_blocks·64 floats and
-            // dq_acc that many rows of the bucket's width, the kernel's tiles of 64 rows;
-            // sems as in the mma.sync launch. dK/dV rows and columns are bounded by Sk and D.
-            // The dynamic shared memory was raised on the function and fits.
+            // delta, dq_acc, dk, dv, sems, tail_part, tail_cnt, BwdParams). The descriptors
+            // describe Q, K, V and dO with the dims and strides `plan_backward` checked against
+            // their views (TMA bounds every read by those dims); lse2/delta hold
+            // B·Hq·q_blocks·64 floats and dq_acc that many rows of the bucket's width, the
+            // kernel's tiles of 64 rows; sems as in the mma.sync launch. A split tail's grid
+            // is tail_first + items·pieces CTAs, each decoding one (key block, KV head, batch)
+            // of the 3-D grid's; tail_part holds items·pieces slots of 2·block_n·bucket floats
+            // and tail_cnt `items` zeroed tickets (read only when tail_pieces > 1). dK/dV rows
+            // and columns are bounded by Sk and D. The dynamic shared memory was raised on the
+            // function and fits.
             unsafe {
                 b.launch(LaunchConfig {
                     grid_dim: grid,
@@ -863,6 +1063,7 @@ impl FlashAttention {
             grid,
             smem_bytes: smem,
             deterministic: options.deterministic,
+            tail: tail.map(|t| (t.first, t.items, t.pieces)),
         })
     }
 }
@@ -926,9 +1127,12 @@ mod tests {
         assert_eq!(plan.params.feat, FwdFeatures::OFF);
         assert_eq!(
             std::mem::size_of::<BwdParams>(),
-            // 13 ints and 2 floats, padded to the strides' 8-byte alignment.
-            64 + 8 * 24 + std::mem::size_of::<FwdFeatures>() + std::mem::size_of::<FwdSeqs>()
+            // 13 ints and 2 floats, padded to the strides' 8-byte alignment; the tail's 2 ints.
+            64 + 8 * 24 + std::mem::size_of::<FwdFeatures>() + std::mem::size_of::<FwdSeqs>() + 8
         );
+        assert_eq!(std::mem::offset_of!(BwdParams, q_stride), 64);
+        assert_eq!(std::mem::offset_of!(BwdParams, feat), 256);
+        assert_eq!(std::mem::offset_of!(BwdParams, seqs), 312);
     }
 
     #[test]
@@ -1278,21 +1482,22 @@ mod tests {
     fn workspace_regions_start_16_byte_aligned_and_do_not_overlap() {
         // The mma.sync engine (no LSE₂; Δ of B·Hq·Sq floats, odd or even), the wgmma engine
         // (padded tiles), and an empty launch.
-        for (lse2, delta, dq) in [
-            (0, 51, 51 * 96),
-            (0, 1, 96),
-            (0, 102, 102 * 128),
-            (0, 0, 0),
-            (640, 640, 640 * 128),
+        for (lse2, delta, dq, tail) in [
+            (0, 51, 51 * 96, 0),
+            (0, 1, 96, 0),
+            (0, 102, 102 * 128, 0),
+            (0, 0, 0, 0),
+            (640, 640, 640 * 128, 0),
+            (640, 640, 640 * 128 + 3, 3 * 32768),
         ] {
-            let (regions, total) = bwd_f32_regions(lse2, delta, dq);
+            let (regions, total) = bwd_f32_regions(lse2, delta, dq, tail);
             let mut end = 0;
             for (k, (start, len)) in regions.into_iter().enumerate() {
                 assert_eq!(
                     start % 4,
                     0,
                     "region {k} of {:?} starts at float {start}",
-                    (lse2, delta, dq)
+                    (lse2, delta, dq, tail)
                 );
                 assert!(start >= end, "region {k} overlaps the one before it");
                 end = start + len;
@@ -1300,8 +1505,80 @@ mod tests {
             assert_eq!(regions[0].1, lse2);
             assert_eq!(regions[1].1, delta.max(1));
             assert_eq!(regions[2].1, dq);
+            assert_eq!(regions[3].1, tail.max(1));
             assert_eq!(total, end);
         }
+    }
+
+    #[test]
+    fn the_tail_splits_where_the_round_model_saves_iterations() {
+        let split = |items: usize, pieces| TailSplit {
+            first: items - items % 132,
+            items: items % 132,
+            pieces,
+        };
+        // 4,16,4096,128 on 132 SMs: 68 tail items of 64 iterations; k = 3 ends after 2
+        // rounds of 22 + 2 (48 < 64), k = 2 after 2 of 32 + 2, k = 4 after 3 of 16 + 2.
+        assert_eq!(bwd_tail_split(2048, 132, 64), Some(split(2048, 3)));
+        // D = 256's 64-key blocks: 4096 items, a tail of 4 split 8 ways.
+        assert_eq!(bwd_tail_split(4096, 132, 64), Some(split(4096, 8)));
+        // One partial round: 64 items of 32 iterations in halves (18 < 32); 16 items 8 ways.
+        assert_eq!(bwd_tail_split(64, 132, 32), Some(split(64, 2)));
+        assert_eq!(bwd_tail_split(16, 132, 32), Some(split(16, 8)));
+        // Whole rounds; a tail too wide for two rounds of pieces to pay; walks too short.
+        assert_eq!(bwd_tail_split(132 * 16, 132, 64), None);
+        assert_eq!(bwd_tail_split(132 * 15 + 130, 132, 64), None);
+        assert_eq!(bwd_tail_split(16, 132, 3), None);
+        // A head's CTAs with the split: 32 key blocks, 32 of them in the tail, 3 pieces each.
+        assert_eq!(head_ctas(32, None), 32);
+        assert_eq!(head_ctas(32, bwd_tail_split(2048, 132, 64)), 96);
+        assert_eq!(head_ctas(64, bwd_tail_split(4096, 132, 64)), 64 + 7 * 4);
+        for items in 1..700 {
+            for iters in [1, 2, 5, 16, 64, 256] {
+                if let Some(t) = bwd_tail_split(items, 132, iters) {
+                    assert!(t.first + t.items == items && t.first % 132 == 0);
+                    assert!((2..=TAIL_MAX_PIECES.min(iters)).contains(&t.pieces));
+                    assert!(t.items * t.pieces <= 2 * 132);
+                    assert!(t.ctas() > items);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_forced_split_is_refused_where_it_cannot_run() {
+        let forced = BackwardSchedule::TailPieces { ctas: 5, pieces: 3 };
+        assert_eq!(
+            tail_for(forced, true, 24, 5, 132).unwrap(),
+            Some(TailSplit {
+                first: 20,
+                items: 4,
+                pieces: 3
+            })
+        );
+        assert_eq!(tail_for(forced, true, 25, 5, 132).unwrap(), None);
+        assert!(matches!(
+            tail_for(forced, false, 24, 5, 132),
+            Err(KernelError::EngineUnavailable(_))
+        ));
+        for (ctas, pieces) in [(5, 1), (5, 9), (5, 6), (0, 3)] {
+            let schedule = BackwardSchedule::TailPieces { ctas, pieces };
+            assert!(matches!(
+                tail_for(schedule, true, 24, 5, 132),
+                Err(KernelError::Problem(_))
+            ));
+        }
+        assert_eq!(
+            tail_for(BackwardSchedule::Grid, true, 2048, 64, 132).unwrap(),
+            None
+        );
+        assert_eq!(
+            tail_for(BackwardSchedule::Auto, false, 2048, 64, 132).unwrap(),
+            None
+        );
+        assert!(tail_for(BackwardSchedule::Auto, true, 2048, 64, 132)
+            .unwrap()
+            .is_some());
     }
 
     #[test]

@@ -102,7 +102,9 @@ use std::sync::Arc;
 
 use attn_ref::{Attention, AttnError, AttnOutput, BackendError, Problem};
 
-pub use backward::{Backward, BackwardEngine, BackwardExtras, BackwardInfo, BackwardOptions};
+pub use backward::{
+    Backward, BackwardEngine, BackwardExtras, BackwardInfo, BackwardOptions, BackwardSchedule,
+};
 pub use catalog::HopperTile;
 pub use catalog::{FP8_HEAD_DIMS, FP8_TILES as FP8_CONFIGS, FWD_HEAD_DIM_BUCKETS};
 pub use config::{bucket_for, configs_for, Dtype, KernelConfig, KernelMode};

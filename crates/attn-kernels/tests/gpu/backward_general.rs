@@ -492,6 +492,7 @@ fn correctness_backward_features_every_bucket_and_deterministic() {
                 let o = BackwardOptions {
                     deterministic: true,
                     engine,
+                    ..Default::default()
                 };
                 both_types(&p, Layout::Bshd, None, o, name, &mut failures, &mut runs);
             }
@@ -541,6 +542,7 @@ fn correctness_backward_varlen() {
                     let o = BackwardOptions {
                         deterministic,
                         engine,
+                        ..Default::default()
                     };
                     let lens = Some((&lq[..], &lk[..]));
                     both_types(&p, Layout::Bshd, lens, o, name, &mut failures, &mut runs);
@@ -708,6 +710,7 @@ fn sanitize_backward_general_small() {
         let o = BackwardOptions {
             deterministic,
             engine,
+            ..Default::default()
         };
         check::<f16>(&p, Dtype::F16, Layout::Bshd, Some((&lq, &lk)), o, "varlen").unwrap();
     }
