@@ -127,8 +127,9 @@ template <int DK> struct HopperBwdLayout {
 // `tail_part`, and the last of an item's pieces to arrive (a ticket in `tail_cnt`, zeroed
 // before the launch) adds the item's slots in piece order and runs the epilogue, so the sum is
 // the same whichever piece arrives last. The tail's CTAs come last in the 1-D grid, so they
-// start after every whole item; FlashAttention-3's stream-K ideas (Osama et al. 2023) without
-// a persistent kernel. CTA c: item c below tail_first; else piece (c − first) mod pieces of
+// start after every whole item. Stream-K's idea (Osama et al. 2023, "Stream-K: Work-centric
+// Parallel Decomposition for Dense Matrix-Matrix Multiplication"), for the last round only and
+// without a persistent kernel. CTA c: item c below tail_first; else piece (c − first) mod pieces of
 // item first + (c − first) / pieces. Items are key-block fastest, as the 3-D grid's.
 template <int BN>
 __device__ __forceinline__ void bwd_tail_item(const BwdParams& p, int& n_blk, int& kvh, int& b, int& piece,

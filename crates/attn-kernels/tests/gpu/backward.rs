@@ -277,7 +277,7 @@ fn correctness_backward_split_tail() {
         deterministic: true,
         ..o
     };
-    let cases: [(Dims, BackwardOptions); 10] = [
+    let cases: [(Dims, BackwardOptions); 11] = [
         ((2, 4, 4, 300, 500, 128), forced(5, 3)),
         ((1, 8, 2, 333, 700, 128), forced(7, 2)),
         ((2, 4, 2, 500, 300, 64), forced(5, 8)),
@@ -291,6 +291,8 @@ fn correctness_backward_split_tail() {
         ((1, 8, 2, 333, 700, 128), det(forced(7, 3))),
         ((1, 6, 3, 130, 1000, 64), det(forced(5, 2))),
         ((1, 2, 2, 1024, 1024, 128), det(forced(9, 4))),
+        // D = 256: the consumer warps take the turns themselves.
+        ((2, 2, 1, 77, 450, 256), det(forced(7, 3))),
     ];
     if gpu().compute_capability() != (9, 0) {
         // Off Hopper the mma.sync kernel runs, which has no split tail: a forced split is
