@@ -59,8 +59,8 @@ pub struct BackwardOptions {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum BackwardSchedule {
     /// Split the tail of default-mode launches where a model of the round says it ends
-    /// sooner ([`bwd_tail_split`]); deterministic launches keep the classic grid (their pieces
-    /// would wait for their dQ turns).
+    /// sooner (the crate's `backward::bwd_tail_split`); deterministic launches keep the
+    /// classic grid (their pieces would wait for their dQ turns).
     #[default]
     Auto,
     /// One CTA per item, never split.
