@@ -144,7 +144,10 @@ pub(crate) fn tail_for(
 ) -> Result<Option<TailSplit>, KernelError> {
     match schedule {
         BackwardSchedule::Grid => Ok(None),
-        BackwardSchedule::Auto if splittable => Ok(bwd_tail_split(items, sm_count, iters)),
+        // The kernel decodes a split grid's CTA index in 32-bit ints.
+        BackwardSchedule::Auto if splittable => {
+            Ok(bwd_tail_split(items, sm_count, iters).filter(|t| t.ctas() <= i32::MAX as usize))
+        }
         BackwardSchedule::Auto => Ok(None),
         BackwardSchedule::TailPieces { ctas, pieces } => {
             if !splittable {
@@ -163,11 +166,17 @@ pub(crate) fn tail_for(
                 .into());
             }
             let tail = items % ctas;
-            Ok((tail > 0).then_some(TailSplit {
+            let split = (tail > 0).then_some(TailSplit {
                 first: items - tail,
                 items: tail,
                 pieces,
-            }))
+            });
+            if split.is_some_and(|t| t.ctas() > i32::MAX as usize) {
+                return Err(KernelError::IndexOverflow(
+                    "the backward's split grid (CTAs)",
+                ));
+            }
+            Ok(split)
         }
     }
 }
@@ -859,10 +868,8 @@ impl FlashAttention {
                 Some(t) => {
                     params.tail_first = t.first as i32;
                     params.tail_pieces = t.pieces as i32;
-                    let ctas = u32::try_from(t.ctas()).map_err(|_| {
-                        KernelError::IndexOverflow("the backward's split grid (CTAs)")
-                    })?;
-                    (ctas, 1, 1)
+                    // At most i32::MAX CTAs (`tail_for`).
+                    (t.ctas() as u32, 1, 1)
                 }
                 None => grid,
             };
@@ -1572,6 +1579,21 @@ mod tests {
             tail_for(BackwardSchedule::Grid, true, 2048, 64, 132).unwrap(),
             None
         );
+        // Grids past the kernel's 32-bit CTA index: Auto keeps the 3-D grid, a forced split
+        // is refused.
+        let huge = i32::MAX as usize - 10;
+        assert_eq!(
+            tail_for(BackwardSchedule::Auto, true, huge, 64, 132).unwrap(),
+            None
+        );
+        let forced_huge = BackwardSchedule::TailPieces {
+            ctas: 132,
+            pieces: 8,
+        };
+        assert!(matches!(
+            tail_for(forced_huge, true, huge, 64, 132),
+            Err(KernelError::IndexOverflow(_))
+        ));
         assert_eq!(
             tail_for(BackwardSchedule::Auto, false, 2048, 64, 132).unwrap(),
             None
