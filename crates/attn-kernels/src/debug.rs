@@ -298,6 +298,7 @@ impl FlashAttention {
                 options: BackwardOptions {
                     deterministic: false,
                     engine: BackwardEngine::MmaSync,
+                    ..Default::default()
                 },
             },
             BackwardExtras::default(),
