@@ -832,11 +832,6 @@ impl FlashAttention {
         let (name, grid, arch_str, post, post_grid, mut dq_acc, mut delta, delta_pitch) = if hopper
         {
             use crate::hopper::{encode_tma, tma_geometry, TmaElem};
-            let variant = catalog::BwdHopperVariant::pick(
-                !problem.features().is_empty(),
-                packed,
-                options.deterministic,
-            );
             let name = catalog::bwd_hopper_entry_name(&unit, causal, variant);
             let (main, arch_str) = self.function(&unit, &name, false, smem)?;
             let (pre_name, post_name) = catalog::bwd_hopper_prep_entry_names(&unit);
