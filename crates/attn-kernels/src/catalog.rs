@@ -1236,6 +1236,18 @@ pub fn fp8_transpose_entry_name(head_dim: usize) -> String {
     format!("attn_fp8_v_transpose_d{head_dim}")
 }
 
+/// Whether `family` has compile units of its own for `arch`. sm_89 has none for the
+/// f16/bf16 mma.sync forward and the decode kernel: their sm_89 units held the same source as
+/// sm_80's, less the forward tiles over 99 KiB, and an sm_80 cubin runs on every sm_8x part
+/// ([`Arch::runs_on`]; FlashAttention-2 ships sm_80 SASS for Ada the same way), so
+/// [`crate::cubin::select`] gives an sm_89 device the sm_80 cubin and the launcher's
+/// shared-memory check keeps it to the tiles that fit. Not compiling them takes about three
+/// minutes off CI's two-core build. The FP8 forward (FP8 `mma.sync` exists from sm_89) and
+/// the backward (a smaller tile at D ≤ 128 for 99 KiB) keep their sm_89 units.
+pub fn has_own_unit(family: Family, arch: Arch) -> bool {
+    !(arch == Arch::Sm89 && matches!(family, Family::Fwd | Family::Decode))
+}
+
 /// Every compile unit of the catalog for `archs` (every arch when empty), optionally only
 /// the given head dims (a development filter; an empty filter keeps all).
 pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
@@ -1246,7 +1258,10 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
             continue;
         }
         for elem in [Elem::F16, Elem::Bf16] {
-            for &d in FWD_HEAD_DIM_BUCKETS.iter().filter(|&&d| keep_d(d)) {
+            for &d in FWD_HEAD_DIM_BUCKETS
+                .iter()
+                .filter(|&&d| keep_d(d) && has_own_unit(Family::Fwd, arch))
+            {
                 out.push(UnitKey {
                     family: Family::Fwd,
                     arch,
@@ -1292,7 +1307,10 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
             head_dim: 0,
         });
         for elem in [Elem::F16, Elem::Bf16] {
-            for &d in FWD_HEAD_DIM_BUCKETS.iter().filter(|&&d| keep_d(d)) {
+            for &d in FWD_HEAD_DIM_BUCKETS
+                .iter()
+                .filter(|&&d| keep_d(d) && has_own_unit(Family::Decode, arch))
+            {
                 out.push(UnitKey {
                     family: Family::Decode,
                     arch,

@@ -90,14 +90,20 @@ mod tests {
                 unit.name()
             );
         }
-        // A device 9.0 gets the sm_90a cubin; 8.6 falls back to sm_80; 8.9 gets sm_89.
+        // A device 9.0 gets the sm_90a cubin; 8.6 falls back to sm_80; 8.9 gets sm_89 where
+        // the family has sm_89 units (the FP8 forward) and sm_80's where it has not.
         let key = |arch| UnitKey {
             family: Family::Fwd,
             arch,
             elem: Elem::F16,
             head_dim: 64,
         };
+        let fp8_key = |arch| UnitKey {
+            family: Family::Fp8Fwd,
+            ..key(arch)
+        };
         let built = |a: Arch| embedded().iter().any(|c| c.unit == key(a).name());
+        let fp8_built = |a: Arch| embedded().iter().any(|c| c.unit == fp8_key(a).name());
         if built(Arch::Sm90a) {
             assert_eq!(
                 select(&key(Arch::Sm80), false, 9, 0).map(|c| c.arch),
@@ -110,9 +116,16 @@ mod tests {
                 Some("80")
             );
         }
-        if built(Arch::Sm89) {
+        assert!(!built(Arch::Sm89), "sm_89 runs sm_80's f16/bf16 forward");
+        if built(Arch::Sm80) {
             assert_eq!(
-                select(&key(Arch::Sm80), false, 8, 9).map(|c| c.arch),
+                select(&key(Arch::Sm90a), false, 8, 9).map(|c| c.arch),
+                Some("80")
+            );
+        }
+        if fp8_built(Arch::Sm89) {
+            assert_eq!(
+                select(&fp8_key(Arch::Sm80), false, 8, 9).map(|c| c.arch),
                 Some("89")
             );
         }

@@ -211,11 +211,10 @@ mod tests {
             .into_iter()
             .filter(|u| u.family == Family::Decode)
             .collect();
-        // Every arch, both storage types, every bucket.
-        assert_eq!(
-            decode_units.len(),
-            Arch::ALL.len() * 2 * FWD_HEAD_DIM_BUCKETS.len()
-        );
+        // Every arch with decode units of its own (sm_89 runs sm_80's), both storage types,
+        // every bucket.
+        assert_eq!(decode_units.len(), 2 * 2 * FWD_HEAD_DIM_BUCKETS.len());
+        assert!(decode_units.iter().all(|u| u.arch != Arch::Sm89));
         for unit in &decode_units {
             let src = unit_source(unit, false).unwrap();
             assert!(unit_source(unit, true).is_none(), "no debug decode cubins");
