@@ -260,9 +260,34 @@ pub fn run(args: Args) -> Result<()> {
                     m(&bwd_grid),
                     m(&bwd) / m(&bwd_grid)
                 );
+                // The deterministic backward with its tail split (`Auto` does not split
+                // deterministic launches; this measures what a split would give), where the
+                // launch has a tail to split.
+                let mut det_split = serde_json::Map::new();
+                for pieces in [2, 3, 4, 8] {
+                    let split = BackwardOptions {
+                        deterministic: true,
+                        schedule: BackwardSchedule::TailPieces {
+                            ctas: gpu.sm_count(),
+                            pieces,
+                        },
+                        ..Default::default()
+                    };
+                    let Ok(x) = time(&gpu, warmup, iters, || t.backward(&p, split)) else {
+                        continue; // refused: no tail, or too few query blocks
+                    };
+                    println!(
+                        "    deterministic, tail in {pieces} pieces: {:.1} µs (over deterministic {:.3}×, over default {:.3}×)",
+                        m(&x),
+                        m(&x) / m(&bwd_det),
+                        m(&x) / m(&bwd)
+                    );
+                    det_split.insert(pieces.to_string(), serde_json::json!(x));
+                }
                 rows.push(serde_json::json!({
                     "shape": [b, h, n, d, causal],
                     "fwd_us": fwd, "bwd_us": bwd, "bwd_det_us": bwd_det, "bwd_grid_us": bwd_grid,
+                    "bwd_det_split_us": det_split,
                     "flops_fwd": flops,
                 }));
                 continue;

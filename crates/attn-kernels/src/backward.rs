@@ -195,15 +195,18 @@ pub enum BackwardEngine {
 }
 
 /// Whether a backward runs the wgmma kernel: `engine` on a device whose cubin arch is `arch`,
-/// at head-dim bucket `bucket`.
+/// at head-dim bucket `bucket`, with `smem` bytes of shared memory per block (`Auto` takes the
+/// mma.sync kernel where the wgmma one's does not fit; a forced `Hopper` is refused later, by
+/// the shared-memory check).
 pub(crate) fn runs_hopper_backward(
     engine: BackwardEngine,
     arch: Arch,
     bucket: usize,
+    smem: usize,
 ) -> Result<bool, KernelError> {
     let can = catalog::bwd_hopper_bucket(arch, bucket);
     match engine {
-        BackwardEngine::Auto => Ok(can),
+        BackwardEngine::Auto => Ok(can && catalog::bwd_hopper_smem_bytes(bucket) <= smem),
         BackwardEngine::MmaSync => Ok(false),
         BackwardEngine::Hopper if can => Ok(true),
         BackwardEngine::Hopper => Err(KernelError::EngineUnavailable(format!(
@@ -418,11 +421,14 @@ type Desc = ([usize; 4], Strides, usize, u64);
 ///
 /// `idx` is the sequence layout (packed Q and/or K; [`IndexLens::default`] for dense
 /// tensors). With packed keys the problem's `kv_len` is the longest key sequence
-/// (`max_seqlen_k`), which sizes the grid, as `q_len` is `max_seqlen_q`.
+/// (`max_seqlen_k`), which sizes the grid, as `q_len` is `max_seqlen_q`. `arch` is the
+/// cubin's and `smem` the device's (or the launcher's) shared memory per block: the mma.sync
+/// tile is the first of the unit's that fits it ([`catalog::bwd_tile_within`]).
 #[allow(clippy::too_many_arguments)] // flattened descriptions, for testing without a device
 pub(crate) fn plan_backward(
     problem: &Problem,
     arch: Arch,
+    smem: usize,
     elem_bytes: usize,
     inputs: [Desc; 5], // q, k, v, o, dO
     lse: (usize, u64),
@@ -462,9 +468,9 @@ pub(crate) fn plan_backward(
         head_dim: d,
         supported: "D % 8 == 0, 8 ≤ D ≤ 256",
     })?;
-    let tile = catalog::bwd_tile(arch, bucket).ok_or(KernelError::UnsupportedHeadDim {
+    let tile = catalog::bwd_tile_within(arch, bucket, smem).ok_or(KernelError::UnsupportedHeadDim {
         head_dim: d,
-        supported: "D ≤ 128 for the backward on sm_89 (its 99 KB of shared memory); up to 256 on sm_80 and sm_90",
+        supported: "D ≤ 128 for the backward with 99 KiB of shared memory per block (sm_86, sm_87, sm_89); up to 256 with more (sm_80, sm_90)",
     })?;
     let (qd, kd) = (expected.q, expected.kv);
     let names = ["Q", "K", "V", "O", "dO"];
@@ -657,6 +663,7 @@ impl FlashAttention {
         } = plan_backward(
             problem,
             arch,
+            self.max_smem_per_block(),
             std::mem::size_of::<T>(),
             [
                 desc_of(&q, qp),
@@ -684,11 +691,13 @@ impl FlashAttention {
             }
             check_buffer("dsinks", s.q_heads(), ds.len())?;
         }
+        // The cubin's arch, which the entry names of its tiles are relative to.
         let unit = UnitKey {
             head_dim: bucket,
+            arch,
             ..unit0
         };
-        let hopper = runs_hopper_backward(options.engine, arch, bucket)?;
+        let hopper = runs_hopper_backward(options.engine, arch, bucket, self.max_smem_per_block())?;
         if dump.is_some() && (hopper || general || !catalog::BWD_DEBUG_HEAD_DIMS.contains(&bucket))
         {
             return Err(KernelError::EngineUnavailable(format!(
@@ -934,7 +943,7 @@ impl FlashAttention {
             let post_grid = (params.q_blocks as u32, s.q_heads() as u32, s.batch() as u32);
             (name, grid, arch_str, post, post_grid, dq_acc, delta, q_pad)
         } else {
-            let name = catalog::bwd_entry_name(&unit, causal, general);
+            let name = catalog::bwd_entry_name(&unit, &tile, causal, general);
             let (main, arch_str) = self.function(&unit, &name, dump.is_some(), smem)?;
             let (pre_name, post_name) = catalog::bwd_prep_entry_names(&unit);
             let (pre, _) = self.function(&unit, &pre_name, false, 0)?;
@@ -1107,6 +1116,7 @@ mod tests {
         let plan = plan_backward(
             &p,
             Arch::Sm90a,
+            Arch::Sm90a.max_smem(),
             2,
             ins,
             (2 * 8 * 300, 1 << 40),
@@ -1161,6 +1171,7 @@ mod tests {
         let plan = plan_backward(
             &p,
             Arch::Sm80,
+            Arch::Sm80.max_smem(),
             2,
             ins,
             (4 * 64, 1 << 40),
@@ -1212,7 +1223,18 @@ mod tests {
             ..DENSE
         };
         let lse = (4 * tq, 1 << 40);
-        let plan = plan_backward(&p, Arch::Sm80, 2, ins, lse, outs, true, &idx).unwrap();
+        let plan = plan_backward(
+            &p,
+            Arch::Sm80,
+            Arch::Sm80.max_smem(),
+            2,
+            ins,
+            lse,
+            outs,
+            true,
+            &idx,
+        )
+        .unwrap();
         assert!(plan.general);
         assert_eq!(plan.rows, 4 * tq);
         assert_eq!(
@@ -1224,6 +1246,7 @@ mod tests {
         assert!(plan_backward(
             &p,
             Arch::Sm80,
+            Arch::Sm80.max_smem(),
             2,
             ins,
             (4 * tq - 1, 1 << 40),
@@ -1234,11 +1257,32 @@ mod tests {
         .is_err());
         // Dense-shaped Q with cu_seqlens_q is refused.
         let (dense_ins, dense_outs) = descs(&shape, 0);
-        assert!(plan_backward(&p, Arch::Sm80, 2, dense_ins, lse, dense_outs, true, &idx).is_err());
+        assert!(plan_backward(
+            &p,
+            Arch::Sm80,
+            Arch::Sm80.max_smem(),
+            2,
+            dense_ins,
+            lse,
+            dense_outs,
+            true,
+            &idx
+        )
+        .is_err());
         // A key sequence longer than kv_len (max_seqlen_k sizes the grid).
         let short = Problem::new(AttnShape::new(3, 4, 2, 7, 8, 64).unwrap(), Causal::TopLeft);
         assert!(matches!(
-            plan_backward(&short, Arch::Sm80, 2, ins, lse, outs, true, &idx),
+            plan_backward(
+                &short,
+                Arch::Sm80,
+                Arch::Sm80.max_smem(),
+                2,
+                ins,
+                lse,
+                outs,
+                true,
+                &idx
+            ),
             Err(KernelError::Problem(AttnError::InvalidArgument(_)))
         ));
         // A malformed cu_seqlens_k.
@@ -1247,7 +1291,18 @@ mod tests {
             cu_k: Some((4, Some(&bad_k))),
             ..idx
         };
-        assert!(plan_backward(&p, Arch::Sm80, 2, ins, lse, outs, true, &bad).is_err());
+        assert!(plan_backward(
+            &p,
+            Arch::Sm80,
+            Arch::Sm80.max_smem(),
+            2,
+            ins,
+            lse,
+            outs,
+            true,
+            &bad
+        )
+        .is_err());
         // Paged caches and seqused_k are forward-only.
         for idx in [
             IndexLens {
@@ -1261,7 +1316,17 @@ mod tests {
             },
         ] {
             assert!(matches!(
-                plan_backward(&p, Arch::Sm80, 2, ins, lse, outs, true, &idx),
+                plan_backward(
+                    &p,
+                    Arch::Sm80,
+                    Arch::Sm80.max_smem(),
+                    2,
+                    ins,
+                    lse,
+                    outs,
+                    true,
+                    &idx
+                ),
                 Err(KernelError::UnsupportedFeature(_))
             ));
         }
@@ -1280,6 +1345,7 @@ mod tests {
             plan_backward(
                 &Problem::new(big, Causal::None),
                 Arch::Sm89,
+                Arch::Sm89.max_smem(),
                 2,
                 bi,
                 lse,
@@ -1293,14 +1359,34 @@ mod tests {
         let mut bad = outs;
         bad[1].3 = ins[2].3;
         assert!(matches!(
-            plan_backward(&p, Arch::Sm80, 2, ins, lse, bad, false, &DENSE),
+            plan_backward(
+                &p,
+                Arch::Sm80,
+                Arch::Sm80.max_smem(),
+                2,
+                ins,
+                lse,
+                bad,
+                false,
+                &DENSE
+            ),
             Err(KernelError::Overlap { output: "dK", .. })
         ));
         // dV overlapping dK.
         let mut bad = outs;
         bad[2].3 = outs[1].3;
         assert!(matches!(
-            plan_backward(&p, Arch::Sm80, 2, ins, lse, bad, false, &DENSE),
+            plan_backward(
+                &p,
+                Arch::Sm80,
+                Arch::Sm80.max_smem(),
+                2,
+                ins,
+                lse,
+                bad,
+                false,
+                &DENSE
+            ),
             Err(KernelError::Overlap {
                 output: "dV",
                 input: "dK"
@@ -1310,6 +1396,7 @@ mod tests {
         assert!(plan_backward(
             &p,
             Arch::Sm80,
+            Arch::Sm80.max_smem(),
             2,
             ins,
             (4 * 64 - 1, 1 << 40),
@@ -1326,11 +1413,14 @@ mod tests {
             for d in catalog::FWD_HEAD_DIM_BUCKETS {
                 let can = arch == Arch::Sm90a && matches!(d, 64 | 128 | 256);
                 assert_eq!(
-                    runs_hopper_backward(BackwardEngine::Auto, arch, d).unwrap(),
+                    runs_hopper_backward(BackwardEngine::Auto, arch, d, arch.max_smem()).unwrap(),
                     can
                 );
-                assert!(!runs_hopper_backward(BackwardEngine::MmaSync, arch, d).unwrap());
-                match runs_hopper_backward(BackwardEngine::Hopper, arch, d) {
+                assert!(
+                    !runs_hopper_backward(BackwardEngine::MmaSync, arch, d, arch.max_smem())
+                        .unwrap()
+                );
+                match runs_hopper_backward(BackwardEngine::Hopper, arch, d, arch.max_smem()) {
                     Ok(yes) => assert!(can && yes, "{arch:?} d{d}"),
                     Err(e) => {
                         assert!(!can, "{arch:?} d{d}");
@@ -1359,9 +1449,15 @@ mod tests {
                     continue;
                 }
                 let src = src.unwrap();
+                let tiles = catalog::bwd_tiles(arch, d);
                 for causal in [false, true] {
-                    assert!(src.contains(&catalog::bwd_entry_name(&unit, causal, false)));
-                    assert!(!src.contains(&catalog::bwd_entry_name(&unit, causal, true)));
+                    let name = |t, features| catalog::bwd_entry_name(&unit, t, causal, features);
+                    assert!(src.contains(&name(&tiles[0], false)));
+                    assert!(!src.contains(&name(&tiles[0], true)));
+                    // The 99 KiB tile has release entries only.
+                    for t in &tiles[1..] {
+                        assert!(!src.contains(&name(t, false)));
+                    }
                 }
                 // The other passes run their release code; no wgmma entries in -G units.
                 assert!(!src.contains("ATTN_BWD_PREP_ENTRY") && !src.contains("attn_bwd_wg_"));
@@ -1398,6 +1494,73 @@ mod tests {
                     .contains("attn_bwd_wg_"));
             }
         }
+    }
+
+    #[test]
+    fn parts_with_99_kib_run_a_smaller_tile_of_the_sm80_cubin_up_to_d128() {
+        use catalog::SM8X_SMALL_SMEM as SMALL;
+        let shape = |d| AttnShape::new(1, 4, 4, 64, 64, d).unwrap();
+        for arch in [Arch::Sm80, Arch::Sm90a] {
+            for d in catalog::FWD_HEAD_DIM_BUCKETS {
+                let tiles = catalog::bwd_tiles(arch, d);
+                let small = catalog::bwd_tile_within(arch, d, SMALL);
+                // The preferred tile where the device holds it, and a 99 KiB one up to D = 128.
+                assert_eq!(
+                    catalog::bwd_tile_within(arch, d, arch.max_smem()),
+                    Some(tiles[0])
+                );
+                assert_eq!(small.is_some(), d <= 128, "{arch:?} d{d}");
+                let Some(t) = small else { continue };
+                assert!(catalog::bwd_smem_bytes(&t, d) <= SMALL);
+                assert_eq!(tiles.len() == 1, t == tiles[0], "{arch:?} d{d}");
+                // The unit instantiates every entry of that tile.
+                let unit = UnitKey {
+                    family: Family::Bwd,
+                    arch,
+                    elem: catalog::Elem::Bf16,
+                    head_dim: d,
+                };
+                let src = catalog::unit_source(&unit, false).unwrap();
+                for causal in [false, true] {
+                    for features in [false, true] {
+                        let name = catalog::bwd_entry_name(&unit, &t, causal, features);
+                        assert_eq!(src.matches(&format!("ATTN_BWD_ENTRY({name},")).count(), 1);
+                    }
+                }
+                // The plan takes it, and the Auto engine leaves the wgmma kernel (over 99 KiB).
+                let (ins, outs) = descs(&shape(d), 0);
+                let p = Problem::new(shape(d), Causal::None);
+                let plan =
+                    plan_backward(&p, arch, SMALL, 2, ins, (256, 1 << 40), outs, false, &DENSE)
+                        .unwrap();
+                assert_eq!(plan.tile, t);
+                assert!(!runs_hopper_backward(BackwardEngine::Auto, arch, d, SMALL).unwrap());
+            }
+        }
+        // D = 96 and 128 need the smaller tile; above 128 nothing fits, and the refusal says so.
+        assert_eq!(catalog::bwd_tiles(Arch::Sm80, 128).len(), 2);
+        assert_eq!(catalog::bwd_tiles(Arch::Sm80, 64).len(), 1);
+        let (ins, outs) = descs(&shape(160), 0);
+        let p = Problem::new(shape(160), Causal::None);
+        let refused = plan_backward(
+            &p,
+            Arch::Sm80,
+            SMALL,
+            2,
+            ins,
+            (256, 1 << 40),
+            outs,
+            false,
+            &DENSE,
+        );
+        assert!(matches!(
+            refused,
+            Err(KernelError::UnsupportedHeadDim { head_dim: 160, .. })
+        ));
+        // sm_89 has no backward units of its own: it runs sm_80's.
+        assert!(catalog::units(&[Arch::Sm89], &[])
+            .iter()
+            .all(|u| u.family != Family::Bwd));
     }
 
     #[test]

@@ -1236,16 +1236,15 @@ pub fn fp8_transpose_entry_name(head_dim: usize) -> String {
     format!("attn_fp8_v_transpose_d{head_dim}")
 }
 
-/// Whether `family` has compile units of its own for `arch`. sm_89 has none for the
-/// f16/bf16 mma.sync forward and the decode kernel: their sm_89 units held the same source as
-/// sm_80's, less the forward tiles over 99 KiB, and an sm_80 cubin runs on every sm_8x part
-/// ([`Arch::runs_on`]; FlashAttention-2 ships sm_80 SASS for Ada the same way), so
-/// [`crate::cubin::select`] gives an sm_89 device the sm_80 cubin and the launcher's
-/// shared-memory check keeps it to the tiles that fit. Not compiling them takes about three
-/// minutes off CI's two-core build. The FP8 forward (FP8 `mma.sync` exists from sm_89) and
-/// the backward (a smaller tile at D ≤ 128 for 99 KiB) keep their sm_89 units.
+/// Whether `family` has compile units of its own for `arch`. sm_89 has them only for the FP8
+/// forward (FP8 `mma.sync` exists from sm_89). The others' sm_89 units held the same source as
+/// sm_80's, less the tiles over 99 KiB (the backward's 99 KiB tile is in sm_80's units,
+/// [`bwd_tiles`]), and an sm_80 cubin runs on every sm_8x part ([`Arch::runs_on`];
+/// FlashAttention-2 ships sm_80 SASS for Ada the same way), so [`crate::cubin::select`] gives
+/// an sm_89 device the sm_80 cubin and the launchers' shared-memory checks keep it to the
+/// tiles that fit. Not compiling them takes about three minutes off CI's two-core build.
 pub fn has_own_unit(family: Family, arch: Arch) -> bool {
-    !(arch == Arch::Sm89 && matches!(family, Family::Fwd | Family::Decode))
+    arch != Arch::Sm89 || family == Family::Fp8Fwd
 }
 
 /// Every compile unit of the catalog for `archs` (every arch when empty), optionally only
@@ -1288,24 +1287,16 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
                 });
             }
         }
-        out.push(UnitKey {
-            family: Family::Fp8Prep,
-            arch,
-            elem: Elem::F16,
-            head_dim: 0,
-        });
-        out.push(UnitKey {
-            family: Family::Merge,
-            arch,
-            elem: Elem::F16,
-            head_dim: 0,
-        });
-        out.push(UnitKey {
-            family: Family::KvAppend,
-            arch,
-            elem: Elem::F16,
-            head_dim: 0,
-        });
+        for family in [Family::Fp8Prep, Family::Merge, Family::KvAppend] {
+            if has_own_unit(family, arch) {
+                out.push(UnitKey {
+                    family,
+                    arch,
+                    elem: Elem::F16,
+                    head_dim: 0,
+                });
+            }
+        }
         for elem in [Elem::F16, Elem::Bf16] {
             for &d in FWD_HEAD_DIM_BUCKETS
                 .iter()
@@ -1320,10 +1311,9 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
             }
         }
         for elem in [Elem::F16, Elem::Bf16] {
-            for &d in FWD_HEAD_DIM_BUCKETS
-                .iter()
-                .filter(|&&d| keep_d(d) && bwd_tile(arch, d).is_some())
-            {
+            for &d in FWD_HEAD_DIM_BUCKETS.iter().filter(|&&d| {
+                keep_d(d) && has_own_unit(Family::Bwd, arch) && bwd_tile(arch, d).is_some()
+            }) {
                 out.push(UnitKey {
                     family: Family::Bwd,
                     arch,
@@ -1345,12 +1335,44 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
 /// registers for 128. The same head-dim buckets as the forward: any D % 8 == 0 up to 256 runs
 /// in the next bucket.
 pub fn bwd_tile(arch: Arch, bucket: usize) -> Option<Tile> {
+    bwd_tile_fitting(bucket, arch.max_smem())
+}
+
+/// [`bwd_tile`]'s choice for `smem` bytes of shared memory per block.
+fn bwd_tile_fitting(bucket: usize, smem: usize) -> Option<Tile> {
     [(128, 2), (64, 2), (64, 1)]
         .into_iter()
         .map(|(n, stages)| tile(64, n, 8, stages))
-        .find(|t| {
-            (t.block_n == 64 || bucket <= 128) && bwd_smem_bytes(t, bucket) <= arch.max_smem()
-        })
+        .find(|t| (t.block_n == 64 || bucket <= 128) && bwd_smem_bytes(t, bucket) <= smem)
+}
+
+/// Dynamic shared memory per block of the sm_8x parts other than the A100 and A30 (sm_86,
+/// sm_87, sm_89: 99 KiB), which run sm_80's cubins.
+pub const SM8X_SMALL_SMEM: usize = 101_376;
+
+/// Every backward tile a unit of `arch` instantiates, the preferred first: [`bwd_tile`]'s,
+/// then, where that one needs more than [`SM8X_SMALL_SMEM`], the tile a 99 KiB part runs
+/// (D = 96 and 128: 64 keys, one stage). sm_86/87/89 run the sm_80 cubin, so without it they
+/// had no backward above D = 64; sm_90a carries it too, so that a launcher limited to 99 KiB
+/// ([`crate::FlashAttention::with_shared_memory_limit`]) runs it on an H100 in the GPU tests.
+/// Above D = 128 no backward tile fits 99 KiB.
+pub fn bwd_tiles(arch: Arch, bucket: usize) -> Vec<Tile> {
+    let Some(primary) = bwd_tile(arch, bucket) else {
+        return Vec::new();
+    };
+    let mut tiles = vec![primary];
+    if bwd_smem_bytes(&primary, bucket) > SM8X_SMALL_SMEM {
+        tiles.extend(bwd_tile_fitting(bucket, SM8X_SMALL_SMEM));
+    }
+    tiles
+}
+
+/// The backward tile a device with `smem` bytes of shared memory per block runs from `arch`'s
+/// cubin: the first of [`bwd_tiles`] that fits.
+pub fn bwd_tile_within(arch: Arch, bucket: usize, smem: usize) -> Option<Tile> {
+    bwd_tiles(arch, bucket)
+        .into_iter()
+        .find(|t| bwd_smem_bytes(t, bucket) <= smem)
 }
 
 /// Shared memory of the backward tile for a bucket: K, V, the Q/dO stages, the Pᵀ/dSᵀ tiles
@@ -1365,9 +1387,15 @@ pub fn bwd_smem_bytes(t: &Tile, head_dim: usize) -> usize {
 /// The extern "C" names of a backward unit's main kernel: causal or not, and the general
 /// entry (`_feat`: the forward's score-modifying features and packed sequences, as runtime
 /// values) or the plain one.
-pub fn bwd_entry_name(unit: &UnitKey, causal: bool, features: bool) -> String {
+pub fn bwd_entry_name(unit: &UnitKey, tile: &Tile, causal: bool, features: bool) -> String {
+    // The unit's preferred tile keeps the short name; the 99 KiB one names its tile.
+    let tile_part = if bwd_tile(unit.arch, unit.head_dim) == Some(*tile) {
+        String::new()
+    } else {
+        format!("_{}", tile.entry_part())
+    };
     format!(
-        "attn_bwd_{}_d{}_{}{}",
+        "attn_bwd_{}_d{}{tile_part}_{}{}",
         unit.elem.as_str(),
         unit.head_dim,
         if causal { "causal" } else { "full" },
@@ -1754,24 +1782,30 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             s.push_str("#include \"bwd_kernel.cuh\"\n\n");
             let ty = unit.elem.cuda_type();
             let d = unit.head_dim;
-            let t = bwd_tile(unit.arch, d)?;
-            // Debug units: tile dumps (P, dP, dS, Δ) from the plain entries alone, at the
-            // buckets the forward's debug build covers; the other passes run release code.
+            let tiles = bwd_tiles(unit.arch, d);
+            if tiles.is_empty() {
+                return None;
+            }
+            // Debug units: tile dumps (P, dP, dS, Δ) from the plain entries of the preferred
+            // tile alone, at the buckets the forward's debug build covers; the other passes run
+            // release code.
             if debug && !BWD_DEBUG_HEAD_DIMS.contains(&d) {
                 return None;
             }
             let feature_variants: &[bool] = if debug { &[false] } else { &[false, true] };
-            for causal in [false, true] {
-                for &features in feature_variants {
-                    let _ = writeln!(
-                        s,
-                        "ATTN_BWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {causal}, {features})",
-                        bwd_entry_name(unit, causal, features),
-                        t.block_m,
-                        t.block_n,
-                        t.warps,
-                        t.stages
-                    );
+            for t in &tiles[..if debug { 1 } else { tiles.len() }] {
+                for causal in [false, true] {
+                    for &features in feature_variants {
+                        let _ = writeln!(
+                            s,
+                            "ATTN_BWD_ENTRY({}, {ty}, {d}, {}, {}, {}, {}, {causal}, {features})",
+                            bwd_entry_name(unit, t, causal, features),
+                            t.block_m,
+                            t.block_n,
+                            t.warps,
+                            t.stages
+                        );
+                    }
                 }
             }
             if debug {

@@ -412,6 +412,8 @@ pub struct FlashAttention {
     pub(crate) features: Mutex<FeatureBuffers>,
     /// The backward's workspaces (src/backward.rs), grown on demand.
     pub(crate) bwd_workspace: Mutex<Option<BwdWorkspace>>,
+    /// A shared-memory limit below the device's ([`FlashAttention::with_shared_memory_limit`]).
+    smem_limit: Option<usize>,
 }
 
 /// Device memory of the backward, kept between calls and grown on demand: LSE₂, Δ and the f32
@@ -718,7 +720,21 @@ impl FlashAttention {
             fp8_vt: Mutex::new(None),
             features: Mutex::new(FeatureBuffers::default()),
             bwd_workspace: Mutex::new(None),
+            smem_limit: None,
         }
+    }
+
+    /// This launcher with at most `bytes` of dynamic shared memory per block (never more than
+    /// the device's), as on a smaller part of the same arch: an H100 or A100 launcher limited
+    /// to [`crate::catalog::SM8X_SMALL_SMEM`] (99 KiB) chooses the tiles an sm_86/87/89 part
+    /// runs. Where a choice is left (mma.sync configs, the backward's tile, and the engine
+    /// under `Auto`: the Hopper forward and the wgmma backward, whose tiles need more than
+    /// 99 KiB, give way to the mma.sync kernels), only what fits is chosen; a launch that
+    /// needs more (a pinned config or engine) is refused with [`KernelError::ConfigTooLarge`].
+    /// For testing, and for sharing an SM's shared memory with other work.
+    pub fn with_shared_memory_limit(mut self, bytes: usize) -> Self {
+        self.smem_limit = Some(bytes);
+        self
     }
 
     /// Frees the device memory this launcher keeps between calls: the split-KV and backward
@@ -735,14 +751,17 @@ impl FlashAttention {
     }
 
     /// A second launcher on the same device and kernel cache with its own new stream (for
-    /// concurrent launches).
+    /// concurrent launches), and this one's shared-memory limit.
     pub fn fork(&self) -> Result<Self, KernelError> {
         let stream = self
             .cache
             .ctx
             .new_stream()
             .map_err(driver("creating a stream"))?;
-        Ok(Self::on_stream(self.cache.clone(), stream))
+        Ok(Self {
+            smem_limit: self.smem_limit,
+            ..Self::on_stream(self.cache.clone(), stream)
+        })
     }
 
     /// The device's kernel cache.
@@ -765,9 +784,12 @@ impl FlashAttention {
     pub fn sm_count(&self) -> usize {
         self.cache.sm_count
     }
-    /// Largest dynamic shared memory one CTA may opt into.
+    /// Largest dynamic shared memory one CTA may opt into: the device's, or this launcher's
+    /// limit if lower ([`FlashAttention::with_shared_memory_limit`]).
     pub fn max_smem_per_block(&self) -> usize {
-        self.cache.max_smem_optin
+        self.smem_limit.map_or(self.cache.max_smem_optin, |l| {
+            l.min(self.cache.max_smem_optin)
+        })
     }
 
     /// The config [`FlashAttention::forward`] uses for `problem` by default.
@@ -792,6 +814,9 @@ impl FlashAttention {
         format!("sm_{ma}{mi}")
     }
 
+    /// The kernel `name` of `unit`, for a launch with `smem` bytes of dynamic shared memory:
+    /// refused with [`KernelError::ConfigTooLarge`] above [`FlashAttention::max_smem_per_block`]
+    /// (the launchers check their plans before this; it is the one guard every launch passes).
     pub(crate) fn function(
         &self,
         unit: &UnitKey,
@@ -799,6 +824,13 @@ impl FlashAttention {
         debug: bool,
         smem: usize,
     ) -> Result<(CudaFunction, &'static str), KernelError> {
+        if smem > self.max_smem_per_block() {
+            return Err(KernelError::ConfigTooLarge {
+                config: name.to_string(),
+                smem,
+                limit: self.max_smem_per_block(),
+            });
+        }
         self.cache.function(unit, name, debug, smem)
     }
 
@@ -1317,6 +1349,15 @@ impl FlashAttention {
                 let unit = hopper_unit(dtype, bucket);
                 if cubin::select(&unit, false, self.cache.major, self.cache.minor).is_none() {
                     return Ok(None); // a filtered build without this unit
+                }
+                // A launcher limited below any of the bucket's Hopper tiles
+                // (`with_shared_memory_limit`; without a limit every tile fits sm_90) runs the
+                // mma.sync kernel, as the 99 KiB parts do: the tile the plan would pick might
+                // not fit, and a refusal is no choice.
+                if crate::catalog::hopper_tiles(bucket).iter().any(|t| {
+                    crate::catalog::hopper_smem_bytes(t, bucket) > self.max_smem_per_block()
+                }) {
+                    return Ok(None);
                 }
                 if seqs.is_some() {
                     // The sequence entries split keys themselves (chunked prefill's small

@@ -1,6 +1,6 @@
 //! `attn-kernels`: the attention kernel family, compiled by nvcc into cubins for sm_80, sm_89
-//! and sm_90a at build time ([`catalog`] decides which; sm_89 runs sm_80's f16/bf16 forward
-//! and decode cubins), embedded in the crate and launched
+//! and sm_90a at build time ([`catalog`] decides which; sm_89 runs sm_80's cubins but the FP8
+//! forward's), embedded in the crate and launched
 //! through `cudarc` behind a safe API that validates every argument before a launch:
 //! - on Hopper, a FlashAttention-3-style forward ([`hopper`]: TMA loads, a producer
 //!   warpgroup, two `wgmma` consumer warpgroups, intra-warpgroup overlap and ping-pong

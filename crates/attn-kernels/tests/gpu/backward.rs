@@ -17,7 +17,8 @@ struct BackwardRun {
     info: attn_kernels::BackwardInfo,
 }
 
-/// Runs forward then backward on the GPU (`layout` for every tensor).
+/// Runs forward then backward on the GPU (`layout` for every tensor). The forward runs on a
+/// launcher of `gpu`'s stream without its shared-memory limit, if it has one.
 fn run_backward<T: StorageType>(
     gpu: &FlashAttention,
     p: &Problem,
@@ -32,7 +33,8 @@ fn run_backward<T: StorageType>(
     let (dq_, dk_, dv_, ddo) = (up(q, qd), up(k, kd), up(v, kd), up(d_o, qd));
     let mut o = upload_poisoned::<T>(gpu, shape.o_elems());
     let mut lse = s.clone_htod(&vec![f32::NAN; shape.lse_elems()]).unwrap();
-    gpu.forward(Forward {
+    let unlimited = FlashAttention::on_stream(gpu.cache().clone(), s.clone());
+    unlimited.forward(Forward {
         problem: p,
         q: Tensor::contiguous(dq_.as_view(), qd, layout),
         k: Tensor::contiguous(dk_.as_view(), kd, layout),
@@ -74,6 +76,17 @@ fn check_backward<T: StorageType + attn_ref::Element>(
     layout: Layout,
     options: BackwardOptions,
 ) -> Result<attn_kernels::BackwardInfo, String> {
+    check_backward_on::<T>(&gpu(), p, storage, layout, options)
+}
+
+/// [`check_backward`] with the backward on launcher `gpu`.
+fn check_backward_on<T: StorageType + attn_ref::Element>(
+    gpu: &FlashAttention,
+    p: &Problem,
+    storage: attn_ref::Dtype,
+    layout: Layout,
+    options: BackwardOptions,
+) -> Result<attn_kernels::BackwardInfo, String> {
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let shape = p.shape();
@@ -82,7 +95,7 @@ fn check_backward<T: StorageType + attn_ref::Element>(
     let v: Vec<T> = randn(&mut rng, shape.kv_elems());
     let d_o: Vec<T> = randn(&mut rng, shape.o_elems());
     let got =
-        run_backward(&gpu(), p, (&q, &k, &v, &d_o), layout, options).map_err(|e| e.to_string())?;
+        run_backward(gpu, p, (&q, &k, &v, &d_o), layout, options).map_err(|e| e.to_string())?;
     let (dq, dk, dv) = (got.dq, got.dk, got.dv);
     let r = reference::backward(p, &q, &k, &v, &d_o).map_err(|e| e.to_string())?;
     // The emulation given the O and LSE our forward produced, as the backward was (as
@@ -135,6 +148,65 @@ fn engines_for(head_dim: usize) -> Vec<BackwardEngine> {
     } else {
         vec![BackwardEngine::Auto]
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_backward_99_kib_tile() {
+    // sm_86/87/89 parts hold 99 KiB per block and run the sm_80 cubin, whose preferred tile at
+    // D = 96 and 128 needs 161 KiB: they take the unit's 64-key, one-stage tile
+    // (catalog::bwd_tiles). A launcher limited to 99 KiB chooses the same here (Auto engine:
+    // the wgmma kernel does not fit either). Tails, GQA, both layouts, both causal alignments,
+    // the general entry (window + softcap) and deterministic mode.
+    let small = FlashAttention::on_stream(gpu().cache().clone(), gpu().stream().clone())
+        .with_shared_memory_limit(attn_kernels::catalog::SM8X_SMALL_SMEM);
+    let (mut failures, mut runs) = (Vec::new(), 0);
+    for d in [96, 128] {
+        for (dims, causal, layout) in [
+            ((2, 4, 2, 113, 200, d), Causal::None, Layout::Bhsd),
+            ((1, 4, 4, 200, 113, d), Causal::BottomRight, Layout::Bshd),
+            ((1, 2, 1, 256, 256, d), Causal::TopLeft, Layout::Bhsd),
+        ] {
+            let plain = problem(dims, causal);
+            let featured = plain
+                .with_features(attn_ref::Features {
+                    window: Some((40, 7)),
+                    softcap: Some(8.0),
+                    ..Default::default()
+                })
+                .unwrap();
+            for (p, deterministic) in [(&plain, false), (&featured, false), (&plain, true)] {
+                let o = BackwardOptions {
+                    deterministic,
+                    ..Default::default()
+                };
+                for r in [
+                    check_backward_on::<f16>(&small, p, attn_ref::Dtype::F16, layout, o),
+                    check_backward_on::<bf16>(&small, p, attn_ref::Dtype::Bf16, layout, o),
+                ] {
+                    runs += 1;
+                    match r {
+                        Ok(info) => {
+                            assert!(
+                                info.kernel.contains("_bm64_bn64_w8_s1_")
+                                    && info.smem_bytes <= attn_kernels::catalog::SM8X_SMALL_SMEM,
+                                "d{d}: ran {} with {} bytes",
+                                info.kernel,
+                                info.smem_bytes
+                            );
+                        }
+                        Err(e) => failures.push(e),
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 fn run_cases(cases: &[(Dims, Causal, Layout)]) {

@@ -618,7 +618,7 @@ fn correctness_features_sinks_split_and_decode() {
 
 /// One `[B,H,S,D]` forward of fresh N(0, 1) inputs in `T` against the f64 reference: the
 /// kernel's name, its split count and attn-oracle's verdict.
-fn run_checked<T: StorageType + attn_ref::Element>(
+pub(super) fn run_checked<T: StorageType + attn_ref::Element>(
     gpu: &FlashAttention,
     p: &Problem,
     rng: &mut StdRng,

@@ -12,6 +12,7 @@
 //! - `features`: sliding window, softcap, ALiBi and sinks on both f16/bf16 engines;
 //! - `seqs`: varlen batches, KV-cache lengths and paged KV caches, sequence by sequence;
 //! - `kv_append`: writing new K/V rows into paged caches (f16/bf16 and E4M3);
+//! - `small_smem`: the choices of the 99 KiB parts (sm_86/87/89), under a launcher's limit;
 //! - `hopper`: the Hopper engine's every tile and head dim, its default use on sm_90, and its
 //!   refusals;
 //! - `stability`: bitwise determinism, 100k launches, concurrent streams;
@@ -53,6 +54,7 @@ mod resources;
 mod sanitize;
 mod schedule;
 mod seqs;
+mod small_smem;
 mod splits;
 mod stability;
 mod timeline;
