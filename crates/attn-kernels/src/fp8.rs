@@ -488,12 +488,23 @@ impl FlashAttention {
 
     /// The variant [`FlashAttention::forward_fp8`] uses by default on this device:
     /// [`Fp8Variant::default_for`], or `fp8` on Hopper when the build lacks the sm_90a cubin.
+    /// A launcher limited below the Hopper engine's FP8 tiles
+    /// ([`FlashAttention::with_shared_memory_limit`]) takes what an sm_89 part takes, `fp8`
+    /// (not `wgmma`, which has no D = 256).
     pub fn fp8_default_variant(&self) -> Fp8Variant {
         let (major, minor) = self.compute_capability();
         let v = Fp8Variant::default_for(major, minor);
+        let hopper_fits = catalog::FP8_HEAD_DIMS.iter().all(|&d| {
+            catalog::hopper_fp8_tiles(d)
+                .iter()
+                .all(|t| catalog::hopper_fp8_smem_bytes(t, d) <= self.max_smem_per_block())
+        });
         [v, Fp8Variant::Wgmma, Fp8Variant::Fp8]
             .into_iter()
-            .find(|&v| self.fp8_variant_available(v))
+            .find(|&v| {
+                self.fp8_variant_available(v)
+                    && (hopper_fits || !matches!(v, Fp8Variant::Hopper | Fp8Variant::Wgmma))
+            })
             .unwrap_or(Fp8Variant::Cvt)
     }
 

@@ -1,7 +1,8 @@
 //! The parts with 99 KiB of shared memory per block (sm_86, sm_87, sm_89), which run the
 //! sm_80 cubins: a launcher limited to that much (`with_shared_memory_limit`) chooses what
 //! they would, here on whatever GPU runs the suite. The backward's 99 KiB tile is tested in
-//! `backward::correctness_backward_99_kib_tile`.
+//! `backward::correctness_backward_99_kib_tile`; the FP8 forward keeps sm_89 cubins of its own
+//! (FP8 `mma.sync`), and its default under the limit is checked here too.
 
 use attn_kernels::{catalog::SM8X_SMALL_SMEM, Dtype, FlashAttention, ForwardOptions};
 use attn_ref::{Causal, Features};
@@ -68,4 +69,40 @@ fn correctness_small_smem_forward_and_decode() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The FP8 forward's default under a 99 KiB limit: not the Hopper engine (its tiles need
+/// more), the variant and config an sm_89 part would take, against the reference and the
+/// rounding model, at every FP8 head dim.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_small_smem_fp8_default() {
+    use super::fp8::{check, fp8_problem, inputs};
+    use attn_kernels::{Fp8Options, Fp8Variant};
+    let full = gpu();
+    let small = FlashAttention::on_stream(full.cache().clone(), full.stream().clone())
+        .with_shared_memory_limit(SM8X_SMALL_SMEM);
+    let variant = small.fp8_default_variant();
+    // The Hopper tiles need over 99 KiB; wgmma has no D = 256.
+    if small.fp8_variant_available(Fp8Variant::Fp8) {
+        assert_eq!(variant, Fp8Variant::Fp8);
+    }
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    for d in attn_kernels::catalog::FP8_HEAD_DIMS {
+        for (dims, causal) in [
+            ((2, 4, 2, 200, 333, d), Causal::None),
+            ((1, 4, 4, 256, 256, d), Causal::BottomRight),
+        ] {
+            let p = fp8_problem(dims, causal);
+            let x = inputs(&p, &mut rng, false);
+            for out in DTYPES {
+                if let Err(e) = check(&small, &p, &x, out, &Fp8Options::default()) {
+                    failures.push(format!("{variant} D = {d} {causal:?} {out:?}: {e}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
