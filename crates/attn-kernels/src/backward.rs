@@ -1355,56 +1355,30 @@ mod tests {
             ),
             Err(KernelError::UnsupportedHeadDim { .. })
         ));
+        // The sm_80 plan of `p` with these outputs and LSE.
+        let plan = |outs, lse| {
+            let smem = Arch::Sm80.max_smem();
+            plan_backward(&p, Arch::Sm80, smem, 2, ins, lse, outs, false, &DENSE)
+        };
         // dK overlapping V.
         let mut bad = outs;
         bad[1].3 = ins[2].3;
         assert!(matches!(
-            plan_backward(
-                &p,
-                Arch::Sm80,
-                Arch::Sm80.max_smem(),
-                2,
-                ins,
-                lse,
-                bad,
-                false,
-                &DENSE
-            ),
+            plan(bad, lse),
             Err(KernelError::Overlap { output: "dK", .. })
         ));
         // dV overlapping dK.
         let mut bad = outs;
         bad[2].3 = outs[1].3;
         assert!(matches!(
-            plan_backward(
-                &p,
-                Arch::Sm80,
-                Arch::Sm80.max_smem(),
-                2,
-                ins,
-                lse,
-                bad,
-                false,
-                &DENSE
-            ),
+            plan(bad, lse),
             Err(KernelError::Overlap {
                 output: "dV",
                 input: "dK"
             })
         ));
         // A short LSE.
-        assert!(plan_backward(
-            &p,
-            Arch::Sm80,
-            Arch::Sm80.max_smem(),
-            2,
-            ins,
-            (4 * 64 - 1, 1 << 40),
-            outs,
-            false,
-            &DENSE
-        )
-        .is_err());
+        assert!(plan(outs, (4 * 64 - 1, 1 << 40)).is_err());
     }
 
     #[test]

@@ -158,8 +158,7 @@ fn correctness_backward_99_kib_tile() {
     // (catalog::bwd_tiles). A launcher limited to 99 KiB chooses the same here (Auto engine:
     // the wgmma kernel does not fit either). Tails, GQA, both layouts, both causal alignments,
     // the general entry (window + softcap) and deterministic mode.
-    let small = FlashAttention::on_stream(gpu().cache().clone(), gpu().stream().clone())
-        .with_shared_memory_limit(attn_kernels::catalog::SM8X_SMALL_SMEM);
+    let small = super::small_smem::small_launcher();
     let (mut failures, mut runs) = (Vec::new(), 0);
     for d in [96, 128] {
         for (dims, causal, layout) in [

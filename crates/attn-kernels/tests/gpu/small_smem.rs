@@ -11,15 +11,20 @@ use rand::{rngs::StdRng, SeedableRng};
 
 use super::{features::run_checked, fresh_seed, gpu, problem, DTYPES};
 
+/// A launcher on the suite's device and stream, limited to 99 KiB per block.
+pub(super) fn small_launcher() -> FlashAttention {
+    let full = gpu();
+    FlashAttention::on_stream(full.cache().clone(), full.stream().clone())
+        .with_shared_memory_limit(SM8X_SMALL_SMEM)
+}
+
 /// Every head-dim bucket's forward (prefill, causal, the features' entry) and decode under a
 /// 99 KiB limit, against the f64 reference: each launch must fit (the launcher refuses one
 /// that does not) and be right.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_small_smem_forward_and_decode() {
-    let full = gpu();
-    let small = FlashAttention::on_stream(full.cache().clone(), full.stream().clone())
-        .with_shared_memory_limit(SM8X_SMALL_SMEM);
+    let small = small_launcher();
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let (mut failures, mut runs) = (Vec::new(), 0);
@@ -79,9 +84,7 @@ fn correctness_small_smem_forward_and_decode() {
 fn correctness_small_smem_fp8_default() {
     use super::fp8::{check, fp8_problem, inputs};
     use attn_kernels::{Fp8Options, Fp8Variant};
-    let full = gpu();
-    let small = FlashAttention::on_stream(full.cache().clone(), full.stream().clone())
-        .with_shared_memory_limit(SM8X_SMALL_SMEM);
+    let small = small_launcher();
     let variant = small.fp8_default_variant();
     // The Hopper tiles need over 99 KiB; wgmma has no D = 256.
     if small.fp8_variant_available(Fp8Variant::Fp8) {
