@@ -77,8 +77,8 @@ fn correctness_small_smem_forward_and_decode() {
 }
 
 /// The FP8 forward's default under a 99 KiB limit: not the Hopper engine (its tiles need
-/// more), the variant and config an sm_89 part would take, against the reference and the
-/// rounding model, at every FP8 head dim.
+/// more), the variant and config an sm_89 part would take; and sm_86's default, `cvt`, with
+/// its default config. Against the reference and the rounding model, at every FP8 head dim.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_small_smem_fp8_default() {
@@ -100,9 +100,15 @@ fn correctness_small_smem_fp8_default() {
         ] {
             let p = fp8_problem(dims, causal);
             let x = inputs(&p, &mut rng, false);
-            for out in DTYPES {
-                if let Err(e) = check(&small, &p, &x, out, &Fp8Options::default()) {
-                    failures.push(format!("{variant} D = {d} {causal:?} {out:?}: {e}"));
+            let cvt = Fp8Options {
+                variant: Some(Fp8Variant::Cvt),
+                ..Default::default()
+            };
+            for (name, opts) in [(variant, Fp8Options::default()), (Fp8Variant::Cvt, cvt)] {
+                for out in DTYPES {
+                    if let Err(e) = check(&small, &p, &x, out, &opts) {
+                        failures.push(format!("{name} D = {d} {causal:?} {out:?}: {e}"));
+                    }
                 }
             }
         }
