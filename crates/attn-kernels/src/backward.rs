@@ -1085,6 +1085,30 @@ mod tests {
     use crate::{dims_kv, dims_q, Layout};
     use attn_ref::AttnShape;
 
+    /// [`plan_backward`] for an sm_80 device with all of its shared memory, 2-byte elements.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_sm80(
+        p: &Problem,
+        inputs: [Desc; 5],
+        lse: (usize, u64),
+        outputs: [Desc; 3],
+        deterministic: bool,
+        idx: &IndexLens<'_>,
+    ) -> Result<BwdPlan, KernelError> {
+        let smem = Arch::Sm80.max_smem();
+        plan_backward(
+            p,
+            Arch::Sm80,
+            smem,
+            2,
+            inputs,
+            lse,
+            outputs,
+            deterministic,
+            idx,
+        )
+    }
+
     const DENSE: IndexLens<'static> = IndexLens {
         cu_q: None,
         cu_k: None,
@@ -1168,18 +1192,7 @@ mod tests {
             .with_softcap(30.0)
             .unwrap();
         let (ins, outs) = descs(&shape, 0);
-        let plan = plan_backward(
-            &p,
-            Arch::Sm80,
-            Arch::Sm80.max_smem(),
-            2,
-            ins,
-            (4 * 64, 1 << 40),
-            outs,
-            false,
-            &DENSE,
-        )
-        .unwrap();
+        let plan = plan_sm80(&p, ins, (4 * 64, 1 << 40), outs, false, &DENSE).unwrap();
         assert!(plan.general);
         assert_eq!(plan.params.feat.window_left, 8);
         assert_eq!(plan.params.feat.window_right, 0);
@@ -1223,18 +1236,7 @@ mod tests {
             ..DENSE
         };
         let lse = (4 * tq, 1 << 40);
-        let plan = plan_backward(
-            &p,
-            Arch::Sm80,
-            Arch::Sm80.max_smem(),
-            2,
-            ins,
-            lse,
-            outs,
-            true,
-            &idx,
-        )
-        .unwrap();
+        let plan = plan_sm80(&p, ins, lse, outs, true, &idx).unwrap();
         assert!(plan.general);
         assert_eq!(plan.rows, 4 * tq);
         assert_eq!(
@@ -1243,46 +1245,14 @@ mod tests {
         );
         assert_eq!(plan.params.q_blocks, 1);
         // LSE is [Hq, total_q]: one short is refused.
-        assert!(plan_backward(
-            &p,
-            Arch::Sm80,
-            Arch::Sm80.max_smem(),
-            2,
-            ins,
-            (4 * tq - 1, 1 << 40),
-            outs,
-            true,
-            &idx
-        )
-        .is_err());
+        assert!(plan_sm80(&p, ins, (4 * tq - 1, 1 << 40), outs, true, &idx).is_err());
         // Dense-shaped Q with cu_seqlens_q is refused.
         let (dense_ins, dense_outs) = descs(&shape, 0);
-        assert!(plan_backward(
-            &p,
-            Arch::Sm80,
-            Arch::Sm80.max_smem(),
-            2,
-            dense_ins,
-            lse,
-            dense_outs,
-            true,
-            &idx
-        )
-        .is_err());
+        assert!(plan_sm80(&p, dense_ins, lse, dense_outs, true, &idx).is_err());
         // A key sequence longer than kv_len (max_seqlen_k sizes the grid).
         let short = Problem::new(AttnShape::new(3, 4, 2, 7, 8, 64).unwrap(), Causal::TopLeft);
         assert!(matches!(
-            plan_backward(
-                &short,
-                Arch::Sm80,
-                Arch::Sm80.max_smem(),
-                2,
-                ins,
-                lse,
-                outs,
-                true,
-                &idx
-            ),
+            plan_sm80(&short, ins, lse, outs, true, &idx),
             Err(KernelError::Problem(AttnError::InvalidArgument(_)))
         ));
         // A malformed cu_seqlens_k.
@@ -1291,18 +1261,7 @@ mod tests {
             cu_k: Some((4, Some(&bad_k))),
             ..idx
         };
-        assert!(plan_backward(
-            &p,
-            Arch::Sm80,
-            Arch::Sm80.max_smem(),
-            2,
-            ins,
-            lse,
-            outs,
-            true,
-            &bad
-        )
-        .is_err());
+        assert!(plan_sm80(&p, ins, lse, outs, true, &bad).is_err());
         // Paged caches and seqused_k are forward-only.
         for idx in [
             IndexLens {
@@ -1316,17 +1275,7 @@ mod tests {
             },
         ] {
             assert!(matches!(
-                plan_backward(
-                    &p,
-                    Arch::Sm80,
-                    Arch::Sm80.max_smem(),
-                    2,
-                    ins,
-                    lse,
-                    outs,
-                    true,
-                    &idx
-                ),
+                plan_sm80(&p, ins, lse, outs, true, &idx),
                 Err(KernelError::UnsupportedFeature(_))
             ));
         }
