@@ -53,7 +53,7 @@ impl Arch {
     pub fn max_smem(self) -> usize {
         match self {
             Arch::Sm80 => 166_912,
-            Arch::Sm89 => 101_376,
+            Arch::Sm89 => SM8X_SMALL_SMEM,
             Arch::Sm90a => 232_448,
         }
     }
@@ -273,7 +273,7 @@ const fn kv_fp8_smem_with(tile: &Tile, bucket: usize, stages: usize) -> usize {
 /// spill a few scalars with three stages or four alike: ptxas-budget.json says which.)
 pub const fn kv_fp8_stages(tile: &Tile, bucket: usize) -> usize {
     let mut stages = 3;
-    while stages > 2 && kv_fp8_smem_with(tile, bucket, stages) > 101_376 {
+    while stages > 2 && kv_fp8_smem_with(tile, bucket, stages) > SM8X_SMALL_SMEM {
         stages -= 1;
     }
     stages
@@ -1348,6 +1348,7 @@ fn bwd_tile_fitting(bucket: usize, smem: usize) -> Option<Tile> {
 
 /// Dynamic shared memory per block of the sm_8x parts other than the A100 and A30 (sm_86,
 /// sm_87, sm_89: 99 KiB), which run sm_80's cubins.
+/// The one definition of that limit: `Arch::Sm89.max_smem()` and the E4M3 cache ring use it.
 pub const SM8X_SMALL_SMEM: usize = 101_376;
 
 /// Every backward tile a unit of `arch` instantiates, the preferred first: [`bwd_tile`]'s,

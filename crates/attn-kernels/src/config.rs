@@ -313,8 +313,12 @@ mod tests {
         assert_eq!(c.block_m, 128);
         // sm_89 holds 99 KiB: every choice must fit, at every head dim.
         for d in (8..=256).step_by(8) {
-            let c = choose_config(4, 16, 4096, d, 128, 99 * 1024);
-            assert!(c.smem_bytes(d) <= 99 * 1024, "D={d}: {}", c.name());
+            let c = choose_config(4, 16, 4096, d, 128, crate::catalog::SM8X_SMALL_SMEM);
+            assert!(
+                c.smem_bytes(d) <= crate::catalog::SM8X_SMALL_SMEM,
+                "D={d}: {}",
+                c.name()
+            );
             assert!(configs_for(d).contains(&c));
         }
     }

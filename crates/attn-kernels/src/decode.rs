@@ -267,7 +267,7 @@ mod tests {
                     crate::catalog::decode_ring_head_dim(bucket, kv8) * if kv8 { 1 } else { 2 };
                 // The ring (3 stages of K and V) is what the smem formula holds.
                 assert!(decode_smem_bytes(bucket, kv8, 1) >= 3 * 2 * keys * row);
-                assert!(decode_smem_bytes(bucket, kv8, 8) <= 99 * 1024);
+                assert!(decode_smem_bytes(bucket, kv8, 8) <= crate::catalog::SM8X_SMALL_SMEM);
             }
         }
     }

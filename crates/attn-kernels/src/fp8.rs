@@ -1026,7 +1026,7 @@ mod tests {
         // Both D = 256 configs fit sm_89's 99 KiB.
         for c in catalog::FP8_D256_TILES {
             assert!(
-                fp8_smem_bytes(&c, 256, Fp8Variant::Fp8) <= 99 * 1024,
+                fp8_smem_bytes(&c, 256, Fp8Variant::Fp8) <= catalog::SM8X_SMALL_SMEM,
                 "{}",
                 c.name()
             );
