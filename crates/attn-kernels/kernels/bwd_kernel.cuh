@@ -284,8 +284,16 @@ struct BwdConfig {
     static constexpr int kColsC = DK / kSplitC;
     static constexpr int kNC = kColsC / 8;
     static constexpr int kPPitch = BM;               // pitch of the Pᵀ/dSᵀ tiles (≥ 64: swizzle)
+    // The 32-key tile above D = 192, for 99 KiB parts (sm_86/87/89), does not fit with its
+    // own Pᵀ/dSᵀ tiles: they take V's place once phase A has read V, and V is loaded again
+    // with every query block's Q and dO (from L2: the same 32 keys each time).
+    // FlashAttention-2 frees the same room on those parts by keeping V in registers
+    // (flash_bwd_launch_template.h, `Is_V_in_regs`); a re-read V costs no registers here,
+    // where the dK/dV accumulators already take 64 per thread. catalog.rs `bwd_v_shared`
+    // states the same rule.
+    static constexpr bool kVShared = BN == 32 && DK > 192;
     static constexpr int kSmemElems =
-        2 * BN * kPitch + QSTAGES * 2 * BM * kPitch + 2 * BN * kPPitch;
+        2 * BN * kPitch + QSTAGES * 2 * BM * kPitch + (kVShared ? 0 : 2 * BN * kPPitch);
     static constexpr int kSmemBytes = kSmemElems * 2 + QSTAGES * 2 * BM * 4;
     // Unrolling: phase A by 2 and phases B/C fully, except where the dK/dV accumulators (DK
     // floats per thread) leave no room: above D = 192 (and D = 64 on sm_80, where the fully
@@ -295,7 +303,10 @@ struct BwdConfig {
     static constexpr int kUnrollA = DK > 192 ? 1 : 2;
     static constexpr int kUnrollBC = DK > 192 ? 1 : (BN == 128 && DK > 64 ? 2 : 4);
     static_assert(WARPS % kKG == 0 && WARPS % kMC == 0, "warp partition");
-    static_assert(kQA % 16 == 0 && kColsB % 16 == 0 && kColsC % 16 == 0, "n-tile pairs");
+    // Phase B takes an odd last n-tile (the 32-key tile at D = 160 and 224: 40 and 56
+    // columns per warp); phases A and C load n-tiles in pairs.
+    static_assert(kQA % 16 == 0 && kColsB % 8 == 0 && kColsC % 16 == 0, "n-tile pairs");
+    static_assert(!kVShared || (QSTAGES == 1 && 2 * kPPitch <= kPitch), "Pᵀ/dSᵀ fit in V's tile, one stage");
     static_assert(BM >= 64 && BM % 64 == 0, "Pᵀ/dSᵀ rows must span the 8-chunk swizzle");
 };
 
@@ -450,9 +461,10 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     T* sV = sK + BN * DP;
     T* sQ = sV + BN * DP;                  // QSTAGES tiles
     T* sdO = sQ + QSTAGES * BM * DP;       // QSTAGES tiles
-    T* sP = sdO + QSTAGES * BM * DP;       // Pᵀ [key][query]
-    T* sdS = sP + BN * PP;                 // dSᵀ [key][query]
-    float* sLse = reinterpret_cast<float*>(sdS + BN * PP); // QSTAGES × BM (log2 units)
+    T* sP = Cfg::kVShared ? sV : sdO + QSTAGES * BM * DP; // Pᵀ [key][query]
+    T* sdS = sP + BN * PP;                                 // dSᵀ [key][query]
+    // QSTAGES × BM (log2 units)
+    float* sLse = reinterpret_cast<float*>(Cfg::kVShared ? sdO + QSTAGES * BM * DP : sdS + BN * PP);
     float* sDelta = sLse + QSTAGES * BM;                    // QSTAGES × BM
 
     // Deterministic causal runs take turns on a query block from the highest key block down
@@ -492,7 +504,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
     const T* k_head = seq_head_ptr(k, p.k_stride, b, kvh, seq_rows.k_row0, packed_k);
     const T* v_head = seq_head_ptr(v, p.v_stride, b, kvh, seq_rows.k_row0, packed_k);
     load_tile_async<T, DK, BN, Cfg::kThreads>(sK, k_head, key0, p.kv_len, p.k_stride[2], d_chunks, tid);
-    load_tile_async<T, DK, BN, Cfg::kThreads>(sV, v_head, key0, p.kv_len, p.v_stride[2], d_chunks, tid);
+    if (!Cfg::kVShared) load_tile_async<T, DK, BN, Cfg::kThreads>(sV, v_head, key0, p.kv_len, p.v_stride[2], d_chunks, tid);
     cp_async_commit();
 
     // Query blocks that see any key of this block: causal skips those entirely above it.
@@ -533,6 +545,7 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
         load_tile_async<T, DK, BM, Cfg::kThreads>(sdO + buf * BM * DP,
                                                   seq_head_ptr(d_o, p.do_stride, b, h, seq_rows.q_row0, packed_q),
                                                   m0, p.q_len, p.do_stride[2], d_chunks, tid);
+        if (Cfg::kVShared) load_tile_async<T, DK, BN, Cfg::kThreads>(sV, v_head, key0, p.kv_len, p.v_stride[2], d_chunks, tid);
         if (tid < 2 * BM) {
             const int r = tid % BM;
             const bool in = m0 + r < p.q_len;
@@ -609,6 +622,8 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                 }
             }
         }
+        // Every warp has read V before P and dS overwrite it.
+        if (Cfg::kVShared) __syncthreads();
         // FEATURES: whether some row's key range cuts this block (its ends are monotone in
         // the row, as in the forward's tile_needs_mask); blocks inside every range skip the
         // per-score range test.
@@ -772,9 +787,9 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                 ldmatrix_x4(pa[ma], smem_addr(sP + swz<PP>(arow, achunk)));
                 ldmatrix_x4(sa[ma], smem_addr(sdS + swz<PP>(arow, achunk)));
             }
+            const int qrow = 16 * kk + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
-            for (int n = 0; n < Cfg::kNB; n += 2) {
-                const int qrow = 16 * kk + (mi & 1) * 8 + (lane & 7);
+            for (int n = 0; n + 1 < Cfg::kNB; n += 2) {
                 const int chunk = cb0 / 8 + n + (mi >> 1);
                 uint32_t bo[4], bq[4];
                 ldmatrix_x4_trans(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
@@ -785,6 +800,19 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                     Mma<T>::run(acc_dv[ma][n + 1], pa[ma], bo[2], bo[3]);
                     Mma<T>::run(acc_dk[ma][n], sa[ma], bq[0], bq[1]);
                     Mma<T>::run(acc_dk[ma][n + 1], sa[ma], bq[2], bq[3]);
+                }
+            }
+            if constexpr (Cfg::kNB % 2 == 1) {
+                // The odd last n-tile: lanes 0–15 address its two 8-row halves.
+                constexpr int n = Cfg::kNB - 1;
+                const int chunk = cb0 / 8 + n;
+                uint32_t bo[2], bq[2];
+                ldmatrix_x2_trans(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
+                ldmatrix_x2_trans(bq, smem_addr(tQ + swz<DP>(qrow, chunk)));
+#pragma unroll
+                for (int ma = 0; ma < kMA; ++ma) {
+                    Mma<T>::run(acc_dv[ma][n], pa[ma], bo[0], bo[1]);
+                    Mma<T>::run(acc_dk[ma][n], sa[ma], bq[0], bq[1]);
                 }
             }
         }

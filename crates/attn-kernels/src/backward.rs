@@ -470,7 +470,7 @@ pub(crate) fn plan_backward(
     })?;
     let tile = catalog::bwd_tile_within(arch, bucket, smem).ok_or(KernelError::UnsupportedHeadDim {
         head_dim: d,
-        supported: "D ≤ 128 for the backward with 99 KiB of shared memory per block (sm_86, sm_87, sm_89); up to 256 with more (sm_80, sm_90)",
+        supported: "D ≤ 256 for the backward with at least 96.5 KiB of shared memory per block (every sm_80+ part)",
     })?;
     let (qd, kd) = (expected.q, expected.kv);
     let names = ["Q", "K", "V", "O", "dO"];
@@ -1287,14 +1287,14 @@ mod tests {
         let p = Problem::new(shape, Causal::None);
         let (ins, outs) = descs(&shape, 0);
         let lse = (4 * 64, 1 << 40);
-        // D = 256 on sm_89: no room.
+        // D = 256 with 96 KiB per block: no room (99 KiB parts run the 32-key tile).
         let big = AttnShape::new(1, 4, 4, 64, 64, 256).unwrap();
         let (bi, bo) = descs(&big, 0);
         assert!(matches!(
             plan_backward(
                 &Problem::new(big, Causal::None),
-                Arch::Sm89,
-                Arch::Sm89.max_smem(),
+                Arch::Sm80,
+                96 * 1024,
                 2,
                 bi,
                 lse,
@@ -1420,21 +1420,28 @@ mod tests {
     }
 
     #[test]
-    fn parts_with_99_kib_run_a_smaller_tile_of_the_sm80_cubin_up_to_d128() {
+    fn parts_with_99_kib_run_a_smaller_tile_of_the_sm80_cubin_at_every_head_dim() {
         use catalog::SM8X_SMALL_SMEM as SMALL;
         let shape = |d| AttnShape::new(1, 4, 4, 64, 64, d).unwrap();
         for arch in [Arch::Sm80, Arch::Sm90a] {
             for d in catalog::FWD_HEAD_DIM_BUCKETS {
                 let tiles = catalog::bwd_tiles(arch, d);
                 let small = catalog::bwd_tile_within(arch, d, SMALL);
-                // The preferred tile where the device holds it, and a 99 KiB one up to D = 128.
+                // The preferred tile where the device holds it, and a 99 KiB one at every
+                // bucket: 64 keys up to D = 128, 32 above (V sharing its room above 192).
                 assert_eq!(
                     catalog::bwd_tile_within(arch, d, arch.max_smem()),
                     Some(tiles[0])
                 );
-                assert_eq!(small.is_some(), d <= 128, "{arch:?} d{d}");
-                let Some(t) = small else { continue };
+                let t = small.unwrap_or_else(|| panic!("{arch:?} d{d}: no 99 KiB tile"));
                 assert!(catalog::bwd_smem_bytes(&t, d) <= SMALL);
+                let keys = match d {
+                    ..=64 => tiles[0].block_n,
+                    ..=128 => 64,
+                    _ => 32,
+                };
+                assert_eq!(t.block_n, keys, "{arch:?} d{d}");
+                assert_eq!(catalog::bwd_v_shared(&t, d), d > 192, "{arch:?} d{d}");
                 assert_eq!(tiles.len() == 1, t == tiles[0], "{arch:?} d{d}");
                 // The unit instantiates every entry of that tile.
                 let unit = UnitKey {
@@ -1460,15 +1467,21 @@ mod tests {
                 assert!(!runs_hopper_backward(BackwardEngine::Auto, arch, d, SMALL).unwrap());
             }
         }
-        // D = 96 and 128 need the smaller tile; above 128 nothing fits, and the refusal says so.
+        // D = 96 to 256 need the smaller tile. Without V sharing its room the 32-key tile
+        // misses 99 KiB at D = 256; the shared one needs 96.5 KiB, and less than that is
+        // refused.
         assert_eq!(catalog::bwd_tiles(Arch::Sm80, 128).len(), 2);
+        assert_eq!(catalog::bwd_tiles(Arch::Sm80, 256).len(), 2);
         assert_eq!(catalog::bwd_tiles(Arch::Sm80, 64).len(), 1);
-        let (ins, outs) = descs(&shape(160), 0);
-        let p = Problem::new(shape(160), Causal::None);
+        let t32 = catalog::tile(64, 32, 8, 1);
+        assert_eq!(catalog::bwd_smem_bytes(&t32, 256), 98_816);
+        assert!(catalog::bwd_smem_bytes(&t32, 256) + 2 * 2 * 32 * 64 > SMALL);
+        let (ins, outs) = descs(&shape(256), 0);
+        let p = Problem::new(shape(256), Causal::None);
         let refused = plan_backward(
             &p,
             Arch::Sm80,
-            SMALL,
+            96 * 1024,
             2,
             ins,
             (256, 1 << 40),
@@ -1478,7 +1491,7 @@ mod tests {
         );
         assert!(matches!(
             refused,
-            Err(KernelError::UnsupportedHeadDim { head_dim: 160, .. })
+            Err(KernelError::UnsupportedHeadDim { head_dim: 256, .. })
         ));
         // sm_89 has no backward units of its own: it runs sm_80's.
         assert!(catalog::units(&[Arch::Sm89], &[])
@@ -1487,14 +1500,12 @@ mod tests {
     }
 
     #[test]
-    fn every_bucket_has_a_backward_tile_that_fits_except_sm89_above_128() {
+    fn every_bucket_has_a_backward_tile_that_fits_every_arch() {
         for d in catalog::FWD_HEAD_DIM_BUCKETS {
             for arch in Arch::ALL {
                 let t = catalog::bwd_tile(arch, d);
-                assert_eq!(t.is_some(), arch != Arch::Sm89 || d <= 128, "{arch:?} d{d}");
-                if let Some(t) = t {
-                    assert!(catalog::bwd_smem_bytes(&t, d) <= arch.max_smem());
-                }
+                let t = t.unwrap_or_else(|| panic!("{arch:?} d{d}: no backward tile"));
+                assert!(catalog::bwd_smem_bytes(&t, d) <= arch.max_smem());
             }
         }
     }

@@ -1330,20 +1330,27 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
 /// BLOCK_N keys per CTA, 8 warps, Q/dO stages). Up to D = 128, 128 keys per CTA where two
 /// stages fit (FlashAttention-2's 128-key blocks: half the dQ atomics of 64 keys, which were
 /// what limited this kernel; 1.28–1.39× faster on the H100, docs/PERF.md runs 114–115); else 64 keys
-/// with two stages, else one; `None` where even that does not fit (sm_89's 99 KB above
-/// D = 128). Above D = 128 the dK/dV accumulators (DK floats per thread at 64 keys) leave no
-/// registers for 128. The same head-dim buckets as the forward: any D % 8 == 0 up to 256 runs
+/// with two stages, else one, else (above D = 128) 32 keys with one stage; `None` where even
+/// that does not fit. Above D = 128 the dK/dV accumulators (DK floats per thread at 64 keys)
+/// leave no registers for 128. The same head-dim buckets as the forward: any D % 8 == 0 up to 256 runs
 /// in the next bucket.
 pub fn bwd_tile(arch: Arch, bucket: usize) -> Option<Tile> {
     bwd_tile_fitting(bucket, arch.max_smem())
 }
 
-/// [`bwd_tile`]'s choice for `smem` bytes of shared memory per block.
+/// [`bwd_tile`]'s choice for `smem` bytes of shared memory per block. 128 keys only up to
+/// D = 128 (the dK/dV accumulators); 32 keys only above it, where no 64-key tile fits 99 KiB
+/// (FlashAttention-2 runs 64 × 32 blocks on those parts too).
 fn bwd_tile_fitting(bucket: usize, smem: usize) -> Option<Tile> {
-    [(128, 2), (64, 2), (64, 1)]
+    [(128, 2), (64, 2), (64, 1), (32, 1)]
         .into_iter()
         .map(|(n, stages)| tile(64, n, 8, stages))
-        .find(|t| (t.block_n == 64 || bucket <= 128) && bwd_smem_bytes(t, bucket) <= smem)
+        .filter(|t| match t.block_n {
+            128 => bucket <= 128,
+            32 => bucket > 128,
+            _ => true,
+        })
+        .find(|t| bwd_smem_bytes(t, bucket) <= smem)
 }
 
 /// Dynamic shared memory per block of the sm_8x parts other than the A100 and A30 (sm_86,
@@ -1353,10 +1360,11 @@ pub const SM8X_SMALL_SMEM: usize = 101_376;
 
 /// Every backward tile a unit of `arch` instantiates, the preferred first: [`bwd_tile`]'s,
 /// then, where that one needs more than [`SM8X_SMALL_SMEM`], the tile a 99 KiB part runs
-/// (D = 96 and 128: 64 keys, one stage). sm_86/87/89 run the sm_80 cubin, so without it they
-/// had no backward above D = 64; sm_90a carries it too, so that a launcher limited to 99 KiB
-/// ([`crate::FlashAttention::with_shared_memory_limit`]) runs it on an H100 in the GPU tests.
-/// Above D = 128 no backward tile fits 99 KiB.
+/// (D = 96 and 128: 64 keys, one stage; D = 160 to 256: 32 keys, one stage, with V sharing
+/// its room above D = 192, [`bwd_v_shared`]). sm_86/87/89 run the sm_80 cubin, so without it
+/// they had no backward above D = 64; sm_90a carries it too, so that a launcher limited to
+/// 99 KiB ([`crate::FlashAttention::with_shared_memory_limit`]) runs it on an H100 in the GPU
+/// tests.
 pub fn bwd_tiles(arch: Arch, bucket: usize) -> Vec<Tile> {
     let Some(primary) = bwd_tile(arch, bucket) else {
         return Vec::new();
@@ -1377,12 +1385,24 @@ pub fn bwd_tile_within(arch: Arch, bucket: usize, smem: usize) -> Option<Tile> {
 }
 
 /// Shared memory of the backward tile for a bucket: K, V, the Q/dO stages, the Pᵀ/dSᵀ tiles
-/// and the LSE/Δ rows (kernels/bwd_kernel.cuh's `BwdConfig::kSmemBytes`).
+/// (inside V's where [`bwd_v_shared`]) and the LSE/Δ rows (kernels/bwd_kernel.cuh's
+/// `BwdConfig::kSmemBytes`).
 pub fn bwd_smem_bytes(t: &Tile, head_dim: usize) -> usize {
     let pitch = head_dim.div_ceil(64) * 64;
-    let elems =
-        2 * t.block_n * pitch + t.stages * 2 * t.block_m * pitch + 2 * t.block_n * t.block_m;
+    let p_tiles = if bwd_v_shared(t, head_dim) {
+        0
+    } else {
+        2 * t.block_n * t.block_m
+    };
+    let elems = 2 * t.block_n * pitch + t.stages * 2 * t.block_m * pitch + p_tiles;
     elems * 2 + t.stages * 2 * t.block_m * 4
+}
+
+/// Whether the backward tile keeps its Pᵀ/dSᵀ tiles in V's room and loads V again with every
+/// query block: the 32-key tile above D = 192, which otherwise misses 99 KiB by 5.5 KiB
+/// (kernels/bwd_kernel.cuh `BwdConfig::kVShared`, the same rule).
+pub fn bwd_v_shared(t: &Tile, bucket: usize) -> bool {
+    t.block_n == 32 && bucket > 192
 }
 
 /// The extern "C" names of a backward unit's main kernel: causal or not, and the general

@@ -153,14 +153,21 @@ fn engines_for(head_dim: usize) -> Vec<BackwardEngine> {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_backward_99_kib_tile() {
-    // sm_86/87/89 parts hold 99 KiB per block and run the sm_80 cubin, whose preferred tile at
-    // D = 96 and 128 needs 161 KiB: they take the unit's 64-key, one-stage tile
-    // (catalog::bwd_tiles). A launcher limited to 99 KiB chooses the same here (Auto engine:
-    // the wgmma kernel does not fit either). Tails, GQA, both layouts, both causal alignments,
-    // the general entry (window + softcap) and deterministic mode.
+    // sm_86/87/89 parts hold 99 KiB per block and run the sm_80 cubin, whose preferred tile
+    // from D = 96 up needs more: they take the unit's one-stage tile (catalog::bwd_tiles), 64
+    // keys up to D = 128 and 32 above, where V shares its room with Pᵀ/dSᵀ above D = 192. A
+    // launcher limited to 99 KiB chooses the same here (Auto engine: the wgmma kernel does not
+    // fit either). Tails, GQA, both layouts, both causal alignments, the general entry
+    // (window + softcap) and deterministic mode; D = 136 and 200 run the 160 and 224 buckets
+    // with zero-filled columns, and those buckets' warps take an odd last n-tile in phase B.
     let small = super::small_smem::small_launcher();
     let (mut failures, mut runs) = (Vec::new(), 0);
-    for d in [96, 128] {
+    for d in [96, 128, 136, 160, 192, 200, 224, 256] {
+        let tile = if d <= 128 {
+            "_bm64_bn64_w8_s1_"
+        } else {
+            "_bm64_bn32_w8_s1_"
+        };
         for (dims, causal, layout) in [
             ((2, 4, 2, 113, 200, d), Causal::None, Layout::Bhsd),
             ((1, 4, 4, 200, 113, d), Causal::BottomRight, Layout::Bshd),
@@ -187,7 +194,7 @@ fn correctness_backward_99_kib_tile() {
                     match r {
                         Ok(info) => {
                             assert!(
-                                info.kernel.contains("_bm64_bn64_w8_s1_")
+                                info.kernel.contains(tile)
                                     && info.smem_bytes <= attn_kernels::catalog::SM8X_SMALL_SMEM,
                                 "d{d}: ran {} with {} bytes",
                                 info.kernel,
@@ -525,6 +532,26 @@ fn sanitize_backward_small() {
             },
         )
         .unwrap();
+    }
+    // The 99 KiB parts' 32-key tile (a launcher limited to 99 KiB): D = 136 runs the 160
+    // bucket (an odd last n-tile in phase B), D = 200 the 224 bucket (Pᵀ/dSᵀ in V's room, V
+    // loaded again with each query block), default and deterministic.
+    let small = super::small_smem::small_launcher();
+    for d in [136, 200] {
+        let p = problem((1, 4, 2, 77, 130, d), Causal::BottomRight);
+        for deterministic in [false, true] {
+            let o = BackwardOptions {
+                deterministic,
+                ..Default::default()
+            };
+            let info = check_backward_on::<f16>(&small, &p, attn_ref::Dtype::F16, Layout::Bshd, o)
+                .unwrap();
+            assert!(
+                info.kernel.contains("_bm64_bn32_w8_s1_"),
+                "d{d}: {}",
+                info.kernel
+            );
+        }
     }
 }
 
