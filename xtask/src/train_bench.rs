@@ -47,9 +47,10 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     varlen_seqs: usize,
     /// Time only the default forward and the default and deterministic backward of each
-    /// shape, and the default backward on its classic grid (`BackwardSchedule::Grid`, no
-    /// split tail); no features, no mma.sync engine, no training steps: a quick comparison of
-    /// two builds' default kernels.
+    /// shape, both backward modes on their classic grid too (`BackwardSchedule::Grid`, no
+    /// split tail), and the deterministic one with its tail forced into 2, 3, 4 and 8 pieces;
+    /// no features, no mma.sync engine, no training steps: a quick comparison of two builds'
+    /// default kernels.
     #[arg(long)]
     plain: bool,
 }
@@ -246,10 +247,15 @@ pub fn run(args: Args) -> Result<()> {
                     ..Default::default()
                 };
                 let bwd_grid = time(&gpu, warmup, iters, || t.backward(&p, grid))?;
+                let det_grid = BackwardOptions {
+                    deterministic: true,
+                    ..grid
+                };
+                let bwd_det_grid = time(&gpu, warmup, iters, || t.backward(&p, det_grid))?;
                 let flops = shape.flops(mask);
                 let m = |x: &[f64]| median(&mut x.to_vec());
                 println!(
-                    "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×), grid {:.1} µs (default / grid {:.3}×)",
+                    "B{b} H{h} S{n} D{d} {}: fwd {:.1} µs ({:.0} TFLOP/s) | bwd {:.1} µs ({:.0} TFLOP/s), deterministic {:.1} µs ({:.3}×), grid {:.1} µs (default / grid {:.3}×), deterministic grid {:.1} µs (deterministic / its grid {:.3}×)",
                     if causal { "causal" } else { "full" },
                     m(&fwd),
                     flops / m(&fwd) * 1e-6,
@@ -258,11 +264,12 @@ pub fn run(args: Args) -> Result<()> {
                     m(&bwd_det),
                     m(&bwd_det) / m(&bwd),
                     m(&bwd_grid),
-                    m(&bwd) / m(&bwd_grid)
+                    m(&bwd) / m(&bwd_grid),
+                    m(&bwd_det_grid),
+                    m(&bwd_det) / m(&bwd_det_grid)
                 );
-                // The deterministic backward with its tail split (`Auto` does not split
-                // deterministic launches; this measures what a split would give), where the
-                // launch has a tail to split.
+                // The deterministic backward with its tail split into each count of pieces,
+                // against its classic grid, where the launch has a tail to split.
                 let mut det_split = serde_json::Map::new();
                 for pieces in [2, 3, 4, 8] {
                     let split = BackwardOptions {
@@ -277,9 +284,9 @@ pub fn run(args: Args) -> Result<()> {
                         continue; // refused: no tail, or too few query blocks
                     };
                     println!(
-                        "    deterministic, tail in {pieces} pieces: {:.1} µs (over deterministic {:.3}×, over default {:.3}×)",
+                        "    deterministic, tail in {pieces} pieces: {:.1} µs (over deterministic grid {:.3}×, over default {:.3}×)",
                         m(&x),
-                        m(&x) / m(&bwd_det),
+                        m(&x) / m(&bwd_det_grid),
                         m(&x) / m(&bwd)
                     );
                     det_split.insert(pieces.to_string(), serde_json::json!(x));
@@ -287,6 +294,7 @@ pub fn run(args: Args) -> Result<()> {
                 rows.push(serde_json::json!({
                     "shape": [b, h, n, d, causal],
                     "fwd_us": fwd, "bwd_us": bwd, "bwd_det_us": bwd_det, "bwd_grid_us": bwd_grid,
+                    "bwd_det_grid_us": bwd_det_grid,
                     "bwd_det_split_us": det_split,
                     "flops_fwd": flops,
                 }));

@@ -58,9 +58,10 @@ pub struct BackwardOptions {
 /// fixed order, so deterministic launches stay bitwise reproducible.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum BackwardSchedule {
-    /// Split the tail of default-mode launches where a model of the round says it ends
-    /// sooner (the crate's `backward::bwd_tail_split`); deterministic launches keep the
-    /// classic grid (their pieces would wait for their dQ turns).
+    /// Split the tail where a model of the round says it ends sooner (the crate's
+    /// `backward::bwd_tail_split`); deterministic launches only where their dQ turns go in
+    /// key order (a head with more key blocks than the GPU holds CTAs), where the split
+    /// measured faster.
     #[default]
     Auto,
     /// One CTA per item, never split.
@@ -109,7 +110,15 @@ impl TailSplit {
 /// k (2..=TAIL_MAX_PIECES, k ≤ iters, at most two rounds of pieces, which bounds the
 /// partials' workspace) that ends soonest is taken where it saves TAIL_MIN_SAVED iterations.
 /// At 4,16,4096,128 on 132 SMs: 2048 items, T = 68, 64 iterations: k = 3 ends after 48.
-pub(crate) fn bwd_tail_split(items: usize, ctas: usize, iters: usize) -> Option<TailSplit> {
+/// Deterministic launches (`det_key_blocks`: Some(key blocks per head)) add each query block's
+/// split key blocks one after another, so a piece lasts at least as many iterations as a head
+/// has split key blocks, min(T, key blocks).
+pub(crate) fn bwd_tail_split(
+    items: usize,
+    ctas: usize,
+    iters: usize,
+    det_key_blocks: Option<usize>,
+) -> Option<TailSplit> {
     let ctas = ctas.max(1);
     let tail = items % ctas;
     if tail == 0 {
@@ -120,7 +129,8 @@ pub(crate) fn bwd_tail_split(items: usize, ctas: usize, iters: usize) -> Option<
         if tail * k > 2 * ctas {
             break;
         }
-        let t = (tail * k).div_ceil(ctas) * (iters.div_ceil(k) + TAIL_PIECE_OVERHEAD);
+        let chain = det_key_blocks.map_or(0, |kb| tail.min(kb));
+        let t = (tail * k).div_ceil(ctas) * (iters.div_ceil(k).max(chain) + TAIL_PIECE_OVERHEAD);
         if t + TAIL_MIN_SAVED <= iters && best.is_none_or(|(bt, _)| t < bt) {
             best = Some((t, k));
         }
@@ -133,20 +143,22 @@ pub(crate) fn bwd_tail_split(items: usize, ctas: usize, iters: usize) -> Option<
 }
 
 /// The tail split a launch takes under `schedule`: `splittable` says whether the launch can
-/// split (the wgmma kernel's plain non-causal entry); `items`, `iters` as
-/// [`bwd_tail_split`], on `sm_count` SMs.
+/// split (the wgmma kernel's plain non-causal entry); `items`, `iters` and `det_key_blocks`
+/// as [`bwd_tail_split`], on `sm_count` SMs.
 pub(crate) fn tail_for(
     schedule: BackwardSchedule,
     splittable: bool,
     items: usize,
     iters: usize,
+    det_key_blocks: Option<usize>,
     sm_count: usize,
 ) -> Result<Option<TailSplit>, KernelError> {
     match schedule {
         BackwardSchedule::Grid => Ok(None),
         // The kernel decodes a split grid's CTA index in 32-bit ints.
         BackwardSchedule::Auto if splittable => {
-            Ok(bwd_tail_split(items, sm_count, iters).filter(|t| t.ctas() <= i32::MAX as usize))
+            Ok(bwd_tail_split(items, sm_count, iters, det_key_blocks)
+                .filter(|t| t.ctas() <= i32::MAX as usize))
         }
         BackwardSchedule::Auto => Ok(None),
         BackwardSchedule::TailPieces { ctas, pieces } => {
@@ -751,6 +763,7 @@ impl FlashAttention {
             hopper && variant == catalog::BwdHopperVariant::Plain && !causal,
             key_blocks * s.kv_heads() * s.batch(),
             s.q_len().div_ceil(64) * s.group_size(),
+            options.deterministic.then_some(key_blocks),
             self.sm_count(),
         )?;
         // Deterministic turns rotated need every CTA of a head resident at once (`rotated_turns`);
@@ -765,10 +778,15 @@ impl FlashAttention {
                 self.sm_count(),
             )
         };
-        // Auto splits only default-mode launches. Deterministic pieces reach their later query
-        // blocks before the key blocks ahead of them in those blocks' turns have added, and
-        // wait: run 280 measured the split 2.6 % slower there (4,16,4096,256, 10.71 → 10.99 ms).
-        if options.schedule == BackwardSchedule::Auto && options.deterministic {
+        // Auto splits deterministic launches only where their turns go in key order (heads
+        // with more CTAs than the GPU holds): every key block walks its query blocks in the
+        // same order, so the pieces of one range follow the split block before them a step
+        // behind, and the last round does end on the tail (run 293, 2,16,8192,256: 0.962–0.970×
+        // the unsplit time in 3, 4 or 8 pieces). Rotated launches keep their grid: a head
+        // whose CTAs straddle two rounds waits for all of them, so a round's idle SMs are
+        // spread over the launch rather than gathered in its tail, and no split measured
+        // faster there (run 293, 4,16,4096,256: 1.003–1.033×; runs 285–286, 1.00–1.10×).
+        if options.schedule == BackwardSchedule::Auto && options.deterministic && rotated(tail) {
             tail = None;
         }
         // Per tail item and piece, dK and dV in f32 (block_n keys × the bucket's columns each);
@@ -1563,6 +1581,94 @@ mod tests {
         true
     }
 
+    /// One head's deterministic walk in key order with a split tail, as
+    /// kernels/bwd_hopper_kernel.cuh walks it where the turns do not rotate: `n_whole` whole
+    /// key blocks, then `n_blocks − n_whole` split ones of `pieces` CTAs each, every CTA
+    /// walking its query blocks (`iters` of them for a whole item) in the same order, key
+    /// block n adding n-th on each. The whole items run first (they are earlier in the grid);
+    /// every tail CTA is resident from then on. Returns the lock-step rounds the tail takes
+    /// (each CTA adds at most one block per round, when the block's count reaches its turn),
+    /// or None if it stalls.
+    fn key_order_tail_rounds(
+        n_blocks: usize,
+        n_whole: usize,
+        pieces: usize,
+        iters: usize,
+    ) -> Option<usize> {
+        let whole: Vec<Vec<(usize, usize)>> = (0..n_whole)
+            .map(|n| (0..iters).map(|q| (q, n)).collect())
+            .collect();
+        let mut split = Vec::new();
+        for n in n_whole..n_blocks {
+            for piece in 0..pieces {
+                let (it0, it1) = (piece * iters / pieces, (piece + 1) * iters / pieces);
+                split.push((it0..it1).map(|q| (q, n)).collect::<Vec<_>>());
+            }
+        }
+        let mut added = vec![0usize; iters];
+        let mut run = |walks: &[Vec<(usize, usize)>]| -> Option<usize> {
+            let mut pos = vec![0usize; walks.len()];
+            let mut rounds = 0;
+            while pos.iter().zip(walks).any(|(&p, w)| p < w.len()) {
+                let ready: Vec<usize> = (0..walks.len())
+                    .filter(|&i| {
+                        pos[i] < walks[i].len() && added[walks[i][pos[i]].0] == walks[i][pos[i]].1
+                    })
+                    .collect();
+                if ready.is_empty() {
+                    return None;
+                }
+                for i in ready {
+                    added[walks[i][pos[i]].0] += 1;
+                    pos[i] += 1;
+                }
+                rounds += 1;
+            }
+            Some(rounds)
+        };
+        run(&whole)?;
+        let rounds = run(&split);
+        assert!(added.iter().all(|&a| a == n_blocks));
+        rounds
+    }
+
+    #[test]
+    fn deterministic_key_order_tails_split_into_pipelined_pieces() {
+        // 2,16,8192,256 on 132 SMs (128 key blocks per head: key order): the last head's
+        // last 4 blocks, 8 pieces of 8 iterations: 11 rounds (a piece, and 3 for the split
+        // blocks' chain) instead of 64 + 3.
+        assert_eq!(key_order_tail_rounds(128, 124, 1, 64), Some(67));
+        assert_eq!(key_order_tail_rounds(128, 124, 8, 64), Some(11));
+        // Every mix completes within a piece plus the chain of split blocks.
+        for n_blocks in 1..=12 {
+            for n_whole in 0..n_blocks {
+                for pieces in 1..=4 {
+                    for iters in [4, 9, 15] {
+                        let rounds = key_order_tail_rounds(n_blocks, n_whole, pieces, iters);
+                        let bound = iters.div_ceil(pieces) + n_blocks - n_whole - 1;
+                        assert!(
+                            rounds.is_some_and(|r| r <= bound),
+                            "{n_blocks} {n_whole} {pieces} {iters}: {rounds:?} > {bound}"
+                        );
+                    }
+                }
+            }
+        }
+        // The model of the split's length counts that chain.
+        let split = |items: usize, pieces| TailSplit {
+            first: items - items % 132,
+            items: items % 132,
+            pieces,
+        };
+        assert_eq!(
+            bwd_tail_split(4096, 132, 64, Some(128)),
+            Some(split(4096, 8))
+        );
+        // 68 tail items need two rounds of pieces, each of 32 iterations or more at 32 key
+        // blocks per head: no split pays in the model.
+        assert_eq!(bwd_tail_split(2048, 132, 64, Some(32)), None);
+    }
+
     /// The Δ passes' grids count `DELTA_ROWS_PER_CTA` rows per CTA: the kernels' eight warps of
     /// `kDeltaRows` rows. The wgmma pass must cover every padded row, so it divides 64.
     #[test]
@@ -1618,23 +1724,26 @@ mod tests {
         };
         // 4,16,4096,128 on 132 SMs: 68 tail items of 64 iterations; k = 3 ends after 2
         // rounds of 22 + 2 (48 < 64), k = 2 after 2 of 32 + 2, k = 4 after 3 of 16 + 2.
-        assert_eq!(bwd_tail_split(2048, 132, 64), Some(split(2048, 3)));
+        assert_eq!(bwd_tail_split(2048, 132, 64, None), Some(split(2048, 3)));
         // D = 256's 64-key blocks: 4096 items, a tail of 4 split 8 ways.
-        assert_eq!(bwd_tail_split(4096, 132, 64), Some(split(4096, 8)));
+        assert_eq!(bwd_tail_split(4096, 132, 64, None), Some(split(4096, 8)));
         // One partial round: 64 items of 32 iterations in halves (18 < 32); 16 items 8 ways.
-        assert_eq!(bwd_tail_split(64, 132, 32), Some(split(64, 2)));
-        assert_eq!(bwd_tail_split(16, 132, 32), Some(split(16, 8)));
+        assert_eq!(bwd_tail_split(64, 132, 32, None), Some(split(64, 2)));
+        assert_eq!(bwd_tail_split(16, 132, 32, None), Some(split(16, 8)));
         // Whole rounds; a tail too wide for two rounds of pieces to pay; walks too short.
-        assert_eq!(bwd_tail_split(132 * 16, 132, 64), None);
-        assert_eq!(bwd_tail_split(132 * 15 + 130, 132, 64), None);
-        assert_eq!(bwd_tail_split(16, 132, 3), None);
+        assert_eq!(bwd_tail_split(132 * 16, 132, 64, None), None);
+        assert_eq!(bwd_tail_split(132 * 15 + 130, 132, 64, None), None);
+        assert_eq!(bwd_tail_split(16, 132, 3, None), None);
         // A head's CTAs with the split: 32 key blocks, 32 of them in the tail, 3 pieces each.
         assert_eq!(head_ctas(32, None), 32);
-        assert_eq!(head_ctas(32, bwd_tail_split(2048, 132, 64)), 96);
-        assert_eq!(head_ctas(64, bwd_tail_split(4096, 132, 64)), 64 + 7 * 4);
+        assert_eq!(head_ctas(32, bwd_tail_split(2048, 132, 64, None)), 96);
+        assert_eq!(
+            head_ctas(64, bwd_tail_split(4096, 132, 64, None)),
+            64 + 7 * 4
+        );
         for items in 1..700 {
             for iters in [1, 2, 5, 16, 64, 256] {
-                if let Some(t) = bwd_tail_split(items, 132, iters) {
+                if let Some(t) = bwd_tail_split(items, 132, iters, None) {
                     assert!(t.first + t.items == items && t.first % 132 == 0);
                     assert!((2..=TAIL_MAX_PIECES.min(iters)).contains(&t.pieces));
                     assert!(t.items * t.pieces <= 2 * 132);
@@ -1648,34 +1757,34 @@ mod tests {
     fn a_forced_split_is_refused_where_it_cannot_run() {
         let forced = BackwardSchedule::TailPieces { ctas: 5, pieces: 3 };
         assert_eq!(
-            tail_for(forced, true, 24, 5, 132).unwrap(),
+            tail_for(forced, true, 24, 5, None, 132).unwrap(),
             Some(TailSplit {
                 first: 20,
                 items: 4,
                 pieces: 3
             })
         );
-        assert_eq!(tail_for(forced, true, 25, 5, 132).unwrap(), None);
+        assert_eq!(tail_for(forced, true, 25, 5, None, 132).unwrap(), None);
         assert!(matches!(
-            tail_for(forced, false, 24, 5, 132),
+            tail_for(forced, false, 24, 5, None, 132),
             Err(KernelError::EngineUnavailable(_))
         ));
         for (ctas, pieces) in [(5, 1), (5, 9), (5, 6), (0, 3)] {
             let schedule = BackwardSchedule::TailPieces { ctas, pieces };
             assert!(matches!(
-                tail_for(schedule, true, 24, 5, 132),
+                tail_for(schedule, true, 24, 5, None, 132),
                 Err(KernelError::Problem(_))
             ));
         }
         assert_eq!(
-            tail_for(BackwardSchedule::Grid, true, 2048, 64, 132).unwrap(),
+            tail_for(BackwardSchedule::Grid, true, 2048, 64, None, 132).unwrap(),
             None
         );
         // Grids past the kernel's 32-bit CTA index: Auto keeps the 3-D grid, a forced split
         // is refused.
         let huge = i32::MAX as usize - 10;
         assert_eq!(
-            tail_for(BackwardSchedule::Auto, true, huge, 64, 132).unwrap(),
+            tail_for(BackwardSchedule::Auto, true, huge, 64, None, 132).unwrap(),
             None
         );
         let forced_huge = BackwardSchedule::TailPieces {
@@ -1683,14 +1792,14 @@ mod tests {
             pieces: 8,
         };
         assert!(matches!(
-            tail_for(forced_huge, true, huge, 64, 132),
+            tail_for(forced_huge, true, huge, 64, None, 132),
             Err(KernelError::IndexOverflow(_))
         ));
         assert_eq!(
-            tail_for(BackwardSchedule::Auto, false, 2048, 64, 132).unwrap(),
+            tail_for(BackwardSchedule::Auto, false, 2048, 64, None, 132).unwrap(),
             None
         );
-        assert!(tail_for(BackwardSchedule::Auto, true, 2048, 64, 132)
+        assert!(tail_for(BackwardSchedule::Auto, true, 2048, 64, None, 132)
             .unwrap()
             .is_some());
     }

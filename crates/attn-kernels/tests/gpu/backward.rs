@@ -339,8 +339,8 @@ fn determinism_backward_deterministic_mode_is_bitwise_reproducible() {
 /// The wgmma kernel's split tail (`BackwardSchedule`): the last items of the grid cut into
 /// query-range pieces whose dK/dV partials the last piece adds. Forced onto small grids (as if
 /// the GPU held 5 or 7 CTAs) at every wgmma bucket, GQA and not, 2 to 8 pieces, rows that do
-/// not fill the last query block, a problem where Auto splits on the real GPU, and
-/// deterministic launches; each against the f64 reference, and dK, dV bitwise equal on a
+/// not fill the last query block, problems where Auto splits on the real GPU (an H100's or
+/// H200's 132 SMs; deterministic: in key order), and deterministic launches; each against the f64 reference, and dK, dV bitwise equal on a
 /// second run (the pieces add in a fixed order; dQ too in deterministic mode, its additions
 /// being unordered in the default one).
 #[test]
@@ -355,7 +355,7 @@ fn correctness_backward_split_tail() {
         deterministic: true,
         ..o
     };
-    let cases: [(Dims, BackwardOptions); 11] = [
+    let cases: [(Dims, BackwardOptions); 15] = [
         ((2, 4, 4, 300, 500, 128), forced(5, 3)),
         ((1, 8, 2, 333, 700, 128), forced(7, 2)),
         ((2, 4, 2, 500, 300, 64), forced(5, 8)),
@@ -364,9 +364,14 @@ fn correctness_backward_split_tail() {
         ((2, 2, 1, 77, 450, 256), forced(7, 2)),
         // 8 key blocks × 2 heads: one partial round of 16 items on any GPU of 16+ SMs.
         ((1, 2, 2, 1024, 1024, 128), BackwardOptions::default()),
-        // Deterministic (forced: Auto does not split those): the pieces take the dQ turns of
-        // their query blocks (rotated walks).
+        // Deterministic: the pieces take the dQ turns of their query blocks. Rotated walks
+        // (forced): the tail is part of one head, or a whole head and part of another.
         ((1, 8, 2, 333, 700, 128), det(forced(7, 3))),
+        ((1, 6, 3, 200, 500, 128), det(forced(7, 2))),
+        // Key order (133 key blocks per head, more than an H100's 132 SMs): where Auto splits.
+        ((1, 2, 1, 64, 17000, 128), det(forced(5, 2))),
+        ((1, 2, 1, 100, 8500, 256), det(forced(7, 3))),
+        ((1, 2, 1, 1024, 17000, 128), det(BackwardOptions::default())),
         ((1, 6, 3, 130, 1000, 64), det(forced(5, 2))),
         ((1, 2, 2, 1024, 1024, 128), det(forced(9, 4))),
         // D = 256: the consumer warps take the turns themselves.
