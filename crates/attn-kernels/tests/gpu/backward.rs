@@ -370,8 +370,8 @@ fn correctness_backward_split_tail() {
         ((1, 6, 3, 200, 500, 128), det(forced(7, 2))),
         // Key order (133 key blocks per head, more than an H100's 132 SMs): where Auto splits.
         ((1, 2, 1, 64, 17000, 128), det(forced(5, 2))),
-        ((1, 2, 1, 100, 8500, 256), det(forced(7, 3))),
-        ((1, 2, 1, 1024, 17000, 128), det(BackwardOptions::default())),
+        ((1, 2, 1, 100, 8550, 256), det(forced(7, 3))),
+        ((1, 2, 1, 256, 17000, 128), det(BackwardOptions::default())),
         ((1, 6, 3, 130, 1000, 64), det(forced(5, 2))),
         ((1, 2, 2, 1024, 1024, 128), det(forced(9, 4))),
         // D = 256: the consumer warps take the turns themselves.
