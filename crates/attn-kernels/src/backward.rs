@@ -1455,7 +1455,7 @@ mod tests {
                 assert!(catalog::bwd_smem_bytes(&t, d) <= SMALL);
                 let keys = match d {
                     ..=64 => tiles[0].block_n,
-                    ..=128 => 64,
+                    65..=128 => 64,
                     _ => 32,
                 };
                 assert_eq!(t.block_n, keys, "{arch:?} d{d}");
