@@ -48,9 +48,9 @@ pub struct Args {
     varlen_seqs: usize,
     /// Time only the default forward and the default and deterministic backward of each
     /// shape, both backward modes on their classic grid too (`BackwardSchedule::Grid`, no
-    /// split tail), and the deterministic one with its tail forced into 2, 3, 4 and 8 pieces;
-    /// no features, no mma.sync engine, no training steps: a quick comparison of two builds'
-    /// default kernels.
+    /// split tail), and the deterministic one with its tail forced into 2, 3, 4 and 8 pieces,
+    /// the backward launches timed interleaved; no features, no mma.sync engine, no training
+    /// steps: a quick comparison of two builds' default kernels.
     #[arg(long)]
     plain: bool,
 }
@@ -93,6 +93,35 @@ fn time(
         let ms = a.elapsed_ms(&b)? as f64;
         if i >= warmup {
             out.push(ms * 1e3);
+        }
+    }
+    Ok(out)
+}
+
+/// Times the calls `f(0)`, …, `f(n − 1)` interleaved, in µs per call: each round runs every
+/// call once, in an order that rotates from round to round, so the clocks and the GPU's power
+/// state weigh on all of them alike. Each timed in its own loop, one launch gave medians 4–7 %
+/// apart depending on where it sat in the call (docs/PERF.md, runs 293–294).
+fn time_interleaved(
+    gpu: &FlashAttention,
+    warmup: usize,
+    iters: usize,
+    n: usize,
+    mut f: impl FnMut(usize) -> Result<()>,
+) -> Result<Vec<Vec<f64>>> {
+    let s = gpu.stream();
+    crate::bench::sustain(s, || (0..n).try_for_each(&mut f))?;
+    let mut out = vec![Vec::with_capacity(iters); n];
+    for i in 0..warmup + iters {
+        for j in 0..n {
+            let k = (i + j) % n;
+            let a = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+            f(k)?;
+            let b = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+            let ms = a.elapsed_ms(&b)? as f64;
+            if i >= warmup {
+                out[k].push(ms * 1e3);
+            }
         }
     }
     Ok(out)
@@ -238,20 +267,42 @@ pub fn run(args: Args) -> Result<()> {
                 };
             let fwd = fwd_of(&mut t, &p)?;
             if args.plain {
-                let bwd = bwd_of(&mut t, &p, false, BackwardEngine::Auto)?;
-                let bwd_det = bwd_of(&mut t, &p, true, BackwardEngine::Auto)?;
-                // The default backward on the classic grid (no split tail), so one build
-                // compares the two schedules.
+                // Both backward modes, each also on the classic grid (no split tail), and the
+                // deterministic one with its tail forced into pieces where the launch takes
+                // them (a tail to split, enough query blocks), timed interleaved.
+                let det = BackwardOptions {
+                    deterministic: true,
+                    ..Default::default()
+                };
                 let grid = BackwardOptions {
                     schedule: BackwardSchedule::Grid,
                     ..Default::default()
                 };
-                let bwd_grid = time(&gpu, warmup, iters, || t.backward(&p, grid))?;
                 let det_grid = BackwardOptions {
                     deterministic: true,
                     ..grid
                 };
-                let bwd_det_grid = time(&gpu, warmup, iters, || t.backward(&p, det_grid))?;
+                let mut options = vec![BackwardOptions::default(), det, grid, det_grid];
+                let mut pieces_timed = Vec::new();
+                for pieces in [2, 3, 4, 8] {
+                    let split = BackwardOptions {
+                        schedule: BackwardSchedule::TailPieces {
+                            ctas: gpu.sm_count(),
+                            pieces,
+                        },
+                        ..det
+                    };
+                    if t.backward(&p, split).is_ok() {
+                        options.push(split);
+                        pieces_timed.push(pieces);
+                    }
+                }
+                let mut times = time_interleaved(&gpu, warmup, iters, options.len(), |i| {
+                    t.backward(&p, options[i])
+                })?
+                .into_iter();
+                let mut next = || times.next().unwrap_or_default();
+                let (bwd, bwd_det, bwd_grid, bwd_det_grid) = (next(), next(), next(), next());
                 let flops = shape.flops(mask);
                 let m = |x: &[f64]| median(&mut x.to_vec());
                 println!(
@@ -268,21 +319,9 @@ pub fn run(args: Args) -> Result<()> {
                     m(&bwd_det_grid),
                     m(&bwd_det) / m(&bwd_det_grid)
                 );
-                // The deterministic backward with its tail split into each count of pieces,
-                // against its classic grid, where the launch has a tail to split.
                 let mut det_split = serde_json::Map::new();
-                for pieces in [2, 3, 4, 8] {
-                    let split = BackwardOptions {
-                        deterministic: true,
-                        schedule: BackwardSchedule::TailPieces {
-                            ctas: gpu.sm_count(),
-                            pieces,
-                        },
-                        ..Default::default()
-                    };
-                    let Ok(x) = time(&gpu, warmup, iters, || t.backward(&p, split)) else {
-                        continue; // refused: no tail, or too few query blocks
-                    };
+                for pieces in pieces_timed {
+                    let x = next();
                     println!(
                         "    deterministic, tail in {pieces} pieces: {:.1} µs (over deterministic grid {:.3}×, over default {:.3}×)",
                         m(&x),
