@@ -781,11 +781,10 @@ impl FlashAttention {
         // Auto splits deterministic launches only where their turns go in key order (heads
         // with more CTAs than the GPU holds): every key block walks its query blocks in the
         // same order, so the pieces of one range follow the split block before them a step
-        // behind, and the last round does end on the tail (run 293, 2,16,8192,256: 0.962–0.970×
-        // the unsplit time in 3, 4 or 8 pieces). Rotated launches keep their grid: a head
-        // whose CTAs straddle two rounds waits for all of them, so a round's idle SMs are
-        // spread over the launch rather than gathered in its tail, and no split measured
-        // faster there (run 293, 4,16,4096,256: 1.003–1.033×; runs 285–286, 1.00–1.10×).
+        // behind, and the last round does end on the tail (runs 293 and 296, 2,16,8192,256:
+        // 0.95× the unsplit time in 8 pieces). Rotated launches keep their grid: no split
+        // measured faster there (runs 293 and 296, 4,16,4096,256: 1.00–1.03×; runs 285–286,
+        // 1.00–1.10×), as a model of the whole grid's turns predicts (docs/PERF.md).
         if options.schedule == BackwardSchedule::Auto && options.deterministic && rotated(tail) {
             tail = None;
         }
