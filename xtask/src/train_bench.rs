@@ -80,22 +80,8 @@ fn time(
     iters: usize,
     mut f: impl FnMut() -> Result<()>,
 ) -> Result<Vec<f64>> {
-    let s = gpu.stream();
-    // Without it each loop's first samples ran at the clocks the previous loop left: the
-    // variants timed later in a shape's sequence (softcap, ALiBi) ran hotter than the plain
-    // forward timed first (docs/PERF.md, run 225).
-    crate::bench::sustain(s, &mut f)?;
-    let mut out = Vec::new();
-    for i in 0..warmup + iters {
-        let a = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        f()?;
-        let b = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        let ms = a.elapsed_ms(&b)? as f64;
-        if i >= warmup {
-            out.push(ms * 1e3);
-        }
-    }
-    Ok(out)
+    let mut out = time_interleaved(gpu, warmup, iters, 1, |_| f())?;
+    Ok(out.pop().unwrap_or_default())
 }
 
 /// Times the calls `f(0)`, …, `f(n − 1)` interleaved, in µs per call: each round runs every
@@ -110,6 +96,9 @@ fn time_interleaved(
     mut f: impl FnMut(usize) -> Result<()>,
 ) -> Result<Vec<Vec<f64>>> {
     let s = gpu.stream();
+    // Without it each loop's first samples ran at the clocks the previous loop left: the
+    // variants timed later in a shape's sequence (softcap, ALiBi) ran hotter than the plain
+    // forward timed first (docs/PERF.md, run 225).
     crate::bench::sustain(s, || (0..n).try_for_each(&mut f))?;
     let mut out = vec![Vec::with_capacity(iters); n];
     for i in 0..warmup + iters {
@@ -299,10 +288,11 @@ pub fn run(args: Args) -> Result<()> {
                 }
                 let mut times = time_interleaved(&gpu, warmup, iters, options.len(), |i| {
                     t.backward(&p, options[i])
-                })?
-                .into_iter();
-                let mut next = || times.next().unwrap_or_default();
-                let (bwd, bwd_det, bwd_grid, bwd_det_grid) = (next(), next(), next(), next());
+                })?;
+                let split_times = times.split_off(4);
+                let [bwd, bwd_det, bwd_grid, bwd_det_grid]: [Vec<f64>; 4] = times
+                    .try_into()
+                    .map_err(|_| anyhow!("four backward options timed"))?;
                 let flops = shape.flops(mask);
                 let m = |x: &[f64]| median(&mut x.to_vec());
                 println!(
@@ -320,8 +310,7 @@ pub fn run(args: Args) -> Result<()> {
                     m(&bwd_det) / m(&bwd_det_grid)
                 );
                 let mut det_split = serde_json::Map::new();
-                for pieces in pieces_timed {
-                    let x = next();
+                for (pieces, x) in pieces_timed.into_iter().zip(split_times) {
                     println!(
                         "    deterministic, tail in {pieces} pieces: {:.1} µs (over deterministic grid {:.3}×, over default {:.3}×)",
                         m(&x),
