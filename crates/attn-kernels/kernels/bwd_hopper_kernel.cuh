@@ -85,9 +85,10 @@ template <int DK> struct HopperBwdLayout {
     static constexpr int kStages = DK == 64 ? 3 : 2;
     // Registers after `setmaxnreg`: the launch allocates 168 per thread (64512 for 384
     // threads, __launch_bounds__(384, 1)); the producer warpgroup (a TMA warp and a dQ-writer
-    // warp) gives back to 48 (at 24 and 40 the writer's loop spilled), the consumers take 224.
+    // warp) gives back to 56 (at 24 and 40 the writer's loop spilled; at 48 the persistent
+    // loader's did at D = 64), the consumers take 224: 56·128 + 224·256 is the whole 64512.
     // A split that asks for more than the launch allocated never returns from setmaxnreg.inc.
-    static constexpr int kProducerRegs = 48;
+    static constexpr int kProducerRegs = 56;
     static constexpr int kConsumerRegs = 224;
     static constexpr int kSub = DK / 64;      // 128-byte sub-tiles (64 columns) per row
     static constexpr int kNQ = DK / 2;        // dQ (and, split, dK/dV) columns per warpgroup
@@ -107,11 +108,17 @@ template <int DK> struct HopperBwdLayout {
     static constexpr int kWarpDqBytes = kSplitD ? 2048 : 0; // per consumer warp
     static constexpr int kOffDqWarp = kOffDelta + kStages * kRowBytes;
     static constexpr int kOffBar = kOffDqWarp + 8 * kWarpDqBytes;
-    // K/V loaded; per stage: Q/dO full, Q/dO empty, dQ staged (full), dQ reduced (empty).
-    static constexpr int kBarriers = 1 + 4 * kStages;
+    // K loaded, V loaded; two item slots' full and empty (BwdItemQueue); K read (D = 256);
+    // per stage: Q/dO full, Q/dO empty, dQ staged (full), dQ reduced (empty).
+    static constexpr int kBarriers = 7 + 4 * kStages;
+    // After the barriers: the two item slots (item, blocks), the split tail's last-piece flag;
+    // then a ring of 2·kStages entries (`BwdBlockInfo`) that the loader writes with each
+    // block's loads, so the consumers and the dQ writer hold no walk state in their loops.
+    static constexpr int kOffSched = kOffBar + 8 * kBarriers;
+    static constexpr int kOffBlockInfo = kOffSched + 32;
     // 1024 bytes of slack to align the base (swizzled tiles start on 1024-byte boundaries);
     // src/catalog.rs `bwd_hopper_smem_bytes` is this.
-    static constexpr int kSmemBytes = 1024 + kOffBar + 8 * kBarriers;
+    static constexpr int kSmemBytes = 1024 + kOffBlockInfo + 2 * kStages * 16;
     static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384, "the launch's register allocation");
     static_assert(DK == 64 || DK == 128 || DK == 256, "the Hopper backward covers buckets 64, 128 and 256");
     static_assert(kStages <= 3, "deterministic mode's writer per stage: producer warps 9 to 11");
@@ -132,9 +139,8 @@ template <int DK> struct HopperBwdLayout {
 // without a persistent kernel. CTA c: item c below tail_first; else piece (c − first) mod pieces of
 // item first + (c − first) / pieces. Items are key-block fastest, as the 3-D grid's.
 template <int BN>
-__device__ __forceinline__ void bwd_tail_item(const BwdParams& p, int& n_blk, int& kvh, int& b, int& piece,
+__device__ __forceinline__ void bwd_tail_item(const BwdParams& p, int c, int& n_blk, int& kvh, int& b, int& piece,
                                               int& tail_item) {
-    const int c = blockIdx.x;
     int item = c;
     if (c >= p.tail_first) {
         tail_item = (c - p.tail_first) / p.tail_pieces;
@@ -435,6 +441,110 @@ __device__ __forceinline__ bool bwd_tail_merge(float (&acc_dk)[NO][4], float (&a
     return true;
 }
 
+// A persistent launch's items (BwdParams::persistent_items > 0: the plain entries in the
+// default mode, one CTA per SM). A grid of one CTA per item pays, per item, the CTA's start,
+// the K/V and Q/dO pipeline's fill and the last dQ reduction's wait: at 4,16,4096,128 about
+// 17 000 cycles an item at base clock, 5 % of a non-causal launch and 10 % of a causal one,
+// whose items are half as long on average (docs/PERF.md run 301, from the launch time's
+// slope in S at a fixed B·S). A persistent CTA loads the next item's first Q/dO block while
+// its consumers finish the last one, its V once their last dPᵀ GEMM has read V, and its K
+// after their last dQ GEMM. Items go out in index order, so a causal grid's longest-first
+// order and a split tail's place at the end hold: CTA c takes item c, then the next one the
+// counter hands out (dynamic, as causal items differ in length up to 32×; a static
+// round-robin of the longest-first list ends 28 % later in a list-scheduling model of
+// 4,16,4096,128). The producer thread takes the next item while the consumers still run the
+// current one and passes it through two slots of shared memory with full/empty mbarriers, as
+// FlashAttention-3's DynamicPersistentTileScheduler does with named barriers
+// (hopper/tile_scheduler.hpp).
+// Stores one accumulator row half (`hi`: rows g or g + 8 of the n-tiles) of this quad's keys as
+// 16-byte chunks: the quad transposes its 4 × 4 words of each 4 n-tiles (two xor shuffles),
+// after which lane t holds the 8 columns of n-tile n0 + t. Four times fewer, whole-sector
+// stores than one word per n-tile: the item's epilogue took 5.6 µs with 4-byte stores (run
+// 303's trace, 64 KiB of dK and dV per item), while the next item's loads wait behind it.
+// Every view is 16-byte aligned with strides and D multiples of 8 elements (plan_backward),
+// so a chunk is wholly inside or outside [0, D).
+template <typename T, int NO>
+__device__ __forceinline__ void store_acc_row(T* head, int64_t row_stride, int key, int col0, const BwdParams& p,
+                                              const float (&acc)[NO][4], int hi, float scale, int t) {
+    static_assert(NO % 4 == 0, "whole groups of 4 n-tiles");
+    const bool odd = (t & 1) != 0, high = (t & 2) != 0;
+#pragma unroll
+    for (int n0 = 0; n0 < NO; n0 += 4) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            w[j] = StorageTraits<T>::pack(acc[n0 + j][2 * hi] * scale, acc[n0 + j][2 * hi + 1] * scale);
+        // Lanes t, t ^ 1: n-tile n0 + odd (and n0 + 2 + odd), columns 4·(t >> 1) .. + 3.
+        const uint32_t a0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[1], 1);
+        const uint32_t a1 = __shfl_xor_sync(0xffffffffu, odd ? w[2] : w[3], 1);
+        const uint2 p0 = odd ? make_uint2(a0, w[1]) : make_uint2(w[0], a0);
+        const uint2 p1 = odd ? make_uint2(a1, w[3]) : make_uint2(w[2], a1);
+        // Lanes t, t ^ 2: the other column half of n-tile n0 + t.
+        const uint2 send = high ? p0 : p1;
+        const uint32_t rx = __shfl_xor_sync(0xffffffffu, send.x, 2);
+        const uint32_t ry = __shfl_xor_sync(0xffffffffu, send.y, 2);
+        const uint4 chunk = high ? make_uint4(rx, ry, p1.x, p1.y) : make_uint4(p0.x, p0.y, rx, ry);
+        const int col = col0 + 8 * (n0 + t);
+        if (key < p.kv_len && col < p.head_dim)
+            *reinterpret_cast<uint4*>(head + static_cast<int64_t>(key) * row_stride + col) = chunk;
+    }
+}
+
+// One block of a CTA's walk, as the loader computed it (ring entry g mod 2·kStages for the
+// walk's g-th block): the consumers read it after the stage's full barrier, the dQ writer
+// after the block's dQ is staged. Entry g is written again for block g + 2·kStages, which
+// waits for the consumers to free stage g + kStages, after the writer freed block g's dQ
+// staging: both readers are done with it by then.
+struct BwdBlockInfo {
+    int qblk;      // query block
+    int head;      // query head
+    int head_tile; // (batch·Hq + head)·q_blocks: the dQ workspace's tile of block 0
+    int turn;      // the deterministic dQ turn (0 in the default mode)
+};
+
+// The queue's state per thread is the count of items taken: the producer warpgroup's loops
+// run at the edge of its 56 registers, and the consumers' at the edge of their 224.
+template <typename L> struct BwdItemQueue {
+    int taken = 0; // items this thread took from the slots so far
+
+    static __device__ __forceinline__ int* slot(unsigned char* base, int j) {
+        return reinterpret_cast<int*>(base + L::kOffSched) + 2 * j;
+    }
+    static __device__ __forceinline__ uint64_t* full(unsigned char* base, int j) {
+        return reinterpret_cast<uint64_t*>(base + L::kOffBar) + 2 + j;
+    }
+    static __device__ __forceinline__ uint64_t* empty(unsigned char* base, int j) {
+        return reinterpret_cast<uint64_t*>(base + L::kOffBar) + 4 + j;
+    }
+    // The loader thread: the index of its next item (past the end: none).
+    static __device__ __forceinline__ unsigned int take(unsigned int* counter) {
+        return gridDim.x + atomicAdd(counter, 1u);
+    }
+    // The loader thread: the next item (or -1, the end) and its block count into the next slot,
+    // once its readers are done with what it held two items ago.
+    __device__ __forceinline__ void publish(unsigned char* base, int lin, int blocks) {
+        const int j = taken & 1, u = taken >> 1;
+        ++taken;
+        if (u > 0) mbar_wait(empty(base, j), (u - 1) & 1);
+        slot(base, j)[0] = lin;
+        slot(base, j)[1] = blocks;
+        mbar_arrive(full(base, j)); // release: the slot's stores before the phase completes
+    }
+    // A reading thread: a whole consumer warp (lane 0 arrives once its lanes have read) or the
+    // dQ writer's single thread. Returns the item (-1: none) and its block count.
+    __device__ __forceinline__ int read(unsigned char* base, bool whole_warp, int lane, int& blocks) {
+        const int j = taken & 1, u = taken >> 1;
+        ++taken;
+        mbar_wait(full(base, j), u & 1);
+        const volatile int* v = slot(base, j);
+        const int lin = v[0];
+        blocks = v[1];
+        if (whole_warp) __syncwarp();
+        if (lane == 0) mbar_arrive(empty(base, j));
+        return lin;
+    }
+};
+
 template <typename T, int DK, bool CAUSAL, bool FEATURES, bool SEQS = false>
 __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const TmaDesc* tma_k, const TmaDesc* tma_v,
                                                   const TmaDesc* tma_do, const float* __restrict__ lse2,
@@ -463,71 +573,132 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     float* sLse = reinterpret_cast<float*>(base + L::kOffLse);
     float* sDelta = reinterpret_cast<float*>(base + L::kOffDelta);
     float* sDqWarp = reinterpret_cast<float*>(base + L::kOffDqWarp); // D = 256: per consumer warp
-    uint64_t* bar_kv = reinterpret_cast<uint64_t*>(base + L::kOffBar);
-    uint64_t* full = bar_kv + 1;        // Q/dO stage loaded (TMA bytes)
+    uint64_t* bar_k = reinterpret_cast<uint64_t*>(base + L::kOffBar); // K loaded (TMA bytes)
+    uint64_t* bar_v = bar_k + 1;        // V loaded
+    uint64_t* item_full = bar_k + 2;    // two: BwdItemQueue's slots
+    uint64_t* item_empty = bar_k + 4;
+    uint64_t* k_read = bar_k + 6;       // D = 256: the last block's dQ GEMMs have read K
+    uint64_t* full = bar_k + 7;         // Q/dO stage loaded (TMA bytes)
     uint64_t* empty = full + kST;       // Q/dO stage read (consumer warps)
     uint64_t* dq_full = empty + kST;    // dQ staged (consumer warps)
     uint64_t* dq_empty = dq_full + kST; // dQ staging read by its reduce (the writer)
+    int* sFlag = reinterpret_cast<int*>(base + L::kOffSched) + 4; // after BwdItemQueue's slots
+    BwdBlockInfo* sBlocks = reinterpret_cast<BwdBlockInfo*>(base + L::kOffBlockInfo);
 
     // Deterministic causal runs walk the key blocks from the last one down (bwd_kernel.cuh).
     const bool reversed = CAUSAL && p_launch.deterministic;
-    int n_lin = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
-    if constexpr (CAUSAL) bwd_lpt_order(p_launch, 8 * DK, n_lin, kvh, b);
-    // A split tail (plain non-causal entries, src/backward.rs `bwd_tail_split`): a 1-D grid
-    // whose CTAs from tail_first on are pieces of the last items, `tail_pieces` per item.
-    int piece = -1, tail_item = 0;
-    if constexpr (!CAUSAL && !FEATURES && !SEQS) {
-        if (p_launch.tail_pieces > 1) bwd_tail_item<kBN>(p_launch, n_lin, kvh, b, piece, tail_item);
-    }
-    const int n_blk = reversed ? gridDim.x - 1 - n_lin : n_lin;
     const int tid = threadIdx.x;
     // FEATURES or SEQS: this sequence's lengths, alignment and packed row offsets (seqs.cuh). Its
     // Q/dO and K/V tiles are TMA boxes at those offsets in the packed tensors: rows past the
     // sequence are the next sequence's, which LSE₂ = +∞ (queries) and the key range (keys)
     // turn into P = 0, and the epilogue drops. A key block past its keys returns at once
-    // (before any barrier: the grid is sized by the longest sequence).
+    // (before any barrier: the grid is sized by the longest sequence). These entries run one
+    // item per CTA.
     static_assert(!(FEATURES && SEQS), "SEQS: the layouts without the features");
     constexpr bool kSeqs = FEATURES || SEQS; // this entry resolves sequence layouts
+    // Persistent launches: plain entries (BwdItemQueue); the host sets persistent_items only
+    // for default-mode launches, whose items wait on no other CTA.
+    const bool persistent = !kSeqs && p_launch.persistent_items > 0;
+    BwdItemQueue<L> queue;
+    // The item space: the classic grid (key blocks × KV heads × batch, key block fastest) or,
+    // with a split tail, its 1-D grid (bwd_tail_item).
+    const int grid_x = (p_launch.kv_len + kBN - 1) / kBN;
     BwdParams p = p_launch;
     SeqRows seq_rows{0, 0};
+    int n_blk = 0, kvh = 0, b = 0, piece = -1, tail_item = 0;
+    int i_begin = 0, per_head = 0, n_iter = 0, it0 = 0, rotation = 0;
+    // The (key block, KV head, batch) of item `lin`, and its walk.
+    auto decode = [&](int lin) {
+        int n_lin = 0;
+        piece = -1;
+        tail_item = 0;
+        if (!persistent) {
+            n_lin = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+            if constexpr (CAUSAL) bwd_lpt_order(p_launch, 8 * DK, n_lin, kvh, b);
+        } else {
+            n_lin = lin % grid_x, kvh = (lin / grid_x) % p_launch.kv_heads, b = lin / (grid_x * p_launch.kv_heads);
+            if constexpr (CAUSAL) {
+                bwd_lpt_order_at(p_launch, 8 * DK, lin, grid_x, p_launch.kv_heads, p_launch.batch, n_lin, kvh, b);
+            }
+        }
+        // A split tail (plain non-causal entries, src/backward.rs `bwd_tail_split`): a 1-D grid
+        // whose CTAs from tail_first on are pieces of the last items, `tail_pieces` per item.
+        if constexpr (!CAUSAL && !kSeqs) {
+            if (p_launch.tail_pieces > 1) bwd_tail_item<kBN>(p_launch, lin, n_lin, kvh, b, piece, tail_item);
+        }
+        n_blk = reversed ? grid_x - 1 - n_lin : n_lin;
+    };
+    auto walk = [&] {
+        int i_end;
+        bwd_walk<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, i_begin, i_end);
+        per_head = max(0, i_end - i_begin);
+        // A piece of a split item walks iterations [it0, it0 + n_iter) of the item's walk.
+        n_iter = per_head * p.group;
+        it0 = 0;
+        if (piece >= 0) {
+            it0 = piece * n_iter / p.tail_pieces;
+            n_iter = (piece + 1) * n_iter / p.tail_pieces - it0;
+        }
+        // Iteration `it` covers query head kvh·group + it / per_head, block i_begin + it % per_head;
+        // in deterministic mode rotated back by the key block where every key block walks every
+        // query block (non-causal entries without features: see bwd_rotated_turn). The default
+        // mode keeps the plain walk, where all key blocks of a head read the same Q/dO block from
+        // the L2 at about the same time (run 113 measured it within noise, 0–3 % slower, rotated).
+        const bool rotated = !CAUSAL && !FEATURES && p.deterministic && p.det_rotated;
+        rotation = rotated && per_head > 0 ? n_blk % per_head : 0;
+    };
+    const int lin0 = blockIdx.x; // a persistent launch's first item (1-D grid)
+    decode(lin0);
     if (kSeqs) {
         seq_rows = resolve_sequence(p, b);
         if (n_blk * kBN >= p.kv_len) return;
     }
+    walk();
     const bool packed_k = kSeqs && p.seqs.cu_k != nullptr;
-    const int qb = kSeqs && p.seqs.cu_q != nullptr ? 0 : b; // Q/dO's TMA batch coordinate
-    const int kb = packed_k ? 0 : b;                            // K/V's
-    const int key0 = n_blk * kBN;
+    const int qb = kSeqs && p.seqs.cu_q != nullptr ? 0 : b; // Q/dO's TMA batch coordinate (one item: kSeqs)
     const int q_pad = p.q_blocks * kBM;
-
-    int i_begin, i_end;
-    bwd_walk<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, i_begin, i_end);
-    const int per_head = max(0, i_end - i_begin);
-    // A piece of a split item walks iterations [it0, it0 + n_iter) of the item's walk.
-    int n_iter = per_head * p.group;
-    int it0 = 0;
-    if (piece >= 0) {
-        it0 = piece * n_iter / p.tail_pieces;
-        n_iter = (piece + 1) * n_iter / p.tail_pieces - it0;
-    }
-    // Iteration `it` covers query head kvh·group + it / per_head, block i_begin + it % per_head;
-    // in deterministic mode rotated back by the key block where every key block walks every
-    // query block (non-causal entries without features: see bwd_rotated_turn). The default
-    // mode keeps the plain walk, where all key blocks of a head read the same Q/dO block from
-    // the L2 at about the same time (run 113 measured it within noise, 0–3 % slower, rotated).
-    const bool rotated = !CAUSAL && !FEATURES && p.deterministic && p.det_rotated;
-    const int rotation = rotated && per_head > 0 ? n_blk % per_head : 0;
+    auto kb_of = [&] { return packed_k ? 0 : b; }; // K/V's
+    auto qb_of = [&] { return kSeqs ? qb : b; };
     auto head_of = [&](int it) { return kvh * p.group + (it0 + it) / per_head; };
     auto qblk_of = [&](int it) { return i_begin + ((it0 + it) % per_head + per_head - rotation) % per_head; };
     // This key block's deterministic turn on query block qblk (0 in the default mode).
     auto turn_of = [&](int qblk) {
         if (!p.deterministic) return 0;
+        const bool rotated = !CAUSAL && !FEATURES && p.deterministic && p.det_rotated;
         return rotated ? bwd_rotated_turn(n_blk, qblk, (p.kv_len + kBN - 1) / kBN, per_head)
                        : bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed);
     };
+    // The next item of this CTA (false: none). Every role calls it once per item, in order:
+    // the loader takes it from the counter, decodes it and publishes it with its block count;
+    // the others read both, and the consumers decode it for their epilogue.
+    int cur_lin = lin0;
+    auto next_item = [&](int role) { // 0: loader, 1: dQ writer, 2: consumers
+        if (!persistent) return false;
+        int lin;
+        if (role == 0) {
+            const unsigned int next = queue.take(tail_cnt + p_launch.sched_slot);
+            lin = next < static_cast<unsigned int>(p_launch.persistent_items) ? static_cast<int>(next) : -1;
+            if (lin >= 0) {
+                decode(lin);
+                walk();
+            }
+            queue.publish(base, lin, n_iter);
+        } else {
+            lin = queue.read(base, role == 2, tid & 31, n_iter);
+            if (lin >= 0 && role == 2) decode(lin);
+        }
+        cur_lin = lin;
+        return lin >= 0;
+    };
 
     if (tid == 0) {
-        mbar_init(bar_kv, 1);
+        mbar_init(bar_k, 1);
+        mbar_init(bar_v, 1);
+        mbar_init(k_read, kConsumerWarps);
+        for (int j = 0; j < 2; ++j) {
+            mbar_init(&item_full[j], 1);
+            mbar_init(&item_empty[j], kConsumerWarps + (kSplitD ? 0 : 1)); // and the dQ writer
+        }
 #pragma unroll
         for (int st = 0; st < kST; ++st) {
             mbar_init(&full[st], 1);
@@ -548,29 +719,53 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             tma_prefetch_desc(tma_k);
             tma_prefetch_desc(tma_v);
             tma_prefetch_desc(tma_do);
-            mbar_arrive_expect_tx(bar_kv, 2 * L::kKBytes);
-#pragma unroll
-            for (int c = 0; c < L::kSub; ++c) {
-                tma_load_4d(sK + c * kBN * 128, tma_k, bar_kv, c * 64, seq_rows.k_row0 + key0, kvh, kb);
-                tma_load_4d(sV + c * kBN * 128, tma_v, bar_kv, c * 64, seq_rows.k_row0 + key0, kvh, kb);
-            }
-            // Q, dO, LSE₂ and Δ of each block into the ring, once the consumers freed the slot.
-            for (int it = 0; it < n_iter; ++it) {
-                const int s = it % kST;
-                const int h = head_of(it);
-                const int m0 = qblk_of(it) * kBM;
-                const int64_t rows = (static_cast<int64_t>(b) * p.q_heads + h) * q_pad + m0;
-                mbar_wait(&empty[s], ((it / kST) & 1) ^ 1);
-                mbar_arrive_expect_tx(&full[s], 2 * L::kQBytes + 2 * L::kRowBytes);
+            int g = 0;       // Q/dO ring iterations so far, over every item
+            int g_last = -1; // the last block of the last item that loaded K and V
+            int kv_u = 0;    // items whose K and V were loaded
+            // K and V of this item, once the previous item's last block is done with them: it
+            // has released its stage (after its dQ GEMM, so every read of K and V), or at
+            // D = 256, where the stage goes back before the second half of dQ, K's own barrier.
+            auto load_kv = [&] {
+                const int key0 = n_blk * kBN;
+                if (kSplitD && kv_u > 0) mbar_wait(k_read, (kv_u - 1) & 1);
+                if (!kSplitD && g_last >= 0) mbar_wait(&empty[g_last % kST], (g_last / kST) & 1);
+                ++kv_u;
+                mbar_arrive_expect_tx(bar_k, L::kKBytes);
+                mbar_arrive_expect_tx(bar_v, L::kKBytes);
 #pragma unroll
                 for (int c = 0; c < L::kSub; ++c) {
-                    const int qrow = seq_rows.q_row0 + m0;
-                    tma_load_4d(sQ + s * L::kQBytes + c * kBM * 128, tma_q, &full[s], c * 64, qrow, h, qb);
-                    tma_load_4d(sdO + s * L::kQBytes + c * kBM * 128, tma_do, &full[s], c * 64, qrow, h, qb);
+                    tma_load_4d(sK + c * kBN * 128, tma_k, bar_k, c * 64, seq_rows.k_row0 + key0, kvh, kb_of());
+                    tma_load_4d(sV + c * kBN * 128, tma_v, bar_v, c * 64, seq_rows.k_row0 + key0, kvh, kb_of());
                 }
-                bulk_load(sLse + s * kBM, lse2 + rows, L::kRowBytes, &full[s]);
-                bulk_load(sDelta + s * kBM, delta + rows, L::kRowBytes, &full[s]);
-            }
+            };
+            do {
+                // Q, dO, LSE₂ and Δ of each block into the ring, once the consumers freed the
+                // slot; K and V after the first block's, whose slot the previous item's
+                // second-to-last block frees (so its loads run under the previous item's last
+                // block).
+                for (int it = 0; it < n_iter; ++it, ++g) {
+                    const int s = g % kST;
+                    const int h = head_of(it);
+                    const int qblk = qblk_of(it);
+                    const int m0 = qblk * kBM;
+                    const int head_tile = (b * p.q_heads + h) * p.q_blocks;
+                    const int64_t rows = static_cast<int64_t>(head_tile) * kBM + m0;
+                    mbar_wait(&empty[s], ((g / kST) & 1) ^ 1);
+                    // Released to the consumers by the arrival below, to the writer by theirs.
+                    sBlocks[g % (2 * kST)] = BwdBlockInfo{qblk, h, head_tile, turn_of(qblk)};
+                    mbar_arrive_expect_tx(&full[s], 2 * L::kQBytes + 2 * L::kRowBytes);
+#pragma unroll
+                    for (int c = 0; c < L::kSub; ++c) {
+                        const int qrow = seq_rows.q_row0 + m0;
+                        tma_load_4d(sQ + s * L::kQBytes + c * kBM * 128, tma_q, &full[s], c * 64, qrow, h, qb_of());
+                        tma_load_4d(sdO + s * L::kQBytes + c * kBM * 128, tma_do, &full[s], c * 64, qrow, h, qb_of());
+                    }
+                    bulk_load(sLse + s * kBM, lse2 + rows, L::kRowBytes, &full[s]);
+                    bulk_load(sDelta + s * kBM, delta + rows, L::kRowBytes, &full[s]);
+                    if (it == 0) load_kv();
+                }
+                if (n_iter > 0) g_last = g - 1;
+            } while (next_item(0));
         } else if (!kSplitD && tid >= 288 && (tid & 31) == 0 && (tid - 288) / 32 < (p.deterministic ? kST : 1)) {
             // The dQ writers: each adds a staged 64 × DK tile into the workspace in one bulk
             // reduce. Deterministic mode takes the block's turn first and passes it on once the
@@ -578,31 +773,37 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             // stage (lane 0 of warps 9..): writer w owns the blocks it ≡ w (mod kST), so the
             // turn chains of kST query blocks advance at once; one writer would wait out each
             // block's chain before it takes the next block's turn. The per-block order of the
-            // additions is the turn order either way.
+            // additions is the turn order either way. (Deterministic launches run one item per
+            // CTA; persistent ones have one writer.)
             const int writers = p.deterministic ? kST : 1;
-            for (int it = (tid - 288) / 32; it < n_iter; it += writers) {
-                const int s = it % kST;
-                const int h = head_of(it);
-                const int qblk = qblk_of(it);
-                mbar_wait(&dq_full[s], (it / kST) & 1);
-                float* dst = dq_acc + ((static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk) * kBM * DK;
-                unsigned int* sem = sems + (static_cast<int64_t>(b) * p.q_heads + h) * p.q_blocks + qblk;
-                const int turn = turn_of(qblk);
-                if (p.deterministic) {
-                    bwd_wait_turn(sem, turn);
-                    fence_proxy_async_global();
+            const int w = (tid - 288) / 32;
+            int g = 0; // ring iterations so far, over every item
+            do {
+                for (int it = 0; it < n_iter; ++it, ++g) {
+                    if (g % writers != w) continue;
+                    const int s = g % kST;
+                    mbar_wait(&dq_full[s], (g / kST) & 1);
+                    const BwdBlockInfo blk = sBlocks[g % (2 * kST)];
+                    const int64_t tile = static_cast<int64_t>(blk.head_tile) + blk.qblk;
+                    float* dst = dq_acc + tile * kBM * DK;
+                    unsigned int* sem = sems + tile;
+                    const int turn = blk.turn;
+                    if (p.deterministic) {
+                        bwd_wait_turn(sem, turn);
+                        fence_proxy_async_global();
+                    }
+                    bulk_reduce_add_f32(dst, sdQ + s * (kBM * DK), L::kDqBytes);
+                    bulk_commit();
+                    if (p.deterministic) {
+                        bulk_wait<0>();
+                        fence_proxy_async_global();
+                        bwd_pass_turn(sem, turn); // st.release.gpu: no separate fence needed
+                    } else {
+                        bulk_wait_read<0>();
+                    }
+                    mbar_arrive(&dq_empty[s]);
                 }
-                bulk_reduce_add_f32(dst, sdQ + s * (kBM * DK), L::kDqBytes);
-                bulk_commit();
-                if (p.deterministic) {
-                    bulk_wait<0>();
-                    fence_proxy_async_global();
-                    bwd_pass_turn(sem, turn); // st.release.gpu: no separate fence needed
-                } else {
-                    bulk_wait_read<0>();
-                }
-                mbar_arrive(&dq_empty[s]);
-            }
+            } while (next_item(1));
             bulk_wait<0>(); // the staging must outlive the last reduce
         }
         return;
@@ -613,12 +814,6 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     const int wi = (tid >> 5) & 3; // warp in the warpgroup: rows 16·wi..
     const int lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-
-    float acc_dk[kNO][4], acc_dv[kNO][4];
-#pragma unroll
-    for (int n = 0; n < kNO; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc_dk[n][r] = acc_dv[n][r] = 0.f;
 
     const uint32_t k_addr = smem_addr(sK);
     const uint32_t v_addr = smem_addr(sV);
@@ -633,21 +828,34 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     const uint32_t kq_addr = DK == 64 ? k_addr + wg * 64 : k_addr + wg * (DK / 128) * kBN * 128;
     // Split: dK/dV's and dO/Q's columns [wg·DK/2, +DK/2) start at Q/dO sub-tile 2wg.
     const uint32_t qcol_off = kSplitD ? wg * 2 * kBM * 128 : 0;
-    const int krow = key0 + key_off + wi * 16 + g; // this thread's keys: krow, krow + 8
-    mbar_wait(bar_kv, 0);
 
     PendingTurn pending; // D = 256, deterministic: the turn the last block took, not yet passed on
-    for (int it = 0; it < n_iter; ++it) {
-        const int s = it % kST;
-        const uint32_t phase = (it / kST) & 1;
-        const int m0 = qblk_of(it) * kBM;
+    int gi = 0;   // ring iterations so far, over every item
+    int kv_u = 0; // items whose K and V this CTA loaded
+    do {
+    const int key0 = n_blk * kBN;
+    const int krow = key0 + key_off + wi * 16 + g; // this thread's keys: krow, krow + 8
+    float acc_dk[kNO][4], acc_dv[kNO][4];
+#pragma unroll
+    for (int n = 0; n < kNO; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc_dk[n][r] = acc_dv[n][r] = 0.f;
+
+    if (n_iter > 0) {
+        mbar_wait(bar_k, kv_u & 1);
+        mbar_wait(bar_v, kv_u & 1);
+    }
+    for (int it = 0; it < n_iter; ++it, ++gi) {
+        const int s = gi % kST;
+        const uint32_t phase = (gi / kST) & 1;
         mbar_wait(&full[s], phase);
+        const int qblk = sBlocks[gi % (2 * kST)].qblk, head = sBlocks[gi % (2 * kST)].head;
+        const int m0 = qblk * kBM;
         const uint32_t q_addr = smem_addr(sQ + s * L::kQBytes);
         const uint32_t do_addr = smem_addr(sdO + s * L::kQBytes);
         const uint32_t ds_addr = smem_addr(sdS + s * L::kDsBytes);
         const float* tLse = sLse + s * kBM;
         const float* tDelta = sDelta + s * kBM;
-
         // Sᵀ and dPᵀ (64 keys × 64 queries each), two commit groups.
         float acc_s[kNS][4], acc_dp[kNS][4];
         wgmma_fence();
@@ -678,7 +886,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             // range cuts (its ends are monotone in the row, as in the forward's
             // tile_needs_mask); ALiBi's distance is a float per element from one conversion
             // per block (exact below 2^24, as the forward's).
-            const float slope = alibi_slope(b, head_of(it), p);
+            const float slope = alibi_slope(b, head, p);
             const KeyRange first_row = row_key_range<CAUSAL>(m0, p);
             const KeyRange last_row = row_key_range<CAUSAL>(min(m0 + kBM - 1, p.q_len - 1), p);
             const bool needs_mask = key0 < last_row.lo || key0 + kBN > first_row.hi;
@@ -819,20 +1027,20 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             issue_dv();
             issue_dk();
             wgmma_commit();
-            const int qblk = qblk_of(it);
             // Causal: the early read of this block's turn (PendingTurn). Its turn is computed
             // here by thread 0 only; every thread computing it before the barrier (for all
             // walks) cost the non-causal deterministic launches 2 % (run 243).
             bool turn_seen = false;
             if (CAUSAL && p.deterministic && tid == 0) {
-                const int64_t tile_idx = (static_cast<int64_t>(b) * p.q_heads + head_of(it)) * p.q_blocks + qblk;
-                turn_seen = bwd_turn_reached(sems + tile_idx, turn_of(qblk));
+                const int64_t tile_idx = (static_cast<int64_t>(b) * p.q_heads + head) * p.q_blocks + qblk;
+                turn_seen = bwd_turn_reached(sems + tile_idx, sBlocks[gi % (2 * kST)].turn);
             }
             store_ds();
             named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
             bwd_hopper_dq_by_warps<T, L, CAUSAL>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4),
-                                         sems, p, b, head_of(it), qblk, turn_of(qblk), tid, wi, lane, acc_dv,
+                                         sems, p, b, head, qblk, sBlocks[gi % (2 * kST)].turn, tid, wi, lane, acc_dv,
                                          acc_dk, &empty[s], pending, turn_seen);
+            if (it == n_iter - 1 && lane == 0) mbar_arrive(k_read); // both dQ halves read K
         } else {
             // FlashAttention-3's order (mainloop_bwd_sm90_tma_gmma_ws.hpp): dSᵀ stored, dV
             // queued, the barrier, then dQ ahead of dK, so dQ's staging for the writer runs
@@ -877,32 +1085,33 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         }
     }
 
-    // D = 256: the last block's turn, and the warp's last bulk reduction must read its staging
-    // before the CTA exits.
+    if (n_iter > 0) ++kv_u;
+    // The epilogue's (key block, KV head, batch, piece), decoded again rather than held across
+    // the loop (the empty asm keeps the compiler from reusing the first decode).
+    asm volatile("" : "+r"(cur_lin));
+    decode(cur_lin);
+    // D = 256, deterministic causal: the last block's turn.
     if constexpr (kSplitD && CAUSAL) bwd_hopper_pass_turn(pending, tid, lane);
-    if (kSplitD && lane == 0) bulk_wait<0>();
-    if constexpr (!CAUSAL && !FEATURES && !SEQS) {
-        if (piece >= 0 && !bwd_tail_merge<kNO>(acc_dk, acc_dv, tail_part, tail_cnt, tail_item, piece,
-                                               p.tail_pieces, tid, reinterpret_cast<int*>(sLse)))
-            return; // another piece of this item writes dK and dV
+    // A split item's piece: only the last of its pieces writes dK and dV.
+    bool writes = true;
+    if constexpr (!CAUSAL && !kSeqs) {
+        if (piece >= 0)
+            writes = bwd_tail_merge<kNO>(acc_dk, acc_dv, tail_part, tail_cnt, tail_item, piece, p.tail_pieces, tid, sFlag);
     }
-    // dK = scale·dK, dV: this thread's keys krow, krow + 8 × columns 8n + 2t.
+    if (writes) {
+    // dK = scale·dK, dV: this thread's keys krow, krow + 8, 16 bytes at a time.
     T* dk_head = seq_head_ptr(dk, p.dk_stride, b, kvh, seq_rows.k_row0, packed_k);
     T* dv_head = seq_head_ptr(dv, p.dv_stride, b, kvh, seq_rows.k_row0, packed_k);
+    const int col0 = kSplitD ? wg * L::kNO : 0;
 #pragma unroll
-    for (int n = 0; n < kNO; ++n) {
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi) {
-            const int key = krow + 8 * hi;
-            const int col = (kSplitD ? wg * L::kNO : 0) + 8 * n + 2 * t;
-            if (key < p.kv_len && col < p.head_dim) {
-                *reinterpret_cast<uint32_t*>(dk_head + static_cast<int64_t>(key) * p.dk_stride[2] + col) =
-                    StorageTraits<T>::pack(acc_dk[n][2 * hi] * p.scale, acc_dk[n][2 * hi + 1] * p.scale);
-                *reinterpret_cast<uint32_t*>(dv_head + static_cast<int64_t>(key) * p.dv_stride[2] + col) =
-                    StorageTraits<T>::pack(acc_dv[n][2 * hi], acc_dv[n][2 * hi + 1]);
-            }
-        }
+    for (int hi = 0; hi < 2; ++hi) {
+        store_acc_row<T>(dk_head, p.dk_stride[2], krow + 8 * hi, col0, p, acc_dk, hi, p.scale, t);
+        store_acc_row<T>(dv_head, p.dv_stride[2], krow + 8 * hi, col0, p, acc_dv, hi, 1.f, t);
     }
+    }
+    } while (next_item(2));
+    // D = 256: the warp's last bulk reduction must read its staging before the CTA exits.
+    if (kSplitD && lane == 0) bulk_wait<0>();
 #else
     __trap(); // the Hopper entry points exist only in sm_90a cubins
 #endif

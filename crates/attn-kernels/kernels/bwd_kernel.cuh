@@ -78,6 +78,12 @@ struct BwdParams {
     // last items, tail_pieces per item; tail_pieces ≤ 1: the classic 3-D grid.
     int tail_first;
     int tail_pieces;
+    // The wgmma backward's persistent launches (plain entries, default mode; bwd_hopper_kernel.cuh
+    // `BwdItemQueue`): > 0, the items of the classic or split grid, which gridDim.x CTAs take
+    // in index order, the first by blockIdx.x and the rest from the counter tail_cnt[sched_slot]
+    // (zeroed before the launch); 0: one item per CTA, the launch's own grid.
+    int persistent_items;
+    int sched_slot;
 };
 
 // Where query head h's rows of sequence b start in a [B, Hq, Sq] (dense) or [Hq, total_q]
@@ -231,9 +237,11 @@ __device__ __forceinline__ void bwd_pass_turn(unsigned int* sem, int turn) {
 // before its own (reversed walks count the blocks from the last). The map is a bijection onto
 // the grid and keeps that order: checked exhaustively for key blocks < 20, heads < 13,
 // batch < 5 and four sequence lengths (group sizes 1 to 8) when written.
-__device__ __forceinline__ void bwd_lpt_order(const BwdParams& p, int bytes_per_row, int& n, int& kvh, int& b) {
-    const int n_blocks = gridDim.x, heads = gridDim.y, hb_count = gridDim.y * gridDim.z;
-    const int lin = blockIdx.x + n_blocks * (blockIdx.y + gridDim.y * blockIdx.z);
+// `lin` numbers the grid (n_blocks key blocks × heads × batches) key block fastest: the
+// launch's own CTA index, or an item a persistent CTA took (bwd_hopper_kernel.cuh).
+__device__ __forceinline__ void bwd_lpt_order_at(const BwdParams& p, int bytes_per_row, int lin, int n_blocks,
+                                                 int heads, int batches, int& n, int& kvh, int& b) {
+    const int hb_count = heads * batches;
     const int64_t head_bytes = static_cast<int64_t>(p.q_len) * p.group * bytes_per_row;
     int group = 1;
     while (2 * group <= hb_count && 2 * group * head_bytes <= (int64_t{40} << 20)) group *= 2;
@@ -243,6 +251,11 @@ __device__ __forceinline__ void bwd_lpt_order(const BwdParams& p, int bytes_per_
     const int hb = g * group + r % in_group;
     kvh = hb % heads;
     b = hb / heads;
+}
+
+__device__ __forceinline__ void bwd_lpt_order(const BwdParams& p, int bytes_per_row, int& n, int& kvh, int& b) {
+    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    bwd_lpt_order_at(p, bytes_per_row, lin, gridDim.x, gridDim.y, gridDim.z, n, kvh, b);
 }
 
 constexpr float kBwdLog2e = 1.4426950408889634f;

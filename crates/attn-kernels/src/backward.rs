@@ -64,16 +64,26 @@ pub enum BackwardSchedule {
     /// measured faster.
     #[default]
     Auto,
-    /// One CTA per item, never split.
+    /// One CTA per item, never split, and not persistent (the grid as it was before
+    /// persistent launches: for comparisons).
     Grid,
     /// Split the last `items mod ctas` items into `pieces` pieces each (2..=8, at most the
-    /// item's query blocks × group), as if the GPU held `ctas` CTAs at once: for tests and
-    /// tuning. A launch that cannot split gets [`KernelError::EngineUnavailable`].
+    /// item's query blocks × group), as if the GPU held `ctas` CTAs at once (default-mode
+    /// launches run persistent on that many): for tests and tuning. A launch that cannot
+    /// split gets [`KernelError::EngineUnavailable`].
     TailPieces {
         /// CTAs resident at once (the SM count on the real GPU).
         ctas: usize,
         /// Pieces per tail item.
         pieces: usize,
+    },
+    /// Run persistent on `ctas` CTAs (at least 1) whatever the GPU's SM count, without a split
+    /// tail: for tests and tuning. `Auto` runs persistent on one CTA per SM where a launch has
+    /// more items than SMs. Only the wgmma kernel's plain entries run persistent, and only in
+    /// the default mode; elsewhere this gets [`KernelError::EngineUnavailable`].
+    Persistent {
+        /// CTAs launched; each takes items until none is left.
+        ctas: usize,
     },
 }
 
@@ -154,7 +164,7 @@ pub(crate) fn tail_for(
     sm_count: usize,
 ) -> Result<Option<TailSplit>, KernelError> {
     match schedule {
-        BackwardSchedule::Grid => Ok(None),
+        BackwardSchedule::Grid | BackwardSchedule::Persistent { .. } => Ok(None),
         // The kernel decodes a split grid's CTA index in 32-bit ints.
         BackwardSchedule::Auto if splittable => {
             Ok(bwd_tail_split(items, sm_count, iters, det_key_blocks)
@@ -297,6 +307,37 @@ pub struct BackwardInfo {
     /// The split tail ([`BackwardSchedule`]): (first split item, items split, pieces each);
     /// `None` for a classic grid.
     pub tail: Option<(usize, usize, usize)>,
+    /// A persistent launch's items, which its `grid.0` CTAs took in turn
+    /// ([`BackwardSchedule::Persistent`]); `None`: one CTA per item.
+    pub persistent_items: Option<usize>,
+}
+
+/// Whether a wgmma backward launch of `items` CTAs runs persistent: `(items, CTAs)`.
+/// Plain entries (no features, dense) in the default mode, with more items than SMs under
+/// [`BackwardSchedule::Auto`], on the CTAs [`BackwardSchedule::Persistent`] or a forced split
+/// ([`BackwardSchedule::TailPieces`]) names. [`BackwardSchedule::Grid`] keeps one CTA per
+/// item. Deterministic launches keep theirs: a CTA waits for other items' dQ turns, which the
+/// rotated walk takes from CTAs launched after it; a persistent CTA holding a later item of
+/// its own could not start them. The kernel numbers items in 32-bit ints.
+pub(crate) fn persistent_items(
+    options: &BackwardOptions,
+    variant: catalog::BwdHopperVariant,
+    items: usize,
+    sm_count: usize,
+) -> Option<(i32, u32)> {
+    if options.deterministic || variant != catalog::BwdHopperVariant::Plain {
+        return None;
+    }
+    let ctas = match options.schedule {
+        BackwardSchedule::Grid => return None,
+        // A forced split runs as if the GPU held `ctas` CTAs: on that many.
+        BackwardSchedule::Persistent { ctas } | BackwardSchedule::TailPieces { ctas, .. } => {
+            ctas.clamp(1, items.max(1))
+        }
+        BackwardSchedule::Auto if items > sm_count => sm_count,
+        BackwardSchedule::Auto => return None,
+    };
+    Some((i32::try_from(items).ok()?, u32::try_from(ctas).ok()?))
 }
 
 /// Kernel parameters; the layout of `attn::BwdParams`.
@@ -330,12 +371,16 @@ pub(crate) struct BwdParams {
     seqs: FwdSeqs,
     tail_first: i32,
     tail_pieces: i32,
+    /// The wgmma kernel's persistent launches: the items of its grid (0: one CTA per item).
+    persistent_items: i32,
+    /// Where in the tickets' array the persistent launch's item counter is.
+    sched_slot: i32,
 }
 
 // SAFETY: plain-old-data with the C layout of `attn::BwdParams`: thirteen 4-byte ints and two
 // floats (60 bytes, so both languages pad the 8-byte strides to offset 64); then the
 // forward's FwdFeatures and FwdSeqs (mirrors checked in src/launch.rs) at 8-byte-aligned
-// offsets 256 and 312; then two ints, which end the struct on an 8-byte multiple (the unit
+// offsets 256 and 312; then four ints, which end the struct on an 8-byte multiple (the unit
 // test `a_valid_backward_plans_its_bucket_tile_and_strides` pins these offsets).
 unsafe impl DeviceRepr for BwdParams {}
 
@@ -557,6 +602,8 @@ pub(crate) fn plan_backward(
         // The Hopper launch decides (`tail_for`); the mma.sync kernel ignores them.
         tail_first: 0,
         tail_pieces: 0,
+        persistent_items: 0,
+        sched_slot: 0,
     };
     Ok(BwdPlan {
         bucket,
@@ -756,6 +803,22 @@ impl FlashAttention {
             packed,
             options.deterministic,
         );
+        if let BackwardSchedule::Persistent { ctas } = options.schedule {
+            if !(hopper && variant == catalog::BwdHopperVariant::Plain && !options.deterministic) {
+                return Err(KernelError::EngineUnavailable(
+                    "a persistent backward runs on the wgmma kernel's plain entries (sm_90a, \
+                     buckets 64, 128 and 256; no features, dense tensors) in the default mode; \
+                     use BackwardSchedule::Auto or Grid"
+                        .into(),
+                ));
+            }
+            if ctas == 0 {
+                return Err(AttnError::InvalidArgument(
+                    "BackwardSchedule::Persistent: ctas must be at least 1".into(),
+                )
+                .into());
+            }
+        }
         let block_n = catalog::bwd_hopper_block_n(bucket);
         let key_blocks = s.kv_len().div_ceil(block_n);
         let mut tail = tail_for(
@@ -789,10 +852,11 @@ impl FlashAttention {
             tail = None;
         }
         // Per tail item and piece, dK and dV in f32 (block_n keys × the bucket's columns each);
-        // one ticket per item, after the semaphores (zeroed with them).
+        // one ticket per item, after the semaphores (zeroed with them), then a persistent
+        // launch's item counter.
         let tail_len = tail.map_or(0, |t| t.items * t.pieces * 2 * block_n * bucket);
         let tickets = tail.map_or(1, |t| t.items);
-        let sem_len = sem_len + tickets;
+        let sem_len = sem_len + tickets + 1;
         // LSE₂ (wgmma only), Δ and the f32 dQ accumulator: B·Hq·q_blocks·64 floats each for the
         // wgmma kernel's padded tiles (the accumulator that many rows of the bucket's width),
         // `rows` for the mma.sync kernel's Δ and accumulator rows. Carved from the launcher's
@@ -848,7 +912,7 @@ impl FlashAttention {
         stream
             .memset_zeros(&mut sems_all)
             .map_err(driver("zeroing the backward semaphores"))?;
-        let (mut sems, mut tail_cnt) = sems_all.split_at_mut(sem_len - tickets);
+        let (mut sems, mut tail_cnt) = sems_all.split_at_mut(sem_len - tickets - 1);
         let row_grid = (
             s.q_len().div_ceil(8) as u32,
             s.q_heads() as u32,
@@ -891,6 +955,18 @@ impl FlashAttention {
                     params.tail_pieces = t.pieces as i32;
                     // At most i32::MAX CTAs (`tail_for`).
                     (t.ctas() as u32, 1, 1)
+                }
+                None => grid,
+            };
+            // Persistent: one CTA per SM takes the grid's items in order
+            // (kernels/bwd_hopper_kernel.cuh `BwdItemQueue`).
+            let items = grid.0 as usize * grid.1 as usize * grid.2 as usize;
+            let persistent = persistent_items(&options, variant, items, self.sm_count());
+            let grid = match persistent {
+                Some((n, ctas)) => {
+                    params.persistent_items = n;
+                    params.sched_slot = tickets as i32;
+                    (ctas, 1, 1)
                 }
                 None => grid,
             };
@@ -1092,6 +1168,8 @@ impl FlashAttention {
             smem_bytes: smem,
             deterministic: options.deterministic,
             tail: tail.map(|t| (t.first, t.items, t.pieces)),
+            persistent_items: (params.persistent_items > 0)
+                .then_some(params.persistent_items as usize),
         })
     }
 }
@@ -1180,8 +1258,8 @@ mod tests {
         assert_eq!(plan.params.feat, FwdFeatures::OFF);
         assert_eq!(
             std::mem::size_of::<BwdParams>(),
-            // 13 ints and 2 floats, padded to the strides' 8-byte alignment; the tail's 2 ints.
-            64 + 8 * 24 + std::mem::size_of::<FwdFeatures>() + std::mem::size_of::<FwdSeqs>() + 8
+            // 13 ints and 2 floats, padded to the strides' 8-byte alignment; the last 4 ints.
+            64 + 8 * 24 + std::mem::size_of::<FwdFeatures>() + std::mem::size_of::<FwdSeqs>() + 16
         );
         assert_eq!(std::mem::offset_of!(BwdParams, q_stride), 64);
         assert_eq!(std::mem::offset_of!(BwdParams, feat), 256);
@@ -1629,6 +1707,48 @@ mod tests {
         let rounds = run(&split);
         assert!(added.iter().all(|&a| a == n_blocks));
         rounds
+    }
+
+    #[test]
+    fn only_default_mode_plain_launches_larger_than_the_gpu_run_persistent() {
+        use catalog::BwdHopperVariant::{Features, Plain, Seqs};
+        let opts = |deterministic, schedule| BackwardOptions {
+            deterministic,
+            schedule,
+            ..BackwardOptions::default()
+        };
+        let auto = opts(false, BackwardSchedule::Auto);
+        assert_eq!(persistent_items(&auto, Plain, 2048, 132), Some((2048, 132)));
+        let forced = |ctas| BackwardSchedule::TailPieces { ctas, pieces: 4 };
+        assert_eq!(
+            persistent_items(&opts(false, forced(132)), Plain, 2300, 132),
+            Some((2300, 132))
+        );
+        assert_eq!(
+            persistent_items(&opts(false, forced(5)), Plain, 23, 132),
+            Some((23, 5))
+        );
+        // One round or less: nothing to take after the first item.
+        assert_eq!(persistent_items(&auto, Plain, 132, 132), None);
+        assert_eq!(persistent_items(&auto, Plain, 64, 132), None);
+        // Asked for: any CTA count, at most one per item.
+        let on = |ctas| opts(false, BackwardSchedule::Persistent { ctas });
+        assert_eq!(persistent_items(&on(3), Plain, 64, 132), Some((64, 3)));
+        assert_eq!(persistent_items(&on(500), Plain, 64, 132), Some((64, 64)));
+        // The general entries run one item per CTA, and so does the classic grid.
+        assert_eq!(persistent_items(&auto, Features, 2048, 132), None);
+        assert_eq!(persistent_items(&on(3), Seqs, 2048, 132), None);
+        assert_eq!(
+            persistent_items(&opts(false, BackwardSchedule::Grid), Plain, 2048, 132),
+            None
+        );
+        // Deterministic CTAs wait on each other's turns.
+        assert_eq!(
+            persistent_items(&opts(true, BackwardSchedule::Auto), Plain, 2048, 132),
+            None
+        );
+        // The kernel numbers items in 32-bit ints.
+        assert_eq!(persistent_items(&auto, Plain, 1 << 31, 132), None);
     }
 
     #[test]

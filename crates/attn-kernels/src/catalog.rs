@@ -1466,7 +1466,9 @@ pub const fn bwd_hopper_smem_bytes(bucket: usize) -> usize {
     1024 + 2 * k
         + stages * (2 * q + block_n * 128 + dq + 2 * 64 * 4)
         + dq_warps
-        + (1 + 4 * stages) * 8
+        + (7 + 4 * stages) * 8
+        + 32
+        + 2 * stages * 16
 }
 
 /// Which main entry of the Hopper backward a launch runs.

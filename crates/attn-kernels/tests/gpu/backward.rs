@@ -431,6 +431,96 @@ fn correctness_backward_split_tail() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Persistent launches (kernels/bwd_hopper_kernel.cuh `BwdItemQueue`): a few CTAs take many
+/// items each, so every item after a CTA's first starts while its last one ends (the next
+/// item's Q/dO and K/V loads, the item slots, the ring's phases across items). Each dims ×
+/// mask × CTA count, against the f64 reference with both dtypes and layouts, asserting the
+/// launch ran persistent; and the classic grid refuses nothing it ran before.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_backward_persistent() {
+    use attn_kernels::BackwardSchedule;
+    let on = |ctas| BackwardOptions {
+        schedule: BackwardSchedule::Persistent { ctas },
+        ..Default::default()
+    };
+    let cases: [(Dims, Causal, BackwardOptions); 12] = [
+        ((2, 4, 4, 300, 500, 128), Causal::None, on(3)),
+        ((2, 4, 4, 300, 500, 128), Causal::BottomRight, on(5)),
+        // GQA: an item walks 4 query heads.
+        ((1, 8, 2, 333, 700, 128), Causal::None, on(1)),
+        ((1, 8, 2, 333, 700, 128), Causal::BottomRight, on(4)),
+        // Top-left with Sk > Sq: key blocks 2.. see no query, items of no block.
+        ((1, 4, 2, 200, 700, 128), Causal::TopLeft, on(2)),
+        // D = 64 (three stages) and D = 256 (64-key CTAs, no dQ writer).
+        ((2, 4, 2, 500, 300, 64), Causal::None, on(4)),
+        ((2, 4, 2, 500, 300, 64), Causal::TopLeft, on(3)),
+        ((1, 4, 2, 260, 330, 256), Causal::None, on(3)),
+        ((1, 4, 2, 260, 330, 256), Causal::BottomRight, on(2)),
+        // One-block items: a CTA runs ahead of its consumers by whole items.
+        ((1, 4, 4, 17, 1000, 64), Causal::None, on(2)),
+        // A forced split on 5 CTAs: the pieces are items of the persistent launch.
+        (
+            (1, 6, 3, 130, 1000, 64),
+            Causal::None,
+            BackwardOptions {
+                schedule: BackwardSchedule::TailPieces { ctas: 5, pieces: 4 },
+                ..Default::default()
+            },
+        ),
+        // More items than SMs: Auto runs persistent on one CTA per SM (70 key blocks × 2).
+        (
+            (1, 2, 2, 64, 8960, 64),
+            Causal::None,
+            BackwardOptions::default(),
+        ),
+    ];
+    if gpu().compute_capability() != (9, 0) {
+        // Off Hopper the mma.sync kernel runs, which is never persistent: asking is refused.
+        let p = problem(cases[0].0, Causal::None);
+        let e = refused_backward(&p, p.shape().lse_elems(), cases[0].2);
+        assert!(
+            matches!(e, attn_kernels::KernelError::EngineUnavailable(_)),
+            "{e}"
+        );
+        return;
+    }
+    let mut failures = Vec::new();
+    for (dims, causal, options) in cases {
+        let p = problem(dims, causal);
+        for r in [
+            check_backward::<f16>(&p, attn_ref::Dtype::F16, Layout::Bshd, options),
+            check_backward::<bf16>(&p, attn_ref::Dtype::Bf16, Layout::Bhsd, options),
+        ] {
+            match r {
+                Ok(info) if info.persistent_items.is_none() => failures.push(format!(
+                    "{dims:?} {causal:?} {options:?}: not persistent ({info:?})"
+                )),
+                Ok(_) => {}
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    // Refused, with nothing written: deterministic and general launches are never persistent,
+    // and a persistent launch needs a CTA.
+    let p = problem(cases[0].0, Causal::None);
+    let det = BackwardOptions {
+        deterministic: true,
+        ..on(3)
+    };
+    for (options, what) in [(det, "deterministic"), (on(0), "no CTA")] {
+        let e = refused_backward(&p, p.shape().lse_elems(), options);
+        let typed = matches!(
+            e,
+            attn_kernels::KernelError::EngineUnavailable(_) | attn_kernels::KernelError::Problem(_)
+        );
+        if !typed {
+            failures.push(format!("{what}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Runs a backward that must be refused (`lse_len` floats of LSE, `options`) on all-ones inputs
 /// and NaN-poisoned gradients; asserts no gradient was written and returns the error.
 fn refused_backward(
