@@ -456,40 +456,6 @@ __device__ __forceinline__ bool bwd_tail_merge(float (&acc_dk)[NO][4], float (&a
 // current one and passes it through two slots of shared memory with full/empty mbarriers, as
 // FlashAttention-3's DynamicPersistentTileScheduler does with named barriers
 // (hopper/tile_scheduler.hpp).
-// Stores one accumulator row half (`hi`: rows g or g + 8 of the n-tiles) of this quad's keys as
-// 16-byte chunks: the quad transposes its 4 × 4 words of each 4 n-tiles (two xor shuffles),
-// after which lane t holds the 8 columns of n-tile n0 + t. Four times fewer, whole-sector
-// stores than one word per n-tile: the item's epilogue took 5.6 µs with 4-byte stores (run
-// 303's trace, 64 KiB of dK and dV per item), while the next item's loads wait behind it.
-// Every view is 16-byte aligned with strides and D multiples of 8 elements (plan_backward),
-// so a chunk is wholly inside or outside [0, D).
-template <typename T, int NO>
-__device__ __forceinline__ void store_acc_row(T* head, int64_t row_stride, int key, int col0, const BwdParams& p,
-                                              const float (&acc)[NO][4], int hi, float scale, int t) {
-    static_assert(NO % 4 == 0, "whole groups of 4 n-tiles");
-    const bool odd = (t & 1) != 0, high = (t & 2) != 0;
-#pragma unroll
-    for (int n0 = 0; n0 < NO; n0 += 4) {
-        uint32_t w[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-            w[j] = StorageTraits<T>::pack(acc[n0 + j][2 * hi] * scale, acc[n0 + j][2 * hi + 1] * scale);
-        // Lanes t, t ^ 1: n-tile n0 + odd (and n0 + 2 + odd), columns 4·(t >> 1) .. + 3.
-        const uint32_t a0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[1], 1);
-        const uint32_t a1 = __shfl_xor_sync(0xffffffffu, odd ? w[2] : w[3], 1);
-        const uint2 p0 = odd ? make_uint2(a0, w[1]) : make_uint2(w[0], a0);
-        const uint2 p1 = odd ? make_uint2(a1, w[3]) : make_uint2(w[2], a1);
-        // Lanes t, t ^ 2: the other column half of n-tile n0 + t.
-        const uint2 send = high ? p0 : p1;
-        const uint32_t rx = __shfl_xor_sync(0xffffffffu, send.x, 2);
-        const uint32_t ry = __shfl_xor_sync(0xffffffffu, send.y, 2);
-        const uint4 chunk = high ? make_uint4(rx, ry, p1.x, p1.y) : make_uint4(p0.x, p0.y, rx, ry);
-        const int col = col0 + 8 * (n0 + t);
-        if (key < p.kv_len && col < p.head_dim)
-            *reinterpret_cast<uint4*>(head + static_cast<int64_t>(key) * row_stride + col) = chunk;
-    }
-}
-
 // One block of a CTA's walk, as the loader computed it (ring entry g mod 2·kStages for the
 // walk's g-th block): the consumers read it after the stage's full barrier, the dQ writer
 // after the block's dQ is staged. Entry g is written again for block g + 2·kStages, which
@@ -722,13 +688,15 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             int g = 0;       // Q/dO ring iterations so far, over every item
             int g_last = -1; // the last block of the last item that loaded K and V
             int kv_u = 0;    // items whose K and V were loaded
-            // K and V of this item, once the previous item's last block is done with them: it
-            // has released its stage (after its dQ GEMM, so every read of K and V), or at
-            // D = 256, where the stage goes back before the second half of dQ, K's own barrier.
+            // K and V of this item, once the previous item's last block is done with them: its
+            // dQ is staged (after its dQ GEMM, the last read of K, and so of V; the dK GEMM
+            // still runs), or at D = 256, where the consumers add dQ themselves, K's own
+            // barrier after both halves of dQ. The loader waited for the stage's previous
+            // phase (loading block g_last), so the parity cannot alias.
             auto load_kv = [&] {
                 const int key0 = n_blk * kBN;
                 if (kSplitD && kv_u > 0) mbar_wait(k_read, (kv_u - 1) & 1);
-                if (!kSplitD && g_last >= 0) mbar_wait(&empty[g_last % kST], (g_last / kST) & 1);
+                if (!kSplitD && g_last >= 0) mbar_wait(&dq_full[g_last % kST], (g_last / kST) & 1);
                 ++kv_u;
                 mbar_arrive_expect_tx(bar_k, L::kKBytes);
                 mbar_arrive_expect_tx(bar_v, L::kKBytes);

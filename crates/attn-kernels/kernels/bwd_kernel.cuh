@@ -258,6 +258,50 @@ __device__ __forceinline__ void bwd_lpt_order(const BwdParams& p, int bytes_per_
     bwd_lpt_order_at(p, bytes_per_row, lin, gridDim.x, gridDim.y, gridDim.z, n, kvh, b);
 }
 
+// The dK/dV epilogue of both engines: stores one accumulator row half (`hi`: rows g or g + 8
+// of an MMA tile's NO n-tiles, columns col0 + 8n + 2t) of this quad's keys, scaled, as
+// 16-byte chunks: the quad transposes its 4 × 4 words of each 4 n-tiles (two xor shuffles),
+// after which lane t holds the 8 columns of n-tile n0 + t. Four times fewer, whole-sector
+// stores than one word per n-tile: the wgmma backward's item epilogue took 5.6 µs with 4-byte
+// stores (docs/PERF.md run 303, 64 KiB of dK and dV per CTA). Every view is 16-byte aligned
+// with strides and D multiples of 8 elements (plan_backward), so a chunk is wholly inside or
+// outside [0, D). Call with the whole warp (the shuffles); NO not a multiple of 4 stores words.
+template <typename T, int NO>
+__device__ __forceinline__ void store_acc_row(T* head, int64_t row_stride, int key, int col0, const BwdParams& p,
+                                              const float (&acc)[NO][4], int hi, float scale, int t) {
+    if constexpr (NO % 4 != 0) {
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            const int col = col0 + 8 * n + 2 * t;
+            if (key < p.kv_len && col < p.head_dim)
+                *reinterpret_cast<uint32_t*>(head + static_cast<int64_t>(key) * row_stride + col) =
+                    StorageTraits<T>::pack(acc[n][2 * hi] * scale, acc[n][2 * hi + 1] * scale);
+        }
+        return;
+    }
+    const bool odd = (t & 1) != 0, high = (t & 2) != 0;
+#pragma unroll
+    for (int n0 = 0; n0 < NO; n0 += 4) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            w[j] = StorageTraits<T>::pack(acc[n0 + j][2 * hi] * scale, acc[n0 + j][2 * hi + 1] * scale);
+        // Lanes t, t ^ 1: n-tile n0 + odd (and n0 + 2 + odd), columns 4·(t >> 1) .. + 3.
+        const uint32_t a0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[1], 1);
+        const uint32_t a1 = __shfl_xor_sync(0xffffffffu, odd ? w[2] : w[3], 1);
+        const uint2 p0 = odd ? make_uint2(a0, w[1]) : make_uint2(w[0], a0);
+        const uint2 p1 = odd ? make_uint2(a1, w[3]) : make_uint2(w[2], a1);
+        // Lanes t, t ^ 2: the other column half of n-tile n0 + t.
+        const uint2 send = high ? p0 : p1;
+        const uint32_t rx = __shfl_xor_sync(0xffffffffu, send.x, 2);
+        const uint32_t ry = __shfl_xor_sync(0xffffffffu, send.y, 2);
+        const uint4 chunk = high ? make_uint4(rx, ry, p1.x, p1.y) : make_uint4(p0.x, p0.y, rx, ry);
+        const int col = col0 + 8 * (n0 + t);
+        if (key < p.kv_len && col < p.head_dim)
+            *reinterpret_cast<uint4*>(head + static_cast<int64_t>(key) * row_stride + col) = chunk;
+    }
+}
+
 constexpr float kBwdLog2e = 1.4426950408889634f;
 
 // Adds two adjacent f32 values into dQaccum (unordered, like every dQ addition of this kernel).
@@ -844,18 +888,10 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
 #pragma unroll
     for (int ma = 0; ma < kMA; ++ma) {
 #pragma unroll
-        for (int n = 0; n < Cfg::kNB; ++n) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int key = key0 + 16 * (kMA * kg + ma) + g + 8 * r;
-                const int col = cb0 + 8 * n + 2 * t;
-                if (key < p.kv_len && col < p.head_dim) {
-                    *reinterpret_cast<uint32_t*>(dk_head + static_cast<int64_t>(key) * p.dk_stride[2] + col) =
-                        StorageTraits<T>::pack(acc_dk[ma][n][2 * r] * p.scale, acc_dk[ma][n][2 * r + 1] * p.scale);
-                    *reinterpret_cast<uint32_t*>(dv_head + static_cast<int64_t>(key) * p.dv_stride[2] + col) =
-                        StorageTraits<T>::pack(acc_dv[ma][n][2 * r], acc_dv[ma][n][2 * r + 1]);
-                }
-            }
+        for (int r = 0; r < 2; ++r) {
+            const int key = key0 + 16 * (kMA * kg + ma) + g + 8 * r;
+            store_acc_row<T>(dk_head, p.dk_stride[2], key, cb0, p, acc_dk[ma], r, p.scale, t);
+            store_acc_row<T>(dv_head, p.dv_stride[2], key, cb0, p, acc_dv[ma], r, 1.f, t);
         }
     }
 }
