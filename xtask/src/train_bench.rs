@@ -256,9 +256,10 @@ pub fn run(args: Args) -> Result<()> {
                 };
             let fwd = fwd_of(&mut t, &p)?;
             if args.plain {
-                // Both backward modes, each also on the classic grid (no split tail), and the
-                // deterministic one with its tail forced into pieces where the launch takes
-                // them (a tail to split, enough query blocks), timed interleaved.
+                // Both backward modes, each also on the classic grid (no split tail), the
+                // default one also persistent without a split tail where it runs persistent,
+                // and the deterministic one with its tail forced into pieces where the launch
+                // takes them (a tail to split, enough query blocks), timed interleaved.
                 let det = BackwardOptions {
                     deterministic: true,
                     ..Default::default()
@@ -272,6 +273,16 @@ pub fn run(args: Args) -> Result<()> {
                     ..grid
                 };
                 let mut options = vec![BackwardOptions::default(), det, grid, det_grid];
+                let persistent = BackwardOptions {
+                    schedule: BackwardSchedule::Persistent {
+                        ctas: gpu.sm_count(),
+                    },
+                    ..Default::default()
+                };
+                let persistent_timed = t.backward(&p, persistent).is_ok();
+                if persistent_timed {
+                    options.push(persistent);
+                }
                 let mut pieces_timed = Vec::new();
                 for pieces in [2, 3, 4, 8] {
                     let split = BackwardOptions {
@@ -289,7 +300,12 @@ pub fn run(args: Args) -> Result<()> {
                 let mut times = time_interleaved(&gpu, warmup, iters, options.len(), |i| {
                     t.backward(&p, options[i])
                 })?;
-                let split_times = times.split_off(4);
+                let mut split_times = times.split_off(4);
+                let bwd_persistent = if persistent_timed {
+                    Some(split_times.remove(0))
+                } else {
+                    None
+                };
                 let [bwd, bwd_det, bwd_grid, bwd_det_grid]: [Vec<f64>; 4] = times
                     .try_into()
                     .map_err(|_| anyhow!("four backward options timed"))?;
@@ -309,6 +325,13 @@ pub fn run(args: Args) -> Result<()> {
                     m(&bwd_det_grid),
                     m(&bwd_det) / m(&bwd_det_grid)
                 );
+                if let Some(x) = &bwd_persistent {
+                    println!(
+                        "    persistent without a split tail: {:.1} µs (default / it {:.3}×)",
+                        m(x),
+                        m(&bwd) / m(x)
+                    );
+                }
                 let mut det_split = serde_json::Map::new();
                 for (pieces, x) in pieces_timed.into_iter().zip(split_times) {
                     println!(
@@ -323,6 +346,7 @@ pub fn run(args: Args) -> Result<()> {
                     "shape": [b, h, n, d, causal],
                     "fwd_us": fwd, "bwd_us": bwd, "bwd_det_us": bwd_det, "bwd_grid_us": bwd_grid,
                     "bwd_det_grid_us": bwd_det_grid,
+                    "bwd_persistent_unsplit_us": bwd_persistent,
                     "bwd_det_split_us": det_split,
                     "flops_fwd": flops,
                 }));
