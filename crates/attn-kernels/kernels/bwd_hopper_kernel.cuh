@@ -3,8 +3,9 @@
 // (Shah et al. 2024; hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp: K/V-block-major, dK and dV in
 // registers, dQ added in f32 through the L2 by `cp.reduce.async.bulk`, then a post-pass).
 //
-// One CTA = 128 keys of one (KV head, batch): two consumer warpgroups of 64 keys each and a
-// producer warpgroup. It walks the 64-row query blocks of every query head of its GQA group;
+// One item = 128 keys of one (KV head, batch), for two consumer warpgroups of 64 keys each and
+// a producer warpgroup; a CTA runs one item, or, persistent (default mode, plain entries),
+// takes items in turn (BwdItemQueue). It walks the 64-row query blocks of every query head of its GQA group;
 // per block, consumer w computes
 //   Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ                       (SS wgmma, N = 64 queries)
 //   Pᵀ = exp2(Sᵀ·scale·log2e − LSE₂), dSᵀ = Pᵀ∘(dPᵀ − Δ) (registers; P and dS rounded to T)
