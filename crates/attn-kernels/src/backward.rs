@@ -298,7 +298,8 @@ pub struct BackwardInfo {
     pub kernel: String,
     /// The cubin arch it came from.
     pub arch: &'static str,
-    /// Its grid: (key blocks, KV heads, batch), or (CTAs, 1, 1) with a split tail.
+    /// Its grid: (key blocks, KV heads, batch), or (CTAs, 1, 1) with a split tail or when
+    /// persistent.
     pub grid: (u32, u32, u32),
     /// Its dynamic shared memory.
     pub smem_bytes: usize,
@@ -1021,7 +1022,9 @@ impl FlashAttention {
             // kernel's tiles of 64 rows; sems as in the mma.sync launch. A split tail's grid
             // is tail_first + items·pieces CTAs, each decoding one (key block, KV head, batch)
             // of the 3-D grid's; tail_part holds items·pieces slots of 2·block_n·bucket floats
-            // and tail_cnt `items` zeroed tickets (read only when tail_pieces > 1). dK/dV rows
+            // and tail_cnt `items` zeroed tickets (read only when tail_pieces > 1) and, after
+            // them, the zeroed counter a persistent launch (persistent_items > 0, a 1-D grid of
+            // at most that many CTAs) takes items < persistent_items from. dK/dV rows
             // and columns are bounded by Sk and D. The dynamic shared memory was raised on the
             // function and fits.
             unsafe {
