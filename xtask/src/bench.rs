@@ -41,10 +41,19 @@ pub(crate) const SUSTAINED_WARMUP: std::time::Duration = std::time::Duration::fr
 /// read the time), so that what is timed next runs at sustained clocks.
 pub(crate) fn sustain(
     stream: &CudaStream,
+    launch: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    sustain_for(stream, SUSTAINED_WARMUP, launch)
+}
+
+/// [`sustain`] for `duration` instead of [`SUSTAINED_WARMUP`].
+pub(crate) fn sustain_for(
+    stream: &CudaStream,
+    duration: std::time::Duration,
     mut launch: impl FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let start = std::time::Instant::now();
-    while start.elapsed() < SUSTAINED_WARMUP {
+    while start.elapsed() < duration {
         for _ in 0..8 {
             launch()?;
         }

@@ -32,6 +32,11 @@ pub struct Args {
     /// Warm-up calls.
     #[arg(long, default_value_t = 5)]
     warmup: usize,
+    /// Load before each timing loop, ours and SDPA's, in ms, so the samples run at sustained
+    /// clocks. After 500 ms (`bench`'s) cuDNN's backward still changed clock state within 20
+    /// samples (docs/PERF.md runs 305 and 309); after 1500 and 3000 it did not (run 310).
+    #[arg(long, default_value_t = 1500)]
+    sustain_ms: u64,
     /// Timed calls.
     #[arg(long, default_value_t = 20)]
     iters: usize,
@@ -68,6 +73,22 @@ fn parse_shapes(s: &str) -> Result<Vec<[usize; 4]>> {
         .collect()
 }
 
+/// What precedes a timing loop: `sustain` of load, then `calls` untimed calls.
+#[derive(Clone, Copy)]
+struct Warmup {
+    calls: usize,
+    sustain: std::time::Duration,
+}
+
+impl Args {
+    fn warm(&self) -> Warmup {
+        Warmup {
+            calls: self.warmup,
+            sustain: std::time::Duration::from_millis(self.sustain_ms),
+        }
+    }
+}
+
 fn median(x: &mut [f64]) -> f64 {
     x.sort_by(f64::total_cmp);
     x[x.len() / 2]
@@ -76,7 +97,7 @@ fn median(x: &mut [f64]) -> f64 {
 /// Times `f` (one call per sample) with CUDA events on `gpu`'s stream, in µs.
 fn time(
     gpu: &FlashAttention,
-    warmup: usize,
+    warmup: Warmup,
     iters: usize,
     mut f: impl FnMut() -> Result<()>,
 ) -> Result<Vec<f64>> {
@@ -90,7 +111,7 @@ fn time(
 /// apart depending on where it sat in the call (docs/PERF.md, runs 293–294).
 fn time_interleaved(
     gpu: &FlashAttention,
-    warmup: usize,
+    warmup: Warmup,
     iters: usize,
     n: usize,
     mut f: impl FnMut(usize) -> Result<()>,
@@ -99,8 +120,9 @@ fn time_interleaved(
     // Without it each loop's first samples ran at the clocks the previous loop left: the
     // variants timed later in a shape's sequence (softcap, ALiBi) ran hotter than the plain
     // forward timed first (docs/PERF.md, run 225).
-    crate::bench::sustain(s, || (0..n).try_for_each(&mut f))?;
+    crate::bench::sustain_for(s, warmup.sustain, || (0..n).try_for_each(&mut f))?;
     let mut out = vec![Vec::with_capacity(iters); n];
+    let warmup = warmup.calls;
     for i in 0..warmup + iters {
         for j in 0..n {
             let k = (i + j) % n;
@@ -194,16 +216,17 @@ impl<'g> DenseSet<'g> {
 /// the forward's and the backward's µs per timed step.
 fn time_steps(
     gpu: &FlashAttention,
-    warmup: usize,
+    warmup: Warmup,
     iters: usize,
     mut step: impl FnMut(bool) -> Result<()>,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let s = gpu.stream();
-    crate::bench::sustain(s, || {
+    crate::bench::sustain_for(s, warmup.sustain, || {
         step(true)?;
         step(false)
     })?;
     let (mut fwd, mut bwd) = (Vec::new(), Vec::new());
+    let warmup = warmup.calls;
     for i in 0..warmup + iters {
         let a = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         step(true)?;
@@ -243,7 +266,7 @@ pub fn run(args: Args) -> Result<()> {
             // Zero slopes: the feature entry with every feature's arithmetic skipped, so the
             // entry's own cost (its tile, its registers) separates from ALiBi's.
             let feat_noop = p.with_alibi(Alibi::PerHead(vec![0.0; h]))?;
-            let (warmup, iters) = (args.warmup, args.iters);
+            let (warmup, iters) = (args.warm(), args.iters);
             let fwd_of = |t: &mut DenseSet, p: &Problem| time(&gpu, warmup, iters, || t.forward(p));
             let bwd_of =
                 |t: &mut DenseSet, p: &Problem, deterministic: bool, engine: BackwardEngine| {
@@ -436,7 +459,7 @@ pub fn run(args: Args) -> Result<()> {
             .arg(serde_json::to_string(&list)?)
             .arg(args.warmup.to_string())
             .arg(args.iters.to_string())
-            .arg(crate::bench::SUSTAINED_WARMUP.as_millis().to_string())
+            .arg(args.sustain_ms.to_string())
             .output()
             .context("running the SDPA script")?;
         if !out.status.success() {
@@ -558,7 +581,7 @@ fn varlen_rows(gpu: &FlashAttention, args: &Args) -> Result<Vec<serde_json::Valu
             .iter()
             .map(|&l| AttnShape::new(1, h, h, l, l, d).map(|a| a.flops(mask)))
             .sum::<std::result::Result<f64, _>>()?;
-        let fwd = time(gpu, args.warmup, args.iters, || {
+        let fwd = time(gpu, args.warm(), args.iters, || {
             gpu.forward_sequences(
                 Forward {
                     problem: &p,
@@ -573,7 +596,7 @@ fn varlen_rows(gpu: &FlashAttention, args: &Args) -> Result<Vec<serde_json::Valu
             )?;
             Ok(())
         })?;
-        let bwd = time(gpu, args.warmup, args.iters, || {
+        let bwd = time(gpu, args.warm(), args.iters, || {
             gpu.backward_with(
                 Backward {
                     problem: &p,
