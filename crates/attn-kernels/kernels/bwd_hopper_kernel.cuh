@@ -402,7 +402,7 @@ __device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_
 // was the last piece; if so, dK and dV hold the sum of every piece's slot, added in piece
 // order. The threadfence-reduction pattern: stores, fence, barrier, then one atomic; the
 // last arriver fences again and reads the other pieces' slots through the L2 (ld.global.cg).
-// `flag`: a shared int no longer in use (the walk's LSE₂ stage).
+// `flag`: a shared int of its own (a persistent CTA's next blocks already load into the stages).
 template <int NO>
 __device__ __forceinline__ bool bwd_tail_merge(float (&acc_dk)[NO][4], float (&acc_dv)[NO][4],
                                                float* __restrict__ tail_part, unsigned int* __restrict__ tail_cnt,
