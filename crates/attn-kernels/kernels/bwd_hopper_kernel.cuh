@@ -443,20 +443,18 @@ __device__ __forceinline__ bool bwd_tail_merge(float (&acc_dk)[NO][4], float (&a
 }
 
 // A persistent launch's items (BwdParams::persistent_items > 0: the plain entries in the
-// default mode, one CTA per SM). A grid of one CTA per item pays, per item, the CTA's start,
-// the K/V and Q/dO pipeline's fill and the last dQ reduction's wait: at 4,16,4096,128 about
-// 17 000 cycles an item at base clock, 5 % of a non-causal launch and 10 % of a causal one,
-// whose items are half as long on average (docs/PERF.md run 301, from the launch time's
-// slope in S at a fixed B·S). A persistent CTA loads the next item's first Q/dO block while
-// its consumers finish the last one, its V once their last dPᵀ GEMM has read V, and its K
-// after their last dQ GEMM. Items go out in index order, so a causal grid's longest-first
-// order and a split tail's place at the end hold: CTA c takes item c, then the next one the
-// counter hands out (dynamic, as causal items differ in length up to 32×; a static
-// round-robin of the longest-first list ends 28 % later in a list-scheduling model of
-// 4,16,4096,128). The producer thread takes the next item while the consumers still run the
-// current one and passes it through two slots of shared memory with full/empty mbarriers, as
-// FlashAttention-3's DynamicPersistentTileScheduler does with named barriers
-// (hopper/tile_scheduler.hpp).
+// default mode, one CTA per SM, src/backward.rs `persistent_items`). A CTA loads the next
+// item's first Q/dO block while its consumers finish the last one, and its K/V once that
+// item's last block has staged its dQ (at D = 256, once both dQ halves have read K), so the
+// CTA's start and the pipeline's fill are not paid per item: docs/PERF.md runs 302–307
+// measured 1.5–3 % on causal launches (short items), about nothing on non-causal ones. Items
+// go out in index order, so a causal grid's longest-first order and a split tail's place at
+// the end hold: CTA c takes item c, then the next one a counter hands out (dynamic, as causal
+// items differ in length up to 32×; a static round-robin of the longest-first list ends 28 %
+// later in a list-scheduling model of 4,16,4096,128). The loader thread takes, decodes and
+// publishes each item with its block count through two slots of shared memory with
+// full/empty mbarriers, as FlashAttention-3's DynamicPersistentTileScheduler does with named
+// barriers (hopper/tile_scheduler.hpp).
 // One block of a CTA's walk, as the loader computed it (ring entry g mod 2·kStages for the
 // walk's g-th block): the consumers read it after the stage's full barrier, the dQ writer
 // after the block's dQ is staged. Entry g is written again for block g + 2·kStages, which
@@ -570,6 +568,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     // The item space: the classic grid (key blocks × KV heads × batch, key block fastest) or,
     // with a split tail, its 1-D grid (bwd_tail_item).
     const int grid_x = (p_launch.kv_len + kBN - 1) / kBN;
+    const bool rotated = !CAUSAL && !FEATURES && p_launch.deterministic && p_launch.det_rotated;
     BwdParams p = p_launch;
     SeqRows seq_rows{0, 0};
     int n_blk = 0, kvh = 0, b = 0, piece = -1, tail_item = 0;
@@ -611,7 +610,6 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
         // query block (non-causal entries without features: see bwd_rotated_turn). The default
         // mode keeps the plain walk, where all key blocks of a head read the same Q/dO block from
         // the L2 at about the same time (run 113 measured it within noise, 0–3 % slower, rotated).
-        const bool rotated = !CAUSAL && !FEATURES && p.deterministic && p.det_rotated;
         rotation = rotated && per_head > 0 ? n_blk % per_head : 0;
     };
     const int lin0 = blockIdx.x; // a persistent launch's first item (1-D grid)
@@ -622,23 +620,21 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     }
     walk();
     const bool packed_k = kSeqs && p.seqs.cu_k != nullptr;
-    const int qb = kSeqs && p.seqs.cu_q != nullptr ? 0 : b; // Q/dO's TMA batch coordinate (one item: kSeqs)
     const int q_pad = p.q_blocks * kBM;
-    auto kb_of = [&] { return packed_k ? 0 : b; }; // K/V's
-    auto qb_of = [&] { return kSeqs ? qb : b; };
+    // The TMA batch coordinates of this item's K/V and Q/dO (packed sequences: one batch entry).
+    auto kb_of = [&] { return packed_k ? 0 : b; };
+    auto qb_of = [&] { return kSeqs && p.seqs.cu_q != nullptr ? 0 : b; };
     auto head_of = [&](int it) { return kvh * p.group + (it0 + it) / per_head; };
     auto qblk_of = [&](int it) { return i_begin + ((it0 + it) % per_head + per_head - rotation) % per_head; };
     // This key block's deterministic turn on query block qblk (0 in the default mode).
     auto turn_of = [&](int qblk) {
         if (!p.deterministic) return 0;
-        const bool rotated = !CAUSAL && !FEATURES && p.deterministic && p.det_rotated;
         return rotated ? bwd_rotated_turn(n_blk, qblk, (p.kv_len + kBN - 1) / kBN, per_head)
                        : bwd_turn<CAUSAL, FEATURES, kBM, kBN>(p, n_blk, qblk, reversed);
     };
     // The next item of this CTA (false: none). Every role calls it once per item, in order:
     // the loader takes it from the counter, decodes it and publishes it with its block count;
-    // the others read both, and the consumers decode it for their epilogue.
-    int cur_lin = lin0;
+    // the others read both, and the consumers decode it for their key rows and epilogue.
     auto next_item = [&](int role) { // 0: loader, 1: dQ writer, 2: consumers
         if (!persistent) return false;
         int lin;
@@ -654,7 +650,6 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
             lin = queue.read(base, role == 2, tid & 31, n_iter);
             if (lin >= 0 && role == 2) decode(lin);
         }
-        cur_lin = lin;
         return lin >= 0;
     };
 
@@ -802,282 +797,278 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     int gi = 0;   // ring iterations so far, over every item
     int kv_u = 0; // items whose K and V this CTA loaded
     do {
-    const int key0 = n_blk * kBN;
-    const int krow = key0 + key_off + wi * 16 + g; // this thread's keys: krow, krow + 8
-    float acc_dk[kNO][4], acc_dv[kNO][4];
+        const int key0 = n_blk * kBN;
+        const int krow = key0 + key_off + wi * 16 + g; // this thread's keys: krow, krow + 8
+        float acc_dk[kNO][4], acc_dv[kNO][4];
 #pragma unroll
-    for (int n = 0; n < kNO; ++n)
+        for (int n = 0; n < kNO; ++n)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc_dk[n][r] = acc_dv[n][r] = 0.f;
+            for (int r = 0; r < 4; ++r) acc_dk[n][r] = acc_dv[n][r] = 0.f;
 
-    if (n_iter > 0) {
-        mbar_wait(bar_k, kv_u & 1);
-        mbar_wait(bar_v, kv_u & 1);
-    }
-    for (int it = 0; it < n_iter; ++it, ++gi) {
-        const int s = gi % kST;
-        const uint32_t phase = (gi / kST) & 1;
-        mbar_wait(&full[s], phase);
-        const int qblk = sBlocks[gi % (2 * kST)].qblk, head = sBlocks[gi % (2 * kST)].head;
-        const int m0 = qblk * kBM;
-        const uint32_t q_addr = smem_addr(sQ + s * L::kQBytes);
-        const uint32_t do_addr = smem_addr(sdO + s * L::kQBytes);
-        const uint32_t ds_addr = smem_addr(sdS + s * L::kDsBytes);
-        const float* tLse = sLse + s * kBM;
-        const float* tDelta = sDelta + s * kBM;
-        // Sᵀ and dPᵀ (64 keys × 64 queries each), two commit groups.
-        float acc_s[kNS][4], acc_dp[kNS][4];
-        wgmma_fence();
+        if (n_iter > 0) {
+            mbar_wait(bar_k, kv_u & 1);
+            mbar_wait(bar_v, kv_u & 1);
+        }
+        for (int it = 0; it < n_iter; ++it, ++gi) {
+            const int s = gi % kST;
+            const uint32_t phase = (gi / kST) & 1;
+            mbar_wait(&full[s], phase);
+            const int qblk = sBlocks[gi % (2 * kST)].qblk, head = sBlocks[gi % (2 * kST)].head;
+            const int m0 = qblk * kBM;
+            const uint32_t q_addr = smem_addr(sQ + s * L::kQBytes);
+            const uint32_t do_addr = smem_addr(sdO + s * L::kQBytes);
+            const uint32_t ds_addr = smem_addr(sdS + s * L::kDsBytes);
+            const float* tLse = sLse + s * kBM;
+            const float* tDelta = sDelta + s * kBM;
+            // Sᵀ and dPᵀ (64 keys × 64 queries each), two commit groups.
+            float acc_s[kNS][4], acc_dp[kNS][4];
+            wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < DK / 16; ++kk) {
-            const int c = kk / 4, w = (kk % 4) * 32;
-            Wgmma16<T, kBM>::ss(acc_s, wgmma_desc<128>(kw_addr + c * kBN * 128 + w),
-                                wgmma_desc<128>(q_addr + c * kBM * 128 + w), kk > 0);
-        }
-        wgmma_commit();
+            for (int kk = 0; kk < DK / 16; ++kk) {
+                const int c = kk / 4, w = (kk % 4) * 32;
+                Wgmma16<T, kBM>::ss(acc_s, wgmma_desc<128>(kw_addr + c * kBN * 128 + w),
+                                    wgmma_desc<128>(q_addr + c * kBM * 128 + w), kk > 0);
+            }
+            wgmma_commit();
 #pragma unroll
-        for (int kk = 0; kk < DK / 16; ++kk) {
-            const int c = kk / 4, w = (kk % 4) * 32;
-            Wgmma16<T, kBM>::ss(acc_dp, wgmma_desc<128>(vw_addr + c * kBN * 128 + w),
-                                wgmma_desc<128>(do_addr + c * kBM * 128 + w), kk > 0);
-        }
-        wgmma_commit();
-        // D = 256, deterministic causal: the last block's turn passes here, while both GEMMs
-        // run (PendingTurn).
-        if constexpr (kSplitD && CAUSAL) {
-            if (p.deterministic) bwd_hopper_pass_turn(pending, tid, lane);
-        }
+            for (int kk = 0; kk < DK / 16; ++kk) {
+                const int c = kk / 4, w = (kk % 4) * 32;
+                Wgmma16<T, kBM>::ss(acc_dp, wgmma_desc<128>(vw_addr + c * kBN * 128 + w),
+                                    wgmma_desc<128>(do_addr + c * kBM * 128 + w), kk > 0);
+            }
+            wgmma_commit();
+            // D = 256, deterministic causal: the last block's turn passes here, while both GEMMs
+            // run (PendingTurn).
+            if constexpr (kSplitD && CAUSAL) {
+                if (p.deterministic) bwd_hopper_pass_turn(pending, tid, lane);
+            }
 
-        uint32_t pa[kKS][4];
-        if constexpr (FEATURES) {
-            // Pᵀ through the forward's score modifiers and mask (score_mod.cuh), in its order:
-            // softcap, ALiBi, the mask. The mask is applied only on blocks that some row's
-            // range cuts (its ends are monotone in the row, as in the forward's
-            // tile_needs_mask); ALiBi's distance is a float per element from one conversion
-            // per block (exact below 2^24, as the forward's).
-            const float slope = alibi_slope(b, head, p);
-            const KeyRange first_row = row_key_range<CAUSAL>(m0, p);
-            const KeyRange last_row = row_key_range<CAUSAL>(min(m0 + kBM - 1, p.q_len - 1), p);
-            const bool needs_mask = key0 < last_row.lo || key0 + kBN > first_row.hi;
-            const float dist0 = static_cast<float>(m0 + 2 * t + p.kv_len - p.q_len - krow);
-            const bool capped = p.feat.softcap_in != 0.f;
-            // P of element (n, e), and the softcap's d(score)/d(raw score) in `dscore`.
-            auto prob = [&](int n, int e, float& dscore) {
-                const int ql = 8 * n + 2 * t + (e & 1);
-                float sc = acc_s[n][e];
-                dscore = 1.f;
+            uint32_t pa[kKS][4];
+            if constexpr (FEATURES) {
+                // Pᵀ through the forward's score modifiers and mask (score_mod.cuh), in its order:
+                // softcap, ALiBi, the mask. The mask is applied only on blocks that some row's
+                // range cuts (its ends are monotone in the row, as in the forward's
+                // tile_needs_mask); ALiBi's distance is a float per element from one conversion
+                // per block (exact below 2^24, as the forward's).
+                const float slope = alibi_slope(b, head, p);
+                const KeyRange first_row = row_key_range<CAUSAL>(m0, p);
+                const KeyRange last_row = row_key_range<CAUSAL>(min(m0 + kBM - 1, p.q_len - 1), p);
+                const bool needs_mask = key0 < last_row.lo || key0 + kBN > first_row.hi;
+                const float dist0 = static_cast<float>(m0 + 2 * t + p.kv_len - p.q_len - krow);
+                const bool capped = p.feat.softcap_in != 0.f;
+                // P of element (n, e), and the softcap's d(score)/d(raw score) in `dscore`.
+                auto prob = [&](int n, int e, float& dscore) {
+                    const int ql = 8 * n + 2 * t + (e & 1);
+                    float sc = acc_s[n][e];
+                    dscore = 1.f;
+                    if (capped) {
+                        const float x = sc * p.feat.softcap_in;
+                        sc = softcap_tanh(x);                           // the forward's tanh: P fits its LSE
+                        dscore = softcap_dtanh(x) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
+                    }
+                    if (slope != 0.f) sc -= slope * fabsf(dist0 + static_cast<float>(8 * n + (e & 1) - 8 * (e >> 1)));
+                    float pr = exp2f(fmaf(sc, p.scale_log2, -tLse[ql]));
+                    if (needs_mask) {
+                        const KeyRange range = row_key_range<CAUSAL>(m0 + ql, p);
+                        const int key = krow + 8 * (e >> 1);
+                        if (key < range.lo || key >= range.hi) pr = 0.f;
+                    }
+                    return pr;
+                };
                 if (capped) {
-                    const float x = sc * p.feat.softcap_in;
-                    sc = softcap_tanh(x);                           // the forward's tanh: P fits its LSE
-                    dscore = softcap_dtanh(x) * p.feat.softcap_in; // (1 − t²)·scale/c, FA2's dtanh
-                }
-                if (slope != 0.f) sc -= slope * fabsf(dist0 + static_cast<float>(8 * n + (e & 1) - 8 * (e >> 1)));
-                float pr = exp2f(fmaf(sc, p.scale_log2, -tLse[ql]));
-                if (needs_mask) {
-                    const KeyRange range = row_key_range<CAUSAL>(m0 + ql, p);
-                    const int key = krow + 8 * (e >> 1);
-                    if (key < range.lo || key >= range.hi) pr = 0.f;
-                }
-                return pr;
-            };
-            if (capped) {
-                // 1 − tanh² is needed in dSᵀ: P and dSᵀ in one pass after both GEMMs, so it
-                // holds no registers across the dPᵀ GEMM.
-                wgmma_wait<0>();
-                wgmma_fence_operands(acc_s);
-                wgmma_fence_operands(acc_dp);
+                    // 1 − tanh² is needed in dSᵀ: P and dSᵀ in one pass after both GEMMs, so it
+                    // holds no registers across the dPᵀ GEMM.
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(acc_s);
+                    wgmma_fence_operands(acc_dp);
 #pragma unroll
-                for (int n = 0; n < kNS; ++n) {
+                    for (int n = 0; n < kNS; ++n) {
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        float dscore;
-                        const float pr = prob(n, e, dscore);
-                        acc_s[n][e] = pr;
-                        acc_dp[n][e] = pr * (acc_dp[n][e] - tDelta[8 * n + 2 * t + (e & 1)]) * dscore;
+                        for (int e = 0; e < 4; ++e) {
+                            float dscore;
+                            const float pr = prob(n, e, dscore);
+                            acc_s[n][e] = pr;
+                            acc_dp[n][e] = pr * (acc_dp[n][e] - tDelta[8 * n + 2 * t + (e & 1)]) * dscore;
+                        }
+                    }
+                    acc_to_a_frags<T, kNS>(pa, acc_s);
+                } else {
+                    // No softcap: Pᵀ while dPᵀ is still in the tensor cores, as the plain entry.
+                    wgmma_wait<1>();
+                    wgmma_fence_operands(acc_s);
+#pragma unroll
+                    for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            float dscore;
+                            acc_s[n][e] = prob(n, e, dscore);
+                        }
+                    }
+                    acc_to_a_frags<T, kNS>(pa, acc_s);
+                    wgmma_wait<0>();
+                    wgmma_fence_operands(acc_dp);
+#pragma unroll
+                    for (int n = 0; n < kNS; ++n) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            acc_dp[n][e] = acc_s[n][e] * (acc_dp[n][e] - tDelta[8 * n + 2 * t + (e & 1)]);
+                        }
                     }
                 }
-                acc_to_a_frags<T, kNS>(pa, acc_s);
             } else {
-                // No softcap: Pᵀ while dPᵀ is still in the tensor cores, as the plain entry.
+                // Pᵀ (in place of Sᵀ) while dPᵀ is still in the tensor cores.
                 wgmma_wait<1>();
                 wgmma_fence_operands(acc_s);
+                const bool masked = CAUSAL && key0 + kBN - 1 > m0 + p.diag_offset;
+                // SEQS: the sequence's last key block (later rows are another sequence's keys).
+                const bool key_tail = SEQS && key0 + kBN > p.kv_len;
 #pragma unroll
                 for (int n = 0; n < kNS; ++n) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        float dscore;
-                        acc_s[n][e] = prob(n, e, dscore);
+                        const int ql = 8 * n + 2 * t + (e & 1);
+                        const int key = krow + 8 * (e >> 1);
+                        float pr = exp2f(fmaf(acc_s[n][e], p.scale_log2, -tLse[ql]));
+                        if (masked && key > m0 + ql + p.diag_offset) pr = 0.f;
+                        if (key_tail && key >= p.kv_len) pr = 0.f;
+                        acc_s[n][e] = pr;
                     }
                 }
                 acc_to_a_frags<T, kNS>(pa, acc_s);
                 wgmma_wait<0>();
                 wgmma_fence_operands(acc_dp);
+                // dSᵀ = Pᵀ∘(dPᵀ − Δ) from P in f32; P and dS are rounded only as MMA operands
+                // (attn-ref's backward_emulated models these points).
 #pragma unroll
                 for (int n = 0; n < kNS; ++n) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        acc_dp[n][e] = acc_s[n][e] * (acc_dp[n][e] - tDelta[8 * n + 2 * t + (e & 1)]);
+                        const int ql = 8 * n + 2 * t + (e & 1);
+                        acc_dp[n][e] = acc_s[n][e] * (acc_dp[n][e] - tDelta[ql]);
                     }
                 }
             }
-        } else {
-            // Pᵀ (in place of Sᵀ) while dPᵀ is still in the tensor cores.
-            wgmma_wait<1>();
-            wgmma_fence_operands(acc_s);
-            const bool masked = CAUSAL && key0 + kBN - 1 > m0 + p.diag_offset;
-            // SEQS: the sequence's last key block (later rows are another sequence's keys).
-            const bool key_tail = SEQS && key0 + kBN > p.kv_len;
+            uint32_t sa[kKS][4];
+            acc_to_a_frags<T, kNS>(sa, acc_dp);
+
+            // dV += Pᵀ·dO, dK += dSᵀ·Q (k-step kk: queries 16kk.., 16 rows of 128 bytes).
+            auto issue_dv = [&] {
 #pragma unroll
-            for (int n = 0; n < kNS; ++n) {
+                for (int kk = 0; kk < kKS; ++kk)
+                    Wgmma16<T, L::kNO>::rs(acc_dv, pa[kk], wgmma_desc_mn128(do_addr + qcol_off + kk * 16 * 128, kBM * 128));
+            };
+            auto issue_dk = [&] {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int ql = 8 * n + 2 * t + (e & 1);
-                    const int key = krow + 8 * (e >> 1);
-                    float pr = exp2f(fmaf(acc_s[n][e], p.scale_log2, -tLse[ql]));
-                    if (masked && key > m0 + ql + p.diag_offset) pr = 0.f;
-                    if (key_tail && key >= p.kv_len) pr = 0.f;
-                    acc_s[n][e] = pr;
+                for (int kk = 0; kk < kKS; ++kk)
+                    Wgmma16<T, L::kNO>::rs(acc_dk, sa[kk], wgmma_desc_mn128(q_addr + qcol_off + kk * 16 * 128, kBM * 128));
+            };
+            // dSᵀ into shared memory (tile s), one 128-byte swizzled row of 64 queries per key: the
+            // MN-major A operand of dQ. Rows 8 apart share no bank (chunk n ^ row). Its last
+            // readers, the dQ MMAs of block it − 2, finished before either warpgroup passed the
+            // barrier of block it − 1. Split: both warpgroups hold the same dSᵀ; each stores
+            // alternate 16-byte chunks.
+            auto store_ds = [&] {
+                unsigned char* tile = sdS + s * L::kDsBytes;
+                const int r0 = key_off + wi * 16 + g;
+#pragma unroll
+                for (int n = 0; n < kNS; ++n) {
+                    if (kSplitD && (n & 1) != wg) continue;
+#pragma unroll
+                    for (int hi = 0; hi < 2; ++hi) {
+                        const int r = r0 + 8 * hi;
+                        const uint32_t word = (hi == 0) ? (n % 2 == 0 ? sa[n / 2][0] : sa[n / 2][2])
+                                                        : (n % 2 == 0 ? sa[n / 2][1] : sa[n / 2][3]);
+                        *reinterpret_cast<uint32_t*>(tile + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = word;
+                    }
                 }
-            }
-            acc_to_a_frags<T, kNS>(pa, acc_s);
-            wgmma_wait<0>();
-            wgmma_fence_operands(acc_dp);
-            // dSᵀ = Pᵀ∘(dPᵀ − Δ) from P in f32; P and dS are rounded only as MMA operands
-            // (attn-ref's backward_emulated models these points).
-#pragma unroll
-            for (int n = 0; n < kNS; ++n) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int ql = 8 * n + 2 * t + (e & 1);
-                    acc_dp[n][e] = acc_s[n][e] * (acc_dp[n][e] - tDelta[ql]);
+                fence_proxy_async_smem();
+            };
+
+            if constexpr (kSplitD) {
+                wgmma_fence_operands(acc_dv);
+                wgmma_fence_operands(acc_dk);
+                wgmma_fence();
+                issue_dv();
+                issue_dk();
+                wgmma_commit();
+                // Causal: the early read of this block's turn (PendingTurn). Its turn is computed
+                // here by thread 0 only; every thread computing it before the barrier (for all
+                // walks) cost the non-causal deterministic launches 2 % (run 243).
+                bool turn_seen = false;
+                if (CAUSAL && p.deterministic && tid == 0) {
+                    const int64_t tile_idx = (static_cast<int64_t>(b) * p.q_heads + head) * p.q_blocks + qblk;
+                    turn_seen = bwd_turn_reached(sems + tile_idx, sBlocks[gi % (2 * kST)].turn);
                 }
+                store_ds();
+                named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
+                bwd_hopper_dq_by_warps<T, L, CAUSAL>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4),
+                                             sems, p, b, head, qblk, sBlocks[gi % (2 * kST)].turn, tid, wi, lane, acc_dv,
+                                             acc_dk, &empty[s], pending, turn_seen);
+                if (it == n_iter - 1 && lane == 0) mbar_arrive(k_read); // both dQ halves read K
+            } else {
+                // FlashAttention-3's order (mainloop_bwd_sm90_tma_gmma_ws.hpp): dSᵀ stored, dV
+                // queued, the barrier, then dQ ahead of dK, so dQ's staging for the writer runs
+                // while dK is still in the tensor cores.
+                store_ds();
+                wgmma_fence_operands(acc_dv);
+                wgmma_fence_operands(acc_dk);
+                wgmma_fence();
+                issue_dv();
+                wgmma_commit();
+                named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
+
+                // dQ[:, half wg] = dS·K[:, half wg] over the block's 128 keys (k-step: 16 keys).
+                float acc_dq[kNQ][4];
+#pragma unroll
+                for (int kk = 0; kk < kBN / 16; ++kk)
+                    Wgmma16<T, L::kNQ>::ss_tt(acc_dq, wgmma_desc_mn128(ds_addr + kk * 16 * 128, kBN * 128),
+                                              wgmma_desc_mn128(kq_addr + kk * 16 * 128, kBN * 128), kk > 0);
+                wgmma_commit();
+                issue_dk();
+                wgmma_commit();
+                wgmma_wait<1>(); // dV and dQ
+                wgmma_fence_operands(acc_dq);
+
+                // Stage dQ in the workspace's tile order (16 bytes per n-tile and thread) for the
+                // writer, once its reduce of block it − 2 has read the buffer.
+                mbar_wait(&dq_empty[s], phase ^ 1);
+                float* stage = sdQ + s * (kBM * DK) + wg * kBM * L::kNQ;
+#pragma unroll
+                for (int n = 0; n < kNQ; ++n) {
+                    *reinterpret_cast<float4*>(stage + ((wi * kNQ + n) * 32 + lane) * 4) =
+                        make_float4(acc_dq[n][0] * p.scale, acc_dq[n][1] * p.scale, acc_dq[n][2] * p.scale,
+                                    acc_dq[n][3] * p.scale);
+                }
+                fence_proxy_async_smem();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&dq_full[s]);
+                wgmma_wait<0>(); // dK
+                wgmma_fence_operands(acc_dv);
+                wgmma_fence_operands(acc_dk);
+                if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with Q/dO stage s
             }
         }
-        uint32_t sa[kKS][4];
-        acc_to_a_frags<T, kNS>(sa, acc_dp);
 
-        // dV += Pᵀ·dO, dK += dSᵀ·Q (k-step kk: queries 16kk.., 16 rows of 128 bytes).
-        auto issue_dv = [&] {
-#pragma unroll
-            for (int kk = 0; kk < kKS; ++kk)
-                Wgmma16<T, L::kNO>::rs(acc_dv, pa[kk], wgmma_desc_mn128(do_addr + qcol_off + kk * 16 * 128, kBM * 128));
-        };
-        auto issue_dk = [&] {
-#pragma unroll
-            for (int kk = 0; kk < kKS; ++kk)
-                Wgmma16<T, L::kNO>::rs(acc_dk, sa[kk], wgmma_desc_mn128(q_addr + qcol_off + kk * 16 * 128, kBM * 128));
-        };
-        // dSᵀ into shared memory (tile s), one 128-byte swizzled row of 64 queries per key: the
-        // MN-major A operand of dQ. Rows 8 apart share no bank (chunk n ^ row). Its last
-        // readers, the dQ MMAs of block it − 2, finished before either warpgroup passed the
-        // barrier of block it − 1. Split: both warpgroups hold the same dSᵀ; each stores
-        // alternate 16-byte chunks.
-        auto store_ds = [&] {
-            unsigned char* tile = sdS + s * L::kDsBytes;
-            const int r0 = key_off + wi * 16 + g;
-#pragma unroll
-            for (int n = 0; n < kNS; ++n) {
-                if (kSplitD && (n & 1) != wg) continue;
-#pragma unroll
-                for (int hi = 0; hi < 2; ++hi) {
-                    const int r = r0 + 8 * hi;
-                    const uint32_t word = (hi == 0) ? (n % 2 == 0 ? sa[n / 2][0] : sa[n / 2][2])
-                                                    : (n % 2 == 0 ? sa[n / 2][1] : sa[n / 2][3]);
-                    *reinterpret_cast<uint32_t*>(tile + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = word;
-                }
-            }
-            fence_proxy_async_smem();
-        };
-
-        if constexpr (kSplitD) {
-            wgmma_fence_operands(acc_dv);
-            wgmma_fence_operands(acc_dk);
-            wgmma_fence();
-            issue_dv();
-            issue_dk();
-            wgmma_commit();
-            // Causal: the early read of this block's turn (PendingTurn). Its turn is computed
-            // here by thread 0 only; every thread computing it before the barrier (for all
-            // walks) cost the non-causal deterministic launches 2 % (run 243).
-            bool turn_seen = false;
-            if (CAUSAL && p.deterministic && tid == 0) {
-                const int64_t tile_idx = (static_cast<int64_t>(b) * p.q_heads + head) * p.q_blocks + qblk;
-                turn_seen = bwd_turn_reached(sems + tile_idx, sBlocks[gi % (2 * kST)].turn);
-            }
-            store_ds();
-            named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
-            bwd_hopper_dq_by_warps<T, L, CAUSAL>(ds_addr, kq_addr, dq_acc, sDqWarp + (tid >> 5) * (L::kWarpDqBytes / 4),
-                                         sems, p, b, head, qblk, sBlocks[gi % (2 * kST)].turn, tid, wi, lane, acc_dv,
-                                         acc_dk, &empty[s], pending, turn_seen);
-            if (it == n_iter - 1 && lane == 0) mbar_arrive(k_read); // both dQ halves read K
-        } else {
-            // FlashAttention-3's order (mainloop_bwd_sm90_tma_gmma_ws.hpp): dSᵀ stored, dV
-            // queued, the barrier, then dQ ahead of dK, so dQ's staging for the writer runs
-            // while dK is still in the tensor cores.
-            store_ds();
-            wgmma_fence_operands(acc_dv);
-            wgmma_fence_operands(acc_dk);
-            wgmma_fence();
-            issue_dv();
-            wgmma_commit();
-            named_barrier_sync(1, 256); // both warpgroups' dSᵀ rows are in
-
-            // dQ[:, half wg] = dS·K[:, half wg] over the block's 128 keys (k-step: 16 keys).
-            float acc_dq[kNQ][4];
-#pragma unroll
-            for (int kk = 0; kk < kBN / 16; ++kk)
-                Wgmma16<T, L::kNQ>::ss_tt(acc_dq, wgmma_desc_mn128(ds_addr + kk * 16 * 128, kBN * 128),
-                                          wgmma_desc_mn128(kq_addr + kk * 16 * 128, kBN * 128), kk > 0);
-            wgmma_commit();
-            issue_dk();
-            wgmma_commit();
-            wgmma_wait<1>(); // dV and dQ
-            wgmma_fence_operands(acc_dq);
-
-            // Stage dQ in the workspace's tile order (16 bytes per n-tile and thread) for the
-            // writer, once its reduce of block it − 2 has read the buffer.
-            mbar_wait(&dq_empty[s], phase ^ 1);
-            float* stage = sdQ + s * (kBM * DK) + wg * kBM * L::kNQ;
-#pragma unroll
-            for (int n = 0; n < kNQ; ++n) {
-                *reinterpret_cast<float4*>(stage + ((wi * kNQ + n) * 32 + lane) * 4) =
-                    make_float4(acc_dq[n][0] * p.scale, acc_dq[n][1] * p.scale, acc_dq[n][2] * p.scale,
-                                acc_dq[n][3] * p.scale);
-            }
-            fence_proxy_async_smem();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&dq_full[s]);
-            wgmma_wait<0>(); // dK
-            wgmma_fence_operands(acc_dv);
-            wgmma_fence_operands(acc_dk);
-            if (lane == 0) mbar_arrive(&empty[s]); // this warp is done with Q/dO stage s
+        if (n_iter > 0) ++kv_u;
+        // D = 256, deterministic causal: the last block's turn.
+        if constexpr (kSplitD && CAUSAL) bwd_hopper_pass_turn(pending, tid, lane);
+        // A split item's piece: only the last of its pieces writes dK and dV.
+        bool writes = true;
+        if constexpr (!CAUSAL && !kSeqs) {
+            if (piece >= 0)
+                writes = bwd_tail_merge<kNO>(acc_dk, acc_dv, tail_part, tail_cnt, tail_item, piece, p.tail_pieces, tid, sFlag);
         }
-    }
-
-    if (n_iter > 0) ++kv_u;
-    // The epilogue's (key block, KV head, batch, piece), decoded again rather than held across
-    // the loop (the empty asm keeps the compiler from reusing the first decode).
-    asm volatile("" : "+r"(cur_lin));
-    decode(cur_lin);
-    // D = 256, deterministic causal: the last block's turn.
-    if constexpr (kSplitD && CAUSAL) bwd_hopper_pass_turn(pending, tid, lane);
-    // A split item's piece: only the last of its pieces writes dK and dV.
-    bool writes = true;
-    if constexpr (!CAUSAL && !kSeqs) {
-        if (piece >= 0)
-            writes = bwd_tail_merge<kNO>(acc_dk, acc_dv, tail_part, tail_cnt, tail_item, piece, p.tail_pieces, tid, sFlag);
-    }
-    if (writes) {
-    // dK = scale·dK, dV: this thread's keys krow, krow + 8, 16 bytes at a time.
-    T* dk_head = seq_head_ptr(dk, p.dk_stride, b, kvh, seq_rows.k_row0, packed_k);
-    T* dv_head = seq_head_ptr(dv, p.dv_stride, b, kvh, seq_rows.k_row0, packed_k);
-    const int col0 = kSplitD ? wg * L::kNO : 0;
+        if (writes) {
+            // dK = scale·dK, dV: this thread's keys krow, krow + 8, 16 bytes at a time.
+            T* dk_head = seq_head_ptr(dk, p.dk_stride, b, kvh, seq_rows.k_row0, packed_k);
+            T* dv_head = seq_head_ptr(dv, p.dv_stride, b, kvh, seq_rows.k_row0, packed_k);
+            const int col0 = kSplitD ? wg * L::kNO : 0;
 #pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-        store_acc_row<T>(dk_head, p.dk_stride[2], krow + 8 * hi, col0, p, acc_dk, hi, p.scale, t);
-        store_acc_row<T>(dv_head, p.dv_stride[2], krow + 8 * hi, col0, p, acc_dv, hi, 1.f, t);
-    }
-    }
+            for (int hi = 0; hi < 2; ++hi) {
+                store_acc_row<T>(dk_head, p.dk_stride[2], krow + 8 * hi, col0, p, acc_dk, hi, p.scale, t);
+                store_acc_row<T>(dv_head, p.dv_stride[2], krow + 8 * hi, col0, p, acc_dv, hi, 1.f, t);
+            }
+        }
     } while (next_item(2));
     // D = 256: the warp's last bulk reduction must read its staging before the CTA exits.
     if (kSplitD && lane == 0) bulk_wait<0>();

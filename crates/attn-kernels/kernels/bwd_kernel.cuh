@@ -277,28 +277,28 @@ __device__ __forceinline__ void store_acc_row(T* head, int64_t row_stride, int k
                 *reinterpret_cast<uint32_t*>(head + static_cast<int64_t>(key) * row_stride + col) =
                     StorageTraits<T>::pack(acc[n][2 * hi] * scale, acc[n][2 * hi + 1] * scale);
         }
-        return;
-    }
-    const bool odd = (t & 1) != 0, high = (t & 2) != 0;
+    } else {
+        const bool odd = (t & 1) != 0, high = (t & 2) != 0;
 #pragma unroll
-    for (int n0 = 0; n0 < NO; n0 += 4) {
-        uint32_t w[4];
+        for (int n0 = 0; n0 < NO; n0 += 4) {
+            uint32_t w[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-            w[j] = StorageTraits<T>::pack(acc[n0 + j][2 * hi] * scale, acc[n0 + j][2 * hi + 1] * scale);
-        // Lanes t, t ^ 1: n-tile n0 + odd (and n0 + 2 + odd), columns 4·(t >> 1) .. + 3.
-        const uint32_t a0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[1], 1);
-        const uint32_t a1 = __shfl_xor_sync(0xffffffffu, odd ? w[2] : w[3], 1);
-        const uint2 p0 = odd ? make_uint2(a0, w[1]) : make_uint2(w[0], a0);
-        const uint2 p1 = odd ? make_uint2(a1, w[3]) : make_uint2(w[2], a1);
-        // Lanes t, t ^ 2: the other column half of n-tile n0 + t.
-        const uint2 send = high ? p0 : p1;
-        const uint32_t rx = __shfl_xor_sync(0xffffffffu, send.x, 2);
-        const uint32_t ry = __shfl_xor_sync(0xffffffffu, send.y, 2);
-        const uint4 chunk = high ? make_uint4(rx, ry, p1.x, p1.y) : make_uint4(p0.x, p0.y, rx, ry);
-        const int col = col0 + 8 * (n0 + t);
-        if (key < p.kv_len && col < p.head_dim)
-            *reinterpret_cast<uint4*>(head + static_cast<int64_t>(key) * row_stride + col) = chunk;
+            for (int j = 0; j < 4; ++j)
+                w[j] = StorageTraits<T>::pack(acc[n0 + j][2 * hi] * scale, acc[n0 + j][2 * hi + 1] * scale);
+            // Lanes t, t ^ 1: n-tile n0 + odd (and n0 + 2 + odd), columns 4·(t >> 1) .. + 3.
+            const uint32_t a0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[1], 1);
+            const uint32_t a1 = __shfl_xor_sync(0xffffffffu, odd ? w[2] : w[3], 1);
+            const uint2 p0 = odd ? make_uint2(a0, w[1]) : make_uint2(w[0], a0);
+            const uint2 p1 = odd ? make_uint2(a1, w[3]) : make_uint2(w[2], a1);
+            // Lanes t, t ^ 2: the other column half of n-tile n0 + t.
+            const uint2 send = high ? p0 : p1;
+            const uint32_t rx = __shfl_xor_sync(0xffffffffu, send.x, 2);
+            const uint32_t ry = __shfl_xor_sync(0xffffffffu, send.y, 2);
+            const uint4 chunk = high ? make_uint4(rx, ry, p1.x, p1.y) : make_uint4(p0.x, p0.y, rx, ry);
+            const int col = col0 + 8 * (n0 + t);
+            if (key < p.kv_len && col < p.head_dim)
+                *reinterpret_cast<uint4*>(head + static_cast<int64_t>(key) * row_stride + col) = chunk;
+        }
     }
 }
 
