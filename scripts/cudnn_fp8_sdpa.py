@@ -7,7 +7,7 @@ N(0,1) inputs cast to E4M3, inference mode (no stats). On Hopper cuDNN writes O 
 kernels write f16: 2 bytes per output element instead of 1).
 
 Timing, as `xtask bench` times our side: 20 warm-up launches, then launches until
-`--warmup-ms` (500) have passed, so the samples run at sustained clocks (a GPU at its power cap
+`--warmup-ms` (1500) have passed, so the samples run at sustained clocks (a GPU at its power cap
 lowers them tens of ms into sustained load; docs/PERF.md, run 216); then `--samples` launches
 back to back, each between two CUDA events, and one synchronization. (Until run 220 each sample
 synchronized before the next launch, a lower duty cycle than our side's.) The median in
@@ -66,7 +66,7 @@ def build(handle, b, h, s, d, causal):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=100)
-    ap.add_argument("--warmup-ms", type=float, default=500.0)
+    ap.add_argument("--warmup-ms", type=float, default=1500.0)
     ap.add_argument("shapes", nargs="+")
     args = ap.parse_args()
     handle = cudnn.create_handle()

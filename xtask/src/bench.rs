@@ -34,19 +34,30 @@ use schema::{BenchFile, BenchRow, Champion, SdpaResult};
 /// H200's 700 W under these forwards) lowers its clocks some 50 ms into sustained load; with
 /// 30 warm-up launches the first quarter of 200 samples ran at higher clocks than the rest,
 /// which made every backend's samples bimodal (docs/PERF.md, run 216). Samples taken after
-/// this much load are all in the sustained state.
+/// this much load are all in the sustained state for our kernels. cuDNN's backward needed
+/// more (1.5 s: docs/PERF.md, run 310), so `bench` and `train-bench` take `--sustain-ms`
+/// (default 1500); `sweep` and `serve-bench`, which time our kernels only, keep this.
 pub(crate) const SUSTAINED_WARMUP: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Calls `launch` until [`SUSTAINED_WARMUP`] has passed (a synchronization every 8 calls, to
-/// read the time), so that what is timed next runs at sustained clocks.
-pub(crate) fn sustain(
-    stream: &CudaStream,
-    launch: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    sustain_for(stream, SUSTAINED_WARMUP, launch)
+/// What precedes a timing loop: `sustain` of load, then `calls` untimed calls.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Warmup {
+    pub calls: usize,
+    pub sustain: std::time::Duration,
 }
 
-/// [`sustain`] for `duration` instead of [`SUSTAINED_WARMUP`].
+impl Warmup {
+    /// `calls` warm-up calls after [`SUSTAINED_WARMUP`] of load.
+    pub(crate) fn calls(calls: usize) -> Self {
+        Self {
+            calls,
+            sustain: SUSTAINED_WARMUP,
+        }
+    }
+}
+
+/// Calls `launch` until `duration` has passed (a synchronization every 8 calls, to read the
+/// time), so that what is timed next runs at sustained clocks.
 pub(crate) fn sustain_for(
     stream: &CudaStream,
     duration: std::time::Duration,
@@ -93,6 +104,12 @@ pub struct Args {
     /// Warm-up launches per shape.
     #[arg(long, default_value_t = 30)]
     warmup: usize,
+    /// Load before each timing loop, ours and SDPA's, in ms, so the samples run at sustained
+    /// clocks (launches of 20 µs and more; shorter ones are graph-timed after `--warmup`).
+    /// After 500 ms cuDNN's backward still changed clock state within its samples (docs/PERF.md,
+    /// runs 305 and 309); `train-bench` and this default to 1500.
+    #[arg(long, default_value_t = 1500)]
+    sustain_ms: u64,
     /// Timed samples per shape and backend.
     #[arg(long, default_value_t = 300)]
     samples: usize,
@@ -134,6 +151,15 @@ pub struct Args {
     /// otherwise), `graph` or `events`; the SDPA side follows ours shape by shape.
     #[arg(long, value_enum, default_value = "auto")]
     timing: TimingArg,
+}
+
+impl Args {
+    fn warm(&self) -> Warmup {
+        Warmup {
+            calls: self.warmup,
+            sustain: std::time::Duration::from_millis(self.sustain_ms),
+        }
+    }
 }
 
 /// An FP8 config: a Hopper-engine tile (`wg128_128_s2_ia`, for the `hopper` variant) or one
@@ -351,7 +377,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let shape = shapes.first().context("no shape")?;
         if fp8_variants.is_empty() {
             for &dt in &dtypes {
-                time_ours(&gpu, shape, dt, &config, layout, 5, 1, true, args.timing)?;
+                time_ours(
+                    &gpu,
+                    shape,
+                    dt,
+                    &config,
+                    layout,
+                    Warmup::calls(5),
+                    1,
+                    true,
+                    args.timing,
+                )?;
             }
         } else {
             // FP8 only: the f16 launches would be profiled too.
@@ -363,7 +399,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     v,
                     fp8_config,
                     args.schedule.into(),
-                    5,
+                    Warmup::calls(5),
                     1,
                     args.timing,
                 )?;
@@ -429,7 +465,7 @@ fn bench(
                 dt,
                 config,
                 layout,
-                args.warmup,
+                args.warm(),
                 args.samples,
                 false,
                 args.timing,
@@ -460,7 +496,7 @@ fn bench(
                 variant,
                 fp8_config,
                 args.schedule.into(),
-                args.warmup,
+                args.warm(),
                 args.samples,
                 args.timing,
             )?;
@@ -599,7 +635,7 @@ pub(crate) fn time_ours(
     dtype: Dtype,
     config: &ForwardOptions,
     layout: Layout,
-    warmup: usize,
+    warmup: Warmup,
     samples: usize,
     once: bool,
     timing: TimingArg,
@@ -622,7 +658,7 @@ fn time_typed<T: StorageType>(
     shape: &BenchShape,
     config: &ForwardOptions,
     layout: Layout,
-    warmup: usize,
+    warmup: Warmup,
     samples: usize,
     once: bool,
     timing: TimingArg,
@@ -673,13 +709,14 @@ fn time_typed<T: StorageType>(
 /// Times `launch(i)` (one forward on input set i) per the protocol in the module docs.
 pub(crate) fn time_launches(
     gpu: &Arc<FlashAttention>,
-    warmup: usize,
+    warmup: Warmup,
     samples: usize,
     once: bool,
     timing: TimingArg,
     launch: &mut dyn FnMut(usize) -> anyhow::Result<()>,
 ) -> anyhow::Result<(Vec<f64>, &'static str)> {
     let stream = gpu.stream().clone();
+    let (sustain, warmup) = (warmup.sustain, warmup.calls);
     for i in 0..warmup {
         launch(i)?;
     }
@@ -744,7 +781,7 @@ pub(crate) fn time_launches(
     } else {
         // Launches of 20 µs and more: on to sustained clocks first.
         let mut i = warmup;
-        sustain(&stream, || {
+        sustain_for(&stream, sustain, || {
             launch(i)?;
             i += 1;
             Ok(())
@@ -776,7 +813,7 @@ fn time_fp8(
     variant: Fp8Variant,
     config: Option<Fp8ConfigArg>,
     schedule: attn_kernels::TileSchedule,
-    warmup: usize,
+    warmup: Warmup,
     samples: usize,
     timing: TimingArg,
 ) -> anyhow::Result<OurTiming> {
@@ -885,7 +922,7 @@ fn run_sdpa(
         .arg("--warmup")
         .arg(args.warmup.to_string())
         .arg("--warmup-ms")
-        .arg(SUSTAINED_WARMUP.as_millis().to_string())
+        .arg(args.sustain_ms.to_string())
         .arg("--samples")
         .arg(args.samples.to_string())
         .stdin(std::process::Stdio::piped())

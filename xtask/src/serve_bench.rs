@@ -199,7 +199,7 @@ fn time_samples(
 ) -> anyhow::Result<Vec<f64>> {
     let (samples, _) = time_launches(
         gpu,
-        args.warmup,
+        crate::bench::Warmup::calls(args.warmup),
         args.samples,
         false,
         TimingArg::Auto,

@@ -138,7 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     ..Default::default()
                 },
                 attn_kernels::Layout::Bhsd,
-                args.warmup,
+                crate::bench::Warmup::calls(args.warmup),
                 args.samples,
                 false,
                 crate::flags::TimingArg::Auto,

@@ -20,6 +20,8 @@ use clap::Parser;
 use cudarc::driver::{sys::CUevent_flags, CudaSlice};
 use half::bf16;
 
+use crate::bench::Warmup;
+
 /// The SDPA side, embedded so the bundle's xtask needs nothing beside it.
 const SCRIPT: &str = include_str!("../scripts/sdpa_train_bench.py");
 
@@ -71,13 +73,6 @@ fn parse_shapes(s: &str) -> Result<Vec<[usize; 4]>> {
             <[usize; 4]>::try_from(v).map_err(|_| anyhow!("a shape is B,H,S,D: `{x}`"))
         })
         .collect()
-}
-
-/// What precedes a timing loop: `sustain` of load, then `calls` untimed calls.
-#[derive(Clone, Copy)]
-struct Warmup {
-    calls: usize,
-    sustain: std::time::Duration,
 }
 
 impl Args {
