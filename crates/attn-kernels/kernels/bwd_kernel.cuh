@@ -12,7 +12,7 @@
 // 16·(w mod 4).. and queries 32·(w div 4)..; Pᵀ and dSᵀ go to shared memory; phase B (dV, dK)
 // — warp w owns keys 16·(w mod 4).. and columns (DK/2)·(w div 4)..; phase C (dQ) — warp w owns
 // queries 16·(w mod 4).. and columns (DK/2)·(w div 4)... (With 128 keys, BwdConfig's 2-D
-// atoms: 32 keys or queries per warp.) A block runs A, then C, then B, so that dQ's additions
+// atoms: 32 keys or queries per warp; so with 64 keys at D = 192 and 256.) A block runs A, then C, then B, so that dQ's additions
 // drain while dV's and dK's MMAs run; two barriers per block (BwdConfig's QSTAGES = 2).
 //
 // Features (the FEATURES entries, one per (tile, causal)): the forward's score modifiers
@@ -325,8 +325,12 @@ struct BwdConfig {
     // atoms: a warp owns 32 keys (two m-tiles) in phases A/B and 32 queries in phase C, so each
     // loaded fragment feeds twice the MMAs and each warp re-reads half the Q/dO tile (run 116:
     // one key m-tile per warp left the kernel latency-bound on LDSM -> HMMA; run 118 measured
-    // 2–4 % at D = 128, nothing at D = 64). Otherwise one m-tile of 16 keys (queries) per warp.
-    static constexpr bool kWide = BN == 128 && DK <= 128 && DK % 64 == 0;
+    // 2–4 % at D = 128, nothing at D = 64). The 64-key tile above D = 128 (D = 192, 256) takes
+    // them too, as FlashAttention-2's D = 256 tile does (`Flash_bwd_kernel_traits<256, 64, 64,
+    // 8, 4, 2, 2>`): 32 keys × D/4 columns of dK/dV per warp load 6 fragments per 16 MMAs where
+    // 16 keys × D/2 loaded 9 (run 313: 5–6 % at D = 256). Otherwise one m-tile of 16 keys
+    // (queries) per warp.
+    static constexpr bool kWide = (BN == 128 && DK <= 128 || BN == 64 && DK > 128) && DK % 64 == 0;
     static constexpr int kMA = kWide ? 2 : 1;        // key m-tiles per warp in phases A, B
     static constexpr int kMQ = kWide ? 2 : 1;        // query m-tiles per warp in phase C
     static constexpr int kKG = BN / (16 * kMA);      // key groups (16·kMA keys each)
