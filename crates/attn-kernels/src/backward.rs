@@ -758,6 +758,11 @@ impl FlashAttention {
             ..unit0
         };
         let hopper = runs_hopper_backward(options.engine, arch, bucket, self.max_smem_per_block())?;
+        // The plan counts query blocks of the mma.sync tile; the wgmma kernel's are its own
+        // (and its workspaces, Δ pass and semaphores below are sized by them).
+        if hopper {
+            params.q_blocks = s.q_len().div_ceil(catalog::BWD_HOPPER_BLOCK_M) as i32;
+        }
         if dump.is_some() && (hopper || general || !catalog::BWD_DEBUG_HEAD_DIMS.contains(&bucket))
         {
             return Err(KernelError::EngineUnavailable(format!(
@@ -826,7 +831,7 @@ impl FlashAttention {
             options.schedule,
             hopper && variant == catalog::BwdHopperVariant::Plain && !causal,
             key_blocks * s.kv_heads() * s.batch(),
-            s.q_len().div_ceil(64) * s.group_size(),
+            s.q_len().div_ceil(catalog::BWD_HOPPER_BLOCK_M) * s.group_size(),
             options.deterministic.then_some(key_blocks),
             self.sm_count(),
         )?;
@@ -863,7 +868,8 @@ impl FlashAttention {
         // `rows` for the mma.sync kernel's Δ and accumulator rows. Carved from the launcher's
         // kept workspace (`BwdWorkspace`, grown here) and zeroed in stream order (by a memset,
         // or by the wgmma engine's Δ pass).
-        let padded_rows = s.batch() * s.q_heads() * params.q_blocks as usize * 64;
+        let padded_rows =
+            s.batch() * s.q_heads() * params.q_blocks as usize * catalog::BWD_HOPPER_BLOCK_M;
         let (lse2_len, delta_len) = if hopper {
             (padded_rows, padded_rows)
         } else {
@@ -937,12 +943,12 @@ impl FlashAttention {
                 )
             };
             let (tq, tk, tv, tdo) = (
-                tma(&q, qp, 64)?,
+                tma(&q, qp, catalog::BWD_HOPPER_BLOCK_M)?,
                 tma(&k, kp, block_n)?,
                 tma(&v, vp, block_n)?,
-                tma(&d_o, dop, 64)?,
+                tma(&d_o, dop, catalog::BWD_HOPPER_BLOCK_M)?,
             );
-            let q_pad = params.q_blocks as usize * 64;
+            let q_pad = params.q_blocks as usize * catalog::BWD_HOPPER_BLOCK_M;
             let grid = (
                 s.kv_len().div_ceil(block_n) as u32,
                 s.kv_heads() as u32,

@@ -1437,6 +1437,11 @@ pub fn bwd_hopper_bucket(arch: Arch, bucket: usize) -> bool {
     arch == Arch::Sm90a && matches!(bucket, 64 | 128 | 256)
 }
 
+/// Query rows per step of the Hopper backward (`HopperBwdLayout::kBM`, checked by a
+/// `static_assert` in each unit): its LSE₂/Δ/dQ workspaces, Δ pass and semaphores are laid out
+/// in blocks of these rows, whatever the mma.sync tile's `block_m` is.
+pub const BWD_HOPPER_BLOCK_M: usize = 64;
+
 /// Keys per CTA of the Hopper backward (`HopperBwdLayout::kBN`): 128 (64 per consumer
 /// warpgroup), or 64 at D = 256, where both warpgroups share the keys and split the head dim.
 pub const fn bwd_hopper_block_n(bucket: usize) -> usize {
@@ -1856,6 +1861,10 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     s,
                     "static_assert(attn::HopperBwdLayout<{d}>::kSmemBytes == {}, \"src/catalog.rs bwd_hopper_smem_bytes\");",
                     bwd_hopper_smem_bytes(d)
+                );
+                let _ = writeln!(
+                    s,
+                    "static_assert(attn::HopperBwdLayout<{d}>::kBM == {BWD_HOPPER_BLOCK_M}, \"src/catalog.rs BWD_HOPPER_BLOCK_M\");"
                 );
                 for causal in [false, true] {
                     for variant in BwdHopperVariant::ALL {
