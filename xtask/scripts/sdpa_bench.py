@@ -4,11 +4,18 @@ efficient, cudnn), with the protocol of `cargo xtask bench`: random N(0,1)
 inputs rotated across sets when they fit in L2, warm-up, then one CUDA event pair around each
 call, all enqueued back to back and synchronized once at the end.
 
+Entries of dtype "fp8" are timed on cuDNN's FP8 (E4M3) SDPA instead (backend `cudnn_fp8`,
+`graph.sdpa_fp8` of `nvidia-cudnn-frontend`, installed with --no-deps beside
+`apache-tvm-ffi`): per-tensor scales of 1, N(0,1) inputs cast to E4M3, inference mode (no
+stats). On Hopper cuDNN writes O in E4M3, one byte per output element; our FP8 forward writes
+f16, two. Without the frontend those entries record why they did not run.
+
 Usage: sdpa_bench.py --spec SPEC.json --out-dir DIR [--warmup N] [--warmup-ms MS] [--samples N]
 SPEC.json: [{"name": "1,8,512,64-causal", "b":1, "hq":8, "hkv":8, "sq":512, "sk":512,
              "d":64, "causal": true, "dtype": "f16"}, ...]
-Writes DIR/samples/<name>-sdpa_<backend>.csv (one µs sample per line) and DIR/sdpa.json.
-Needs python3 + torch only.
+Writes DIR/samples/<name>-<backend>.csv (one µs sample per line; backend sdpa_flash,
+sdpa_efficient, sdpa_cudnn or cudnn_fp8) and DIR/sdpa.json.
+Needs python3 + torch (and the cuDNN frontend for the FP8 entries).
 """
 import argparse
 import json
@@ -88,6 +95,91 @@ def time_backend(shape, backend, warmup, warmup_ms, samples):
     return [s.elapsed_time(e) * 1000.0 for s, e in events], sets
 
 
+def build_cudnn_fp8(handle, b, h, s, d, causal):
+    """cuDNN's FP8 SDPA forward graph for [b, h, s, d] E4M3 Q, K, V (E4M3 O), with its
+    variant pack and workspace."""
+    import cudnn
+
+    e4m3, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
+    graph = cudnn.pygraph(
+        io_data_type=e4m3, intermediate_data_type=f32, compute_data_type=f32, handle=handle
+    )
+    dims, strides = [b, h, s, d], [h * s * d, s * d, d, 1]
+    qt, kt, vt = (graph.tensor(dim=dims, stride=strides, data_type=e4m3) for _ in range(3))
+    scalars = [graph.tensor(dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=f32) for _ in range(6)]
+    kwargs = dict(attn_scale=1.0 / math.sqrt(d), use_causal_mask=causal)
+    try:
+        outs = graph.sdpa_fp8(qt, kt, vt, *scalars, generate_stats=False, **kwargs)
+    except TypeError:  # older spelling of the same option
+        outs = graph.sdpa_fp8(qt, kt, vt, *scalars, is_inference=True, **kwargs)
+    o_t, _, amax_s_t, amax_o_t = outs
+    o_t.set_output(True).set_dim(dims).set_stride(strides).set_data_type(e4m3)
+    for a in (amax_s_t, amax_o_t):
+        a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(f32)
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    graph.check_support()
+    graph.build_plans()
+
+    def fp8(*shape):
+        return torch.randn(*shape, device="cuda").to(torch.float8_e4m3fn)
+
+    one = torch.ones(1, 1, 1, 1, dtype=torch.float32, device="cuda")
+    pack = {qt: fp8(*dims), kt: fp8(*dims), vt: fp8(*dims)}
+    pack.update({t: one for t in scalars})
+    pack[o_t] = torch.empty(*dims, dtype=torch.float8_e4m3fn, device="cuda")
+    pack[amax_s_t] = torch.empty(1, 1, 1, 1, dtype=torch.float32, device="cuda")
+    pack[amax_o_t] = torch.empty(1, 1, 1, 1, dtype=torch.float32, device="cuda")
+    workspace = torch.empty(graph.get_workspace_size(), dtype=torch.uint8, device="cuda")
+    return graph, pack, workspace
+
+
+def cudnn_fp8_unsupported(shape):
+    """Why the cuDNN FP8 graph cannot time `shape` with our side's method, or None."""
+    if shape["hq"] != shape["hkv"] or shape["sq"] != shape["sk"]:
+        return "the cuDNN FP8 graph here takes Hq = Hkv and Sq = Sk only"
+    if shape.get("method") == "graph":
+        return "cuDNN FP8 is event-timed only; this row's launches are graph-timed"
+    return None
+
+
+def time_cudnn_fp8(shape, warmup, warmup_ms, samples):
+    """cuDNN's FP8 SDPA on `shape`, by the event protocol of time_backend."""
+    why = cudnn_fp8_unsupported(shape)
+    if why:
+        raise ValueError(why)
+    import cudnn
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    b, h, s, d = (shape[k] for k in ("b", "hq", "sq", "d"))
+    graph, pack, ws = build_cudnn_fp8(handle, b, h, s, d, bool(shape["causal"]))
+    call = lambda: graph.execute(pack, ws, handle=handle)
+    for _ in range(warmup):
+        call()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warmup_ms / 1000.0:
+        for _ in range(8):
+            call()
+        torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
+    for st, en in events:
+        st.record()
+        call()
+        en.record()
+    torch.cuda.synchronize()
+    return [st.elapsed_time(en) * 1000.0 for st, en in events], 1
+
+
+def backends_of(shape):
+    """(backend name, timing function) pairs for one spec entry."""
+    if shape["dtype"] == "fp8":
+        return [("cudnn_fp8", time_cudnn_fp8)]
+    return [
+        ("sdpa_" + b, lambda sh, w, wm, n, b=b: time_backend(sh, b, w, wm, n)) for b in BACKENDS
+    ]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
@@ -101,16 +193,17 @@ def main():
     os.makedirs(os.path.join(a.out_dir, "samples"), exist_ok=True)
     results = []
     for shape in spec:
-        for backend in BACKENDS:
-            entry = {"name": shape["name"], "backend": "sdpa_" + backend}
+        for backend, timed in backends_of(shape):
+            entry = {"name": shape["name"], "backend": backend}
             try:
-                us, sets = time_backend(shape, backend, a.warmup, a.warmup_ms, a.samples)
-            except Exception as e:  # a backend that does not support the shape
-                entry["error"] = str(e).splitlines()[0][:200]
+                us, sets = timed(shape, a.warmup, a.warmup_ms, a.samples)
+            except Exception as e:  # a backend that does not support the shape, or is missing
+                first = (str(e).splitlines() or [""])[0]
+                entry["error"] = f"{type(e).__name__}: {first}"[:200]
                 results.append(entry)
-                print(f"{shape['name']} sdpa_{backend}: unsupported ({entry['error']})", file=sys.stderr)
+                print(f"{shape['name']} {backend}: unsupported ({entry['error']})", file=sys.stderr)
                 continue
-            path = os.path.join(a.out_dir, "samples", f"{shape['name']}-sdpa_{backend}.csv")
+            path = os.path.join(a.out_dir, "samples", f"{shape['name']}-{backend}.csv")
             with open(path, "w") as f:
                 f.write("\n".join(f"{x:.4f}" for x in us) + "\n")
             us_sorted = sorted(us)

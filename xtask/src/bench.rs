@@ -1,9 +1,12 @@
 //! `cargo xtask bench`: our kernel against PyTorch SDPA (flash, efficient, cudnn), both timed
-//! in the same run with the same protocol (below), summarized by attn-stats.
+//! in the same run with the same protocol (below), summarized by attn-stats. Our FP8 rows
+//! (`--fp8`) are compared with cuDNN's FP8 SDPA (`cudnn_fp8`, through `nvidia-cudnn-frontend`
+//! where python3 can import it; it writes O in E4M3, ours in f16) and with SDPA's f16 backends
+//! on the same shape; the fastest is the row's champion.
 //!
 //! Protocol: random N(0,1) inputs, rotated across up to 8 sets when one set fits in L2
-//! (50 MB); ≥ 20 warm-ups, and event-timed shapes keep launching until
-//! [`SUSTAINED_WARMUP`] has passed; ≥ 200 samples. Each sample is a CUDA event pair around one launch
+//! (50 MB); ≥ 20 warm-ups, and event-timed shapes keep launching until `--sustain-ms`
+//! has passed; ≥ 200 samples. Each sample is a CUDA event pair around one launch
 //! ("events"), or, for shapes whose launch is under 20 µs (or every shape with
 //! `--timing graph`), around one replay of a CUDA graph of 20 launches divided by 20
 //! ("graph") — the SDPA side then captures a graph too. Samples
@@ -125,7 +128,8 @@ pub struct Args {
     /// Also time the FP8 (E4M3, per-head scales, f16 out) forward: `auto` (the device's
     /// default variant), or a comma list of hopper, wgmma, fp8, p16, cvt (repeats run once). Implies f16
     /// among the dtypes, so each FP8 row carries its speedup over our f16 kernel on the same
-    /// shape.
+    /// shape. The SDPA side then also times cuDNN's FP8 SDPA on each shape (Hq = Hkv and
+    /// Sq = Sk, event-timed rows; it needs `nvidia-cudnn-frontend` importable by python3).
     #[arg(long, value_enum, value_delimiter = ',')]
     fp8: Option<Vec<Fp8Arg>>,
     /// FP8 config name (`128_128_8_s2`, one of attn_kernels::FP8_CONFIGS, or a Hopper tile such as
@@ -310,6 +314,7 @@ pub fn shape_set(set: ShapeSet) -> Vec<BenchShape> {
     match set {
         ShapeSet::Seed => seed(),
         ShapeSet::Large => large(),
+        ShapeSet::SeedLarge => [seed(), large()].concat(),
         ShapeSet::Decode => decode(),
         ShapeSet::All => [seed(), large(), decode()].concat(),
     }
@@ -519,7 +524,7 @@ fn bench(
     let sdpa = if args.no_sdpa {
         None
     } else {
-        Some(run_sdpa(&ours, args)?)
+        Some(run_sdpa(&ours, &fp8_rows, args)?)
     };
     let mut rows = Vec::new();
     let f16_of = |shape: &BenchShape| {
@@ -536,12 +541,9 @@ fn bench(
                 .map(|(s, v, t)| (*s, format!("fp8-{v}"), format!("{}-fp8-{v}", s.name()), t)),
         );
     for (shape, dtype, name, t) in all {
-        // SDPA has no FP8 path: FP8 rows are compared with its f16 run of the shape.
-        let sdpa_name = if dtype.starts_with("fp8") {
-            format!("{}-f16", shape.name())
-        } else {
-            name.clone()
-        };
+        // SDPA has no FP8 path: FP8 rows are compared with cuDNN's FP8 SDPA and SDPA's f16 run
+        // of the shape.
+        let sdpa_names = baseline_names(shape, &name, dtype.starts_with("fp8"));
         let mine =
             attn_stats::Summary::new(&t.samples_us).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         let opts = attn_stats::CompareOptions::default();
@@ -571,7 +573,7 @@ fn bench(
         };
         if let Some(sdpa) = &sdpa {
             let mut best: Option<(String, Vec<f64>)> = None;
-            for r in sdpa.iter().filter(|r| r.name == sdpa_name) {
+            for r in sdpa.iter().filter(|r| sdpa_names.contains(&r.name)) {
                 row.sdpa.push(SdpaResult {
                     backend: r.backend.clone(),
                     median_us: r.samples.as_ref().map(|s| median(s)),
@@ -895,21 +897,58 @@ struct SdpaSamples {
     error: Option<String>,
 }
 
+/// The SDPA script's spec: one entry per f16/bf16 row (SDPA's backends), and one per shape of
+/// the FP8 rows (cuDNN's FP8 SDPA, named [`fp8_baseline_name`], timed by the method of that
+/// shape's first FP8 row).
+fn sdpa_spec(
+    ours: &[(&BenchShape, Dtype, OurTiming)],
+    fp8_rows: &[(&BenchShape, Fp8Variant, OurTiming)],
+) -> Vec<serde_json::Value> {
+    let entry = |s: &BenchShape, name: String, dtype: &str, method: &str| {
+        serde_json::json!({
+            "name": name, "b": s.b, "hq": s.hq, "hkv": s.hkv,
+            "sq": s.sq, "sk": s.sk, "d": s.d, "causal": s.causal != Causal::None,
+            "bottom_right": s.causal == Causal::BottomRight,
+            "dtype": dtype, "method": method, "graph_launches": GRAPH_LAUNCHES,
+        })
+    };
+    let mut spec: Vec<serde_json::Value> = ours
+        .iter()
+        .map(|(s, dt, t)| entry(s, format!("{}-{}", s.name(), dt), dt.as_str(), t.method))
+        .collect();
+    let mut fp8_shapes: Vec<&BenchShape> = Vec::new();
+    for (s, _, t) in fp8_rows {
+        if !fp8_shapes.contains(s) {
+            fp8_shapes.push(s);
+            spec.push(entry(s, fp8_baseline_name(s), "fp8", t.method));
+        }
+    }
+    spec
+}
+
+/// The name cuDNN's FP8 SDPA runs under for a shape's FP8 rows (`<shape>-fp8`; its samples
+/// go to `<shape>-fp8-cudnn_fp8.csv`).
+fn fp8_baseline_name(shape: &BenchShape) -> String {
+    format!("{}-fp8", shape.name())
+}
+
+/// The SDPA script's entries a row is compared with: its own (f16/bf16 rows), or for an FP8
+/// row cuDNN's FP8 SDPA and SDPA's f16 backends on the same shape (the fastest is the
+/// champion: cuDNN FP8 wherever it ran).
+fn baseline_names(shape: &BenchShape, row_name: &str, fp8: bool) -> Vec<String> {
+    if fp8 {
+        vec![fp8_baseline_name(shape), format!("{}-f16", shape.name())]
+    } else {
+        vec![row_name.to_string()]
+    }
+}
+
 fn run_sdpa(
     ours: &[(&BenchShape, Dtype, OurTiming)],
+    fp8_rows: &[(&BenchShape, Fp8Variant, OurTiming)],
     args: &Args,
 ) -> anyhow::Result<Vec<SdpaSamples>> {
-    let spec: Vec<serde_json::Value> = ours
-        .iter()
-        .map(|(s, dt, t)| {
-            serde_json::json!({
-                "name": format!("{}-{}", s.name(), dt), "b": s.b, "hq": s.hq, "hkv": s.hkv,
-                "sq": s.sq, "sk": s.sk, "d": s.d, "causal": s.causal != Causal::None,
-                "bottom_right": s.causal == Causal::BottomRight,
-                "dtype": dt.as_str(), "method": t.method, "graph_launches": GRAPH_LAUNCHES,
-            })
-        })
-        .collect();
+    let spec = sdpa_spec(ours, fp8_rows);
     let spec_path = args.out_dir.join("sdpa_spec.json");
     std::fs::write(&spec_path, serde_json::to_string_pretty(&spec)?)?;
     // The script goes in on stdin (`python3 -`), so the output directory holds results only.
@@ -1054,6 +1093,55 @@ pub fn git_commit() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn timing(method: &'static str) -> OurTiming {
+        OurTiming {
+            samples_us: vec![1.0, 2.0],
+            kernel: String::new(),
+            method,
+        }
+    }
+
+    #[test]
+    fn fp8_rows_add_one_cudnn_fp8_entry_per_shape_and_compare_with_it() {
+        let a = BenchShape::mha(1, 8, 512, 64, false);
+        let b = BenchShape::mha(4, 16, 4096, 128, true);
+        let ours = vec![
+            (&a, Dtype::F16, timing("graph")),
+            (&b, Dtype::Bf16, timing("events")),
+        ];
+        // Two variants on each shape: one cuDNN FP8 entry per shape, with the first row's method.
+        let fp8 = vec![
+            (&a, Fp8Variant::Hopper, timing("graph")),
+            (&b, Fp8Variant::Hopper, timing("events")),
+            (&a, Fp8Variant::Wgmma, timing("events")),
+            (&b, Fp8Variant::Wgmma, timing("events")),
+        ];
+        let spec = sdpa_spec(&ours, &fp8);
+        let names: Vec<&str> = spec.iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "1,8,512,64-f16",
+                "4,16,4096,128-causal-bf16",
+                "1,8,512,64-fp8",
+                "4,16,4096,128-causal-fp8"
+            ]
+        );
+        assert_eq!(spec[2]["dtype"], "fp8");
+        assert_eq!(spec[2]["method"], "graph");
+        assert_eq!(spec[3]["causal"], true);
+        assert_eq!(spec[3]["hq"], 16);
+        // An FP8 row looks for cuDNN FP8 and SDPA's f16 run of its shape; other rows their own.
+        assert_eq!(
+            baseline_names(&b, "4,16,4096,128-causal-fp8-hopper", true),
+            ["4,16,4096,128-causal-fp8", "4,16,4096,128-causal-f16"]
+        );
+        assert_eq!(
+            baseline_names(&b, "4,16,4096,128-causal-bf16", false),
+            ["4,16,4096,128-causal-bf16"]
+        );
+    }
 
     #[test]
     fn shape_sets_match_the_design() {

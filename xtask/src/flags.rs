@@ -182,6 +182,8 @@ pub enum ShapeSet {
     Seed,
     /// Long sequences.
     Large,
+    /// seed + large: the gate's performance stage.
+    SeedLarge,
     /// One query row against 8192 keys.
     Decode,
     /// seed + large + decode.
@@ -251,7 +253,7 @@ mod tests {
         }
         assert_eq!(Fp8Arg::Auto.resolve(|| Fp8Variant::P16), Fp8Variant::P16);
         let sets: Vec<String> = ShapeSet::value_variants().iter().map(spelling).collect();
-        assert_eq!(sets, ["seed", "large", "decode", "all"]);
+        assert_eq!(sets, ["seed", "large", "seed-large", "decode", "all"]);
         assert!(CausalArg::from_str("causal", false).is_err());
     }
 }

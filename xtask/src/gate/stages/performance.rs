@@ -1,5 +1,6 @@
-//! Stage 7: the benchmark on the seed shapes (`cargo xtask bench`, vs PyTorch SDPA), then
-//! this run's samples against the committed baseline.
+//! Stage 7: the benchmark on the seed and large shapes, f16 and bf16, and the FP8 forward
+//! (`cargo xtask bench`, vs PyTorch SDPA and cuDNN's FP8 SDPA), then this run's samples against
+//! the committed baseline.
 
 use std::path::Path;
 use std::process::Command;
@@ -94,7 +95,28 @@ pub fn compare_with_baseline(
     Ok((rows, problems))
 }
 
-/// Benchmark on the seed shapes, then the baseline comparison.
+/// `xtask bench`'s arguments for this stage: the seed and large shapes (issue 15's targets
+/// are at S ≥ 4096), both 16-bit types, and the device's default FP8 variant on every shape
+/// (compared with cuDNN's FP8 SDPA where the GPU host's python3 has `nvidia-cudnn-frontend`).
+fn bench_args(bench_dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
+        "bench",
+        "--shapes",
+        "seed-large",
+        "--dtype",
+        "both",
+        "--fp8",
+        "auto",
+        "--out-dir",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    args.push(bench_dir.into());
+    args
+}
+
+/// Benchmark on the seed and large shapes, then the baseline comparison.
 fn stage_performance(
     layout: &Layout,
     write_baseline: bool,
@@ -105,8 +127,7 @@ fn stage_performance(
         let log = layout.log("bench.log");
         let exe = std::env::current_exe().context("locating the xtask binary")?;
         let mut cmd = Command::new(exe);
-        cmd.args(["bench", "--shapes", "seed", "--out-dir"])
-            .arg(&bench_dir);
+        cmd.args(bench_args(&bench_dir));
         let code = sanitize::run_logged(cmd, &log)?;
         if code != Some(0) {
             let mut o = Outcome::new(false, format!("bench exited with {code:?}"));
@@ -182,4 +203,29 @@ fn copy_ours(samples: &Path, baseline: &Path) -> anyhow::Result<usize> {
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn the_stage_benches_large_shapes_and_fp8_with_flags_bench_accepts() {
+        let args = bench_args(Path::new("target/gate/bench"));
+        let text: Vec<String> = args.iter().map(|a| a.to_string_lossy().into()).collect();
+        for want in ["seed-large", "both", "auto", "target/gate/bench"] {
+            assert!(
+                text.iter().any(|a| a == want),
+                "{want} missing from {text:?}"
+            );
+        }
+        let cli = crate::Cli::try_parse_from(
+            std::iter::once(std::ffi::OsString::from("xtask")).chain(args),
+        );
+        assert!(
+            matches!(cli.map(|c| c.cmd), Ok(crate::Cmd::Bench(_))),
+            "xtask bench refused the stage's arguments"
+        );
+    }
 }
