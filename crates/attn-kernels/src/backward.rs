@@ -473,6 +473,19 @@ fn st(s: Strides) -> [i64; 3] {
 /// One tensor's description for the pure checks: dims, strides, view length, address.
 type Desc = ([usize; 4], Strides, usize, u64);
 
+/// `BwdParams::q_blocks` of a launch: query blocks of the mma.sync tile's `block_m` rows, or
+/// of the wgmma kernel's own 64 (`catalog::BWD_HOPPER_BLOCK_M`), by which that kernel's
+/// workspaces, Δ pass and semaphores are laid out whatever the mma.sync tile is (run 314 hung
+/// a 128-query mma.sync tile at D = 64 when both engines took the tile's).
+pub(crate) fn engine_q_blocks(hopper: bool, q_len: usize, tile: &catalog::Tile) -> i32 {
+    let rows = if hopper {
+        catalog::BWD_HOPPER_BLOCK_M
+    } else {
+        tile.block_m
+    };
+    q_len.div_ceil(rows) as i32
+}
+
 /// The bucket, tile and parameters of a backward, after every check that needs no device:
 /// features, head dim, tensor dims/extents/alignment, LSE length, and that no output overlaps
 /// an input or another output.
@@ -758,11 +771,7 @@ impl FlashAttention {
             ..unit0
         };
         let hopper = runs_hopper_backward(options.engine, arch, bucket, self.max_smem_per_block())?;
-        // The plan counts query blocks of the mma.sync tile; the wgmma kernel's are its own
-        // (and its workspaces, Δ pass and semaphores below are sized by them).
-        if hopper {
-            params.q_blocks = s.q_len().div_ceil(catalog::BWD_HOPPER_BLOCK_M) as i32;
-        }
+        params.q_blocks = engine_q_blocks(hopper, s.q_len(), &tile);
         if dump.is_some() && (hopper || general || !catalog::BWD_DEBUG_HEAD_DIMS.contains(&bucket))
         {
             return Err(KernelError::EngineUnavailable(format!(
@@ -1519,6 +1528,23 @@ mod tests {
                 assert!(!catalog::unit_source(&other, false)
                     .unwrap()
                     .contains("attn_bwd_wg_"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_wgmma_kernel_counts_its_own_query_blocks_whatever_the_mma_sync_tile() {
+        let tall = catalog::tile(128, 128, 8, 2);
+        assert_eq!(engine_q_blocks(false, 200, &tall), 2);
+        assert_eq!(engine_q_blocks(true, 200, &tall), 4);
+        for arch in [Arch::Sm80, Arch::Sm90a] {
+            for d in catalog::FWD_HEAD_DIM_BUCKETS {
+                let t = catalog::bwd_tile(arch, d).unwrap();
+                assert_eq!(
+                    engine_q_blocks(false, 4097, &t),
+                    4097usize.div_ceil(t.block_m) as i32
+                );
+                assert_eq!(engine_q_blocks(true, 4097, &t), 65);
             }
         }
     }
