@@ -78,21 +78,26 @@ def time_backend(shape, backend, warmup, warmup_ms, samples):
                 e.record()
             torch.cuda.synchronize()
             return [s.elapsed_time(e) * 1000.0 / g_launches for s, e in events], sets
-        # Event-timed launches: on to sustained clocks first, as our side does (a GPU at its
-        # power cap lowers its clocks tens of ms into sustained load).
-        t0 = time.perf_counter()
-        i = warmup
-        while time.perf_counter() - t0 < warmup_ms / 1000.0:
-            for _ in range(8):
-                call(i)
-                i += 1
-            torch.cuda.synchronize()
-        for i, (s, e) in enumerate(events):
-            s.record()
+        return sustained_event_samples(call, warmup, warmup_ms, events), sets
+
+
+def sustained_event_samples(call, first, warmup_ms, events):
+    """Event-timed samples of `call(i)` (i from `first` on): on to sustained clocks first, as
+    our side does (a GPU at its power cap lowers its clocks tens of ms into sustained load),
+    then one event pair around each call, all enqueued back to back; in µs."""
+    t0 = time.perf_counter()
+    i = first
+    while time.perf_counter() - t0 < warmup_ms / 1000.0:
+        for _ in range(8):
             call(i)
-            e.record()
+            i += 1
         torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1000.0 for s, e in events], sets
+    for i, (s, e) in enumerate(events):
+        s.record()
+        call(i)
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1000.0 for s, e in events]
 
 
 def build_cudnn_fp8(handle, b, h, s, d, causal):
@@ -150,25 +155,17 @@ def time_cudnn_fp8(shape, warmup, warmup_ms, samples):
     if why:
         raise ValueError(why)
     import cudnn
+
     handle = cudnn.create_handle()
     cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
     b, h, s, d = (shape[k] for k in ("b", "hq", "sq", "d"))
     graph, pack, ws = build_cudnn_fp8(handle, b, h, s, d, bool(shape["causal"]))
-    call = lambda: graph.execute(pack, ws, handle=handle)
-    for _ in range(warmup):
-        call()
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < warmup_ms / 1000.0:
-        for _ in range(8):
-            call()
-        torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
-    for st, en in events:
-        st.record()
-        call()
-        en.record()
+    call = lambda _i: graph.execute(pack, ws, handle=handle)
+    for i in range(warmup):
+        call(i)
     torch.cuda.synchronize()
-    return [st.elapsed_time(en) * 1000.0 for st, en in events], 1
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(samples)]
+    return sustained_event_samples(call, warmup, warmup_ms, events), 1
 
 
 def backends_of(shape):

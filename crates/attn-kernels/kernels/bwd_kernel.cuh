@@ -11,9 +11,10 @@
 // Warp roles (8 warps, BM = BN = 64): phase A (Sᵀ, dPᵀ, P, dS) — warp w owns keys
 // 16·(w mod 4).. and queries 32·(w div 4)..; Pᵀ and dSᵀ go to shared memory; phase B (dV, dK)
 // — warp w owns keys 16·(w mod 4).. and columns (DK/2)·(w div 4)..; phase C (dQ) — warp w owns
-// queries 16·(w mod 4).. and columns (DK/2)·(w div 4)... (With 128 keys, BwdConfig's 2-D
-// atoms: 32 keys or queries per warp; so with 64 keys at D = 192 and 256.) A block runs A, then C, then B, so that dQ's additions
-// drain while dV's and dK's MMAs run; two barriers per block (BwdConfig's QSTAGES = 2).
+// queries 16·(w mod 4).. and columns (DK/2)·(w div 4)... (With 128 keys, and with 64 keys at
+// D = 192 and 256, BwdConfig's 2-D atoms: 32 keys or queries per warp.) A block runs A, then
+// C, then B, so that dQ's additions drain while dV's and dK's MMAs run; two barriers per block
+// (BwdConfig's QSTAGES = 2).
 //
 // Features (the FEATURES entries, one per (tile, causal)): the forward's score modifiers
 // and sequence layouts as runtime values of BwdParams::feat and ::seqs, shared with the
