@@ -362,8 +362,9 @@ struct BwdConfig {
     // unrolled loops spilled 8–24 bytes), the loops stay rolled.
     // With 128 keys per CTA above D = 64, phases B/C unroll by 2: by 4 they spilled 40–60
     // bytes at D = 128 (sm_80, sm_90a).
-    static constexpr int kUnrollA = DK > 192 ? 1 : 2;
-    static constexpr int kUnrollBC = DK > 192 ? 1 : (BN == 128 && DK > 64 ? 2 : 4);
+    // BM = 128: phase A unrolled spilled 8-20 bytes on sm_90a.
+    static constexpr int kUnrollA = DK > 192 || BM == 128 ? 1 : 2;
+    static constexpr int kUnrollBC = DK > 192 ? 1 : (BN == 128 && (DK > 64 || BM == 128) ? 2 : 4);
     static_assert(WARPS % kKG == 0 && WARPS % kMC == 0, "warp partition");
     // Phase B takes an odd last n-tile (the 32-key tile at D = 160 and 224: 40 and 56
     // columns per warp); phases A and C load n-tiles in pairs.

@@ -1602,7 +1602,16 @@ mod tests {
         // refused.
         assert_eq!(catalog::bwd_tiles(Arch::Sm80, 128).len(), 2);
         assert_eq!(catalog::bwd_tiles(Arch::Sm80, 256).len(), 2);
-        assert_eq!(catalog::bwd_tiles(Arch::Sm80, 64).len(), 1);
+        // D = 64: FlashAttention-2's 128-query tile (162 KiB), then the 64-query one; D = 32
+        // has the 64-query tile only.
+        let tiles = catalog::bwd_tiles(Arch::Sm80, 64);
+        assert_eq!(
+            (tiles.len(), tiles[0].block_m, tiles[1].block_m),
+            (2, 128, 64)
+        );
+        assert!(catalog::bwd_smem_bytes(&tiles[1], 64) <= SMALL);
+        assert_eq!(catalog::bwd_tiles(Arch::Sm80, 32).len(), 1);
+        assert_eq!(catalog::bwd_tiles(Arch::Sm80, 32)[0].block_m, 64);
         let t32 = catalog::tile(64, 32, 8, 1);
         assert_eq!(catalog::bwd_smem_bytes(&t32, 256), 98_816);
         assert!(catalog::bwd_smem_bytes(&t32, 256) + 2 * 2 * 32 * 64 > SMALL);

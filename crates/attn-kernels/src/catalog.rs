@@ -1327,7 +1327,8 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
 }
 
 /// The backward's tile for an arch and head-dim bucket: (BLOCK_M queries per inner step,
-/// BLOCK_N keys per CTA, 8 warps, Q/dO stages). Up to D = 128, 128 keys per CTA where two
+/// BLOCK_N keys per CTA, 8 warps, Q/dO stages). At D = 64, 128 queries per step where they
+/// fit, else 64. Up to D = 128, 128 keys per CTA where two
 /// stages fit (FlashAttention-2's 128-key blocks: half the dQ atomics of 64 keys, which were
 /// what limited this kernel; 1.28–1.39× faster on the H100, docs/PERF.md runs 114–115); else 64 keys
 /// with two stages, else one, else (above D = 128) 32 keys with one stage; `None` where even
@@ -1340,17 +1341,28 @@ pub fn bwd_tile(arch: Arch, bucket: usize) -> Option<Tile> {
 
 /// [`bwd_tile`]'s choice for `smem` bytes of shared memory per block. 128 keys only up to
 /// D = 128 (the dK/dV accumulators); 32 keys only above it, where no 64-key tile fits 99 KiB
-/// (FlashAttention-2 runs 64 × 32 blocks on those parts too).
+/// (FlashAttention-2 runs 64 × 32 blocks on those parts too). 128 queries per step only up to
+/// D = 64 exactly, as FlashAttention-2's `Flash_bwd_kernel_traits<64, 128, 128, 8, …>`: half the
+/// query steps per CTA, so half of each step's fixed cost (10 % faster at 4,16,4096,64 on the
+/// H200, docs/PERF.md run 317); it needs 162 KiB, so 99 KiB parts keep 64. At D = 32 its
+/// general entry spilled 40 bytes on sm_80, and it was not timed: D = 32 keeps 64 queries.
 fn bwd_tile_fitting(bucket: usize, smem: usize) -> Option<Tile> {
-    [(128, 2), (64, 2), (64, 1), (32, 1)]
-        .into_iter()
-        .map(|(n, stages)| tile(64, n, 8, stages))
-        .filter(|t| match t.block_n {
-            128 => bucket <= 128,
-            32 => bucket > 128,
-            _ => true,
-        })
-        .find(|t| bwd_smem_bytes(t, bucket) <= smem)
+    [
+        (128, 128, 2),
+        (64, 128, 2),
+        (64, 64, 2),
+        (64, 64, 1),
+        (64, 32, 1),
+    ]
+    .into_iter()
+    .map(|(m, n, stages)| tile(m, n, 8, stages))
+    .filter(|t| match (t.block_m, t.block_n) {
+        (128, _) => bucket == 64,
+        (_, 128) => bucket <= 128,
+        (_, 32) => bucket > 128,
+        _ => true,
+    })
+    .find(|t| bwd_smem_bytes(t, bucket) <= smem)
 }
 
 /// Dynamic shared memory per block of the sm_8x parts other than the A100 and A30 (sm_86,

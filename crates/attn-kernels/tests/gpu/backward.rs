@@ -154,19 +154,19 @@ fn engines_for(head_dim: usize) -> Vec<BackwardEngine> {
 #[ignore = "needs a CUDA GPU"]
 fn correctness_backward_99_kib_tile() {
     // sm_86/87/89 parts hold 99 KiB per block and run the sm_80 cubin, whose preferred tile
-    // from D = 96 up needs more: they take the unit's one-stage tile (catalog::bwd_tiles), 64
-    // keys up to D = 128 and 32 above, where V shares its room with Pᵀ/dSᵀ above D = 192. A
-    // launcher limited to 99 KiB chooses the same here (Auto engine: the wgmma kernel does not
-    // fit either). Tails, GQA, both layouts, both causal alignments, the general entry
+    // needs more: they take the unit's smaller tile (catalog::bwd_tiles): 64 queries instead
+    // of 128 at D = 64, one stage of 64 keys up to D = 128 and of 32 above, where V shares
+    // its room with Pᵀ/dSᵀ above D = 192. A launcher limited to 99 KiB chooses the same here
+    // (Auto engine: the wgmma kernel does not fit either). Tails, GQA, both layouts, both causal alignments, the general entry
     // (window + softcap) and deterministic mode; D = 136 and 200 run the 160 and 224 buckets
     // with zero-filled columns, and those buckets' warps take an odd last n-tile in phase B.
     let small = super::small_smem::small_launcher();
     let (mut failures, mut runs) = (Vec::new(), 0);
-    for d in [96, 128, 136, 160, 192, 200, 224, 256] {
-        let tile = if d <= 128 {
-            "_bm64_bn64_w8_s1_"
-        } else {
-            "_bm64_bn32_w8_s1_"
+    for d in [64, 96, 128, 136, 160, 192, 200, 224, 256] {
+        let tile = match d {
+            ..=64 => "_bm64_bn128_w8_s2_",
+            65..=128 => "_bm64_bn64_w8_s1_",
+            _ => "_bm64_bn32_w8_s1_",
         };
         for (dims, causal, layout) in [
             ((2, 4, 2, 113, 200, d), Causal::None, Layout::Bhsd),
