@@ -14,7 +14,8 @@
 //!
 //! Backward tile mode (`--shape … --tiles … --backward`, debug builds): the release forward,
 //! then the mma.sync backward's debug entry on a seeded N(0,1) dO, dumping P, dP, dS and Δ of
-//! every key tile of the listed query blocks (in the backward's 64-row blocks); they are
+//! every key tile of the listed query blocks (in the mma.sync backward tile's rows: 128 at
+//! D = 64 where 162 KiB fit, else 64); they are
 //! compared with attn-ref's backward tiles and the first diverging stage is named. Exit 0 only
 //! when every tile matches and none is missing or extra.
 //!
@@ -64,7 +65,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', value_parser = parse_tile, requires = "shape")]
     tiles: Vec<(usize, usize, usize)>,
     /// Backward tile mode: dump and check the backward's P, dP, dS and Δ tiles of the
-    /// --tiles query blocks (64-row blocks) instead of the forward's (f16/bf16, no features).
+    /// --tiles query blocks (the mma.sync backward tile's rows: 128 at D = 64 where 162 KiB
+    /// fit, else 64) instead of the forward's (f16/bf16, no features).
     #[arg(long, requires = "tiles")]
     backward: bool,
     /// Seed of the N(0,1) inputs.

@@ -205,10 +205,39 @@ pub struct BwdDebugOutput<T> {
 }
 
 impl FlashAttention {
+    /// The tiling [`Self::backward_debug`] counts its `(b, h, q_tile)` blocks in on this
+    /// device, (query rows, keys) — the mma.sync backward's tile for the problem's head dim
+    /// and `dtype` — so a caller can pick the block holding a given query row. Head dims 64
+    /// and 128 only (the debug entries').
+    pub fn backward_debug_block(
+        &self,
+        problem: &Problem,
+        dtype: attn_ref::Dtype,
+    ) -> Result<(usize, usize), KernelError> {
+        let head_dim = problem.shape().head_dim();
+        let bucket = crate::config::bucket_for(head_dim)?;
+        // The arch `backward_with` will run, so the tile below is the one that dumps.
+        let arch = self.backward_arch(&catalog::UnitKey {
+            family: catalog::Family::Bwd,
+            arch: Arch::Sm80,
+            elem: crate::config::elem_of(dtype),
+            head_dim: bucket,
+        })?;
+        catalog::bwd_tile(arch, bucket)
+            .filter(|_| catalog::BWD_DEBUG_HEAD_DIMS.contains(&bucket))
+            .map(|t| (t.block_m, t.block_n))
+            .ok_or_else(|| {
+                KernelError::EngineUnavailable(format!(
+                    "the backward's debug entries exist at head dims {:?}, not {head_dim}",
+                    catalog::BWD_DEBUG_HEAD_DIMS,
+                ))
+            })
+    }
+
     /// Runs the release forward on host `q`, `k`, `v` (`[B, H, S, D]`) for O and LSE, then the
     /// mma.sync backward's debug entry (compiled `-G -DATTN_DEBUG`) with `d_o`, dumping P, dP,
     /// dS and Δ ([`attn_ref::BwdTile`]) of every key tile of the `(b, h, q_tile)` blocks in
-    /// `blocks` (q_tile in the backward tile's rows, [`BwdDebugOutput::block`]); compare them
+    /// `blocks` (q_tile in the backward tile's rows: [`Self::backward_debug_block`]); compare them
     /// with `attn_ref::reference::bwd_tiles::backward_tiles` through
     /// `attn_oracle::compare_bwd_tiles`. Plain problems (no window, softcap, ALiBi or sinks)
     /// at head dims 64 and 128; the gradients and the dump start as NaN.
@@ -227,24 +256,7 @@ impl FlashAttention {
                     .into(),
             ));
         }
-        let bucket = crate::config::bucket_for(shape.head_dim())?;
-        // The arch `backward_with` will run, so the tile below is the one that dumps.
-        let arch = self.backward_arch(&catalog::UnitKey {
-            family: catalog::Family::Bwd,
-            arch: Arch::Sm80,
-            elem: crate::config::elem_of(T::DTYPE),
-            head_dim: bucket,
-        })?;
-        let tile = catalog::bwd_tile(arch, bucket)
-            .filter(|_| catalog::BWD_DEBUG_HEAD_DIMS.contains(&bucket))
-            .ok_or_else(|| {
-                KernelError::EngineUnavailable(format!(
-                    "the backward's debug entries exist at head dims {:?}, not {}",
-                    catalog::BWD_DEBUG_HEAD_DIMS,
-                    shape.head_dim()
-                ))
-            })?;
-        let (bm, bn) = (tile.block_m, tile.block_n);
+        let (bm, bn) = self.backward_debug_block(problem, T::DTYPE)?;
         check_blocks(shape, bm, blocks)?;
         let key_tiles = shape.kv_len().div_ceil(bn);
         let per_tile = 3 * bm * bn + bm;

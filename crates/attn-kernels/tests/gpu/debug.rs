@@ -173,28 +173,32 @@ fn correctness_backward_debug_dumps_match_the_reference_tiles() {
     use attn_oracle::{compare_bwd_tiles, BwdTileTolerance, Storage};
     use attn_ref::reference::{backward, bwd_tiles::backward_tiles};
     // Interior and tail blocks, a tail key tile, both causal alignments, GQA, D 64 and 128.
+    // Each block is named by a (b, h, query row) in it: the tile's rows are the device's
+    // (128 at D = 64 where 162 KiB fit, else 64).
     let cases = [
         (
             (1, 4, 4, 256, 256, 64),
             Causal::None,
-            vec![(0, 0, 0), (0, 3, 2)],
+            vec![(0, 0, 0), (0, 3, 130)],
         ),
         (
             (2, 4, 2, 200, 177, 128),
             Causal::BottomRight,
-            vec![(1, 3, 3), (0, 0, 0)],
+            vec![(1, 3, 192), (0, 0, 0)],
         ),
         (
             (1, 2, 1, 300, 300, 128),
             Causal::TopLeft,
-            vec![(0, 1, 1), (0, 0, 4)],
+            vec![(0, 1, 64), (0, 0, 256)],
         ),
-        ((1, 2, 2, 100, 333, 64), Causal::None, vec![(0, 1, 1)]),
+        ((1, 2, 2, 100, 333, 64), Causal::None, vec![(0, 1, 70)]),
     ];
     let gpu = gpu();
     let mut failures = Vec::new();
-    for ((b, hq, hkv, sq, sk, d), causal, blocks) in cases {
+    for ((b, hq, hkv, sq, sk, d), causal, rows) in cases {
         let p = Problem::new(AttnShape::new(b, hq, hkv, sq, sk, d).unwrap(), causal);
+        let (bm, _) = gpu.backward_debug_block(&p, attn_ref::Dtype::F16).unwrap();
+        let blocks: Vec<_> = rows.iter().map(|&(b, h, r)| (b, h, r / bm)).collect();
         let s = p.shape();
         let seed = fresh_seed();
         let mut rng = StdRng::seed_from_u64(seed);
@@ -203,7 +207,8 @@ fn correctness_backward_debug_dumps_match_the_reference_tiles() {
         let v: Vec<f16> = randn(&mut rng, s.kv_elems());
         let d_o: Vec<f16> = randn(&mut rng, s.o_elems());
         let out = gpu.backward_debug(&p, (&q, &k, &v, &d_o), &blocks).unwrap();
-        let (bm, bn) = out.block;
+        assert_eq!(out.block.0, bm);
+        let bn = out.block.1;
         let want = backward_tiles(&p, &q, &k, &v, &d_o, bm, bn, &blocks).unwrap();
         assert!(!want.is_empty());
         let report = compare_bwd_tiles(
