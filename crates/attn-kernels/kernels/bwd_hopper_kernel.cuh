@@ -197,7 +197,8 @@ __device__ __forceinline__ void bwd_hopper_preprocess(const T* __restrict__ o, c
     }
 }
 
-// dQ = the workspace (already scaled), read back from the tile order above. One CTA of 256
+// dQ = scale·the workspace (the main kernel adds dS·K unscaled, as bwd_postprocess says),
+// read back from the tile order above. One CTA of 256
 // threads per 64-row tile, grid (q_blocks, Hq, B). The tile is read in its own order, 16
 // coalesced bytes per thread and step, four steps in flight; a float4 holds columns c, c + 1
 // of rows r and r + 8 (r = 16·warp + lane / 4, c = half·w + 8n + 2·(lane % 4)). The pairs go
@@ -236,8 +237,8 @@ __device__ __forceinline__ void bwd_hopper_postprocess(const float* __restrict__
             const int n = q & ((1 << lg_tiles) - 1), wi = q >> lg_tiles;
             const int r = wi * 16 + (lane >> 2);
             const int word = (w * half + 8 * n + 2 * (lane & 3)) >> 1;
-            rows[r * pitch + word] = StorageTraits<T>::pack(x[u].x, x[u].y);
-            rows[(r + 8) * pitch + word] = StorageTraits<T>::pack(x[u].z, x[u].w);
+            rows[r * pitch + word] = StorageTraits<T>::pack(x[u].x * p.scale, x[u].y * p.scale);
+            rows[(r + 8) * pitch + word] = StorageTraits<T>::pack(x[u].z * p.scale, x[u].w * p.scale);
         }
     }
     __syncthreads();
@@ -372,7 +373,7 @@ __device__ __forceinline__ void bwd_hopper_dq_by_warps(uint32_t ds_addr, uint32_
             for (int n = 0; n < 4; ++n) {
                 const float* a = acc_dq[4 * half + n];
                 *reinterpret_cast<float4*>(wstage + (n * 32 + lane) * 4) =
-                    make_float4(a[0] * p.scale, a[1] * p.scale, a[2] * p.scale, a[3] * p.scale);
+                    make_float4(a[0], a[1], a[2], a[3]);
             }
             fence_proxy_async_smem();
             __syncwarp();
@@ -1036,8 +1037,7 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
 #pragma unroll
                 for (int n = 0; n < kNQ; ++n) {
                     *reinterpret_cast<float4*>(stage + ((wi * kNQ + n) * 32 + lane) * 4) =
-                        make_float4(acc_dq[n][0] * p.scale, acc_dq[n][1] * p.scale, acc_dq[n][2] * p.scale,
-                                    acc_dq[n][3] * p.scale);
+                        make_float4(acc_dq[n][0], acc_dq[n][1], acc_dq[n][2], acc_dq[n][3]);
                 }
                 fence_proxy_async_smem();
                 __syncwarp();

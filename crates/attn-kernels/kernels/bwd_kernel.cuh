@@ -487,7 +487,9 @@ __device__ __forceinline__ void bwd_dsinks(const float* __restrict__ lse, const 
     if (threadIdx.x == 0) dsinks[h] = -part[0];
 }
 
-// dQ = dQaccum (already scaled) in the storage type; one warp per row.
+// dQ = scale·dQaccum in the storage type; one warp per row. The main kernel adds dS·K
+// unscaled, and the scale is applied here once per element instead of once per key block
+// before every addition (FlashAttention-2 scales in its dQ conversion too, `convert_dQ`).
 template <typename T>
 __device__ __forceinline__ void bwd_postprocess(const float* __restrict__ dq_acc, T* __restrict__ dq,
                                                 const BwdParams& p) {
@@ -502,7 +504,8 @@ __device__ __forceinline__ void bwd_postprocess(const float* __restrict__ dq_acc
     // bucket) and 8-byte stores (dQ's rows start on 16 bytes, D is a multiple of 8).
     for (int d = 4 * lane; d < p.head_dim; d += 128) {
         const float4 x = *reinterpret_cast<const float4*>(src + d);
-        *reinterpret_cast<uint2*>(dst + d) = make_uint2(StorageTraits<T>::pack(x.x, x.y), StorageTraits<T>::pack(x.z, x.w));
+        *reinterpret_cast<uint2*>(dst + d) = make_uint2(StorageTraits<T>::pack(x.x * p.scale, x.y * p.scale),
+                                                        StorageTraits<T>::pack(x.z * p.scale, x.w * p.scale));
     }
 }
 
@@ -816,8 +819,8 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                 for (int n = 0; n < Cfg::kNC; ++n)
 #pragma unroll
                     for (int r = 0; r < 2; ++r)
-                        dq_add2(dq_thread + (16 * mq + 8 * r) * DK + 8 * n, acc_dq[mq][n][2 * r] * p.scale,
-                                acc_dq[mq][n][2 * r + 1] * p.scale);
+                        dq_add2(dq_thread + (16 * mq + 8 * r) * DK + 8 * n, acc_dq[mq][n][2 * r],
+                                acc_dq[mq][n][2 * r + 1]);
         } else {
 #pragma unroll
             for (int mq = 0; mq < kMQ; ++mq) {
@@ -828,8 +831,8 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                         const int ql = 16 * (kMQ * mc + mq) + g + 8 * r;
                         const int col = cc0 + 8 * n + 2 * t;
                         if (m0 + ql < p.q_len && col < p.head_dim) {
-                            dq_add2(dq_rows + static_cast<int64_t>(ql) * p.dq_pitch + col, acc_dq[mq][n][2 * r] * p.scale,
-                                    acc_dq[mq][n][2 * r + 1] * p.scale);
+                            dq_add2(dq_rows + static_cast<int64_t>(ql) * p.dq_pitch + col, acc_dq[mq][n][2 * r],
+                                    acc_dq[mq][n][2 * r + 1]);
                         }
                     }
                 }
