@@ -15,9 +15,9 @@
 //! Backward tile mode (`--shape … --tiles … --backward`, debug builds): the release forward,
 //! then the mma.sync backward's debug entry on a seeded N(0,1) dO, dumping P, dP, dS and Δ of
 //! every key tile of the listed query blocks (in the mma.sync backward tile's rows: 128 at
-//! D = 64 where 162 KiB fit, else 64); they are
-//! compared with attn-ref's backward tiles and the first diverging stage is named. Exit 0 only
-//! when every tile matches and none is missing or extra.
+//! D = 64 where 162 KiB fit, else 64); they are compared with attn-ref's backward tiles and
+//! the first diverging stage is named. Exit 0 only when every tile matches and none is
+//! missing or extra.
 //!
 //! File mode (`--got G.npy --want W.npy`): a 4-D `[B,H,S,D]` O or a 3-D `[B,H,S]` LSE;
 //! exit 0 only when `max|got − want| ≤ --max-abs` and no NaN/Inf differs.

@@ -198,8 +198,8 @@ __device__ __forceinline__ void bwd_hopper_preprocess(const T* __restrict__ o, c
 }
 
 // dQ = scale·the workspace (the main kernel adds dS·K unscaled, as bwd_postprocess says),
-// read back from the tile order above. One CTA of 256
-// threads per 64-row tile, grid (q_blocks, Hq, B). The tile is read in its own order, 16
+// read back from the tile order above. One CTA of 256 threads per 64-row tile, grid
+// (q_blocks, Hq, B). The tile is read in its own order, 16
 // coalesced bytes per thread and step, four steps in flight; a float4 holds columns c, c + 1
 // of rows r and r + 8 (r = 16·warp + lane / 4, c = half·w + 8n + 2·(lane % 4)). The pairs go
 // through shared memory (rows padded by 16 bytes: the 8 rows of a warp's stores fall in

@@ -1328,13 +1328,13 @@ pub fn units(archs: &[Arch], head_dims: &[usize]) -> Vec<UnitKey> {
 
 /// The backward's tile for an arch and head-dim bucket: (BLOCK_M queries per inner step,
 /// BLOCK_N keys per CTA, 8 warps, Q/dO stages). At D = 64, 128 queries per step where they
-/// fit, else 64. Up to D = 128, 128 keys per CTA where two
-/// stages fit (FlashAttention-2's 128-key blocks: half the dQ atomics of 64 keys, which were
-/// what limited this kernel; 1.28–1.39× faster on the H100, docs/PERF.md runs 114–115); else 64 keys
-/// with two stages, else one, else (above D = 128) 32 keys with one stage; `None` where even
-/// that does not fit. Above D = 128 the dK/dV accumulators (DK floats per thread at 64 keys)
-/// leave no registers for 128. The same head-dim buckets as the forward: any D % 8 == 0 up to 256 runs
-/// in the next bucket.
+/// fit, else 64. Up to D = 128, 128 keys per CTA where two stages fit (FlashAttention-2's
+/// 128-key blocks: half the dQ atomics of 64 keys, which were what limited this kernel;
+/// 1.28–1.39× faster on the H100, docs/PERF.md runs 114–115); else 64 keys with two stages,
+/// else one, else (above D = 128) 32 keys with one stage; `None` where even that does not
+/// fit. Above D = 128 the dK/dV accumulators (DK floats per thread at 64 keys) leave no
+/// registers for 128. The same head-dim buckets as the forward: any D % 8 == 0 up to 256
+/// runs in the next bucket.
 pub fn bwd_tile(arch: Arch, bucket: usize) -> Option<Tile> {
     bwd_tile_fitting(bucket, arch.max_smem())
 }
