@@ -32,6 +32,7 @@ mod randn;
 mod reference;
 mod ring;
 mod sanitize;
+mod sass;
 mod serve_bench;
 mod sweep;
 mod train_bench;
@@ -63,6 +64,8 @@ enum Cmd {
     Forward(forward::Args),
     /// ptxas resource reports per kernel and arch, with a budget check.
     Ptxas(ptxas::Args),
+    /// One embedded kernel's SASS (nvdisasm), instructions per opcode and per loop.
+    Sass(sass::Args),
     /// Run the GPU tests under compute-sanitizer.
     Sanitize(sanitize::Args),
     /// Nsight Compute profile of one launch.
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Cmd::Oracle(a) => oracle::run(a),
         Cmd::Forward(a) => forward::run(a),
         Cmd::Ptxas(a) => ptxas::run(a),
+        Cmd::Sass(a) => sass::run(a),
         Cmd::Sanitize(a) => sanitize::run(a),
         Cmd::Profile(a) => profile::run(a),
         Cmd::Bench(a) => bench::run(a),
