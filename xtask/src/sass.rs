@@ -25,8 +25,8 @@ pub struct Args {
     /// The debug build's cubin (`-G -lineinfo -DATTN_DEBUG`) instead of the release one.
     #[arg(long)]
     debug: bool,
-    /// nvdisasm to run (default: $NVDISASM, then beside the nvcc the kernels were built with,
-    /// then PATH).
+    /// nvdisasm to run (default: $NVDISASM, else beside the nvcc the kernels were built with,
+    /// else PATH and the CUDA homes, as `xtask sanitize` finds its tools).
     #[arg(long)]
     nvdisasm: Option<PathBuf>,
     /// Print JSON instead of a table.
@@ -248,28 +248,23 @@ pub fn table(r: &Report, columns: &[String]) -> String {
     s
 }
 
-/// nvdisasm: the flag, `$NVDISASM`, beside the nvcc the kernels were built with, then PATH.
+/// nvdisasm: the flag, then (unless `$NVDISASM` names one) beside the nvcc the kernels were
+/// built with, where the PyPI wheel lands, then `sanitize::find_cuda_tool`'s search.
 fn find_nvdisasm(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = arg {
         return Ok(p.to_path_buf());
     }
-    if let Some(p) = std::env::var_os("NVDISASM") {
-        return Ok(PathBuf::from(p));
-    }
-    if let Some(nvcc) = attn_kernels::cubin::nvcc_used() {
-        let beside = Path::new(nvcc).with_file_name("nvdisasm");
-        if beside.is_file() {
-            return Ok(beside);
+    if std::env::var_os("NVDISASM").is_none() {
+        if let Some(nvcc) = attn_kernels::cubin::nvcc_used() {
+            let beside = Path::new(nvcc).with_file_name("nvdisasm");
+            if beside.is_file() {
+                return Ok(beside);
+            }
         }
     }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join("nvdisasm"))
-        .find(|p| p.is_file());
-    on_path.context(
-        "nvdisasm not found: install the wheel beside the build's nvcc \
-         (`target/cuda-venv/bin/pip install nvidia-cuda-nvdisasm`), or pass --nvdisasm / set NVDISASM",
+    crate::sanitize::find_cuda_tool("nvdisasm", "NVDISASM", &["bin"]).context(
+        "no nvdisasm beside the build's nvcc (`target/cuda-venv/bin/pip install \
+         nvidia-cuda-nvdisasm` puts one there) nor elsewhere",
     )
 }
 
