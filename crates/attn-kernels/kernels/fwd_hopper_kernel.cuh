@@ -80,12 +80,16 @@ struct HopperFwdLayout {
     // the load's latency sat between the transposes and the consumers waited); four, so that
     // the stage index is a mask (a modulo by three cost the producer registers).
     // Two where four do not fit (FP8 D = 128 with 224 keys).
-    static constexpr int kVRawStages =
-        !FP8 ? 0 : kQBytes + STAGES * (kKBytes + kVBytes) + 4 * kVRawBytes + 8 * (2 + 4 * STAGES + 8) + 1024 <= 232448 ? 4 : 2;
     // KVSPLIT: per thread of a consumer warpgroup, its O accumulator (DK / 2 floats) and m, l
     // of its two rows, stored float-major so that both warpgroups' threads i meet at one
     // conflict-free address.
     static constexpr int kXFloats = KVSPLIT ? DK / 2 + 4 : 0;
+    static constexpr int kVRawStages = !FP8 ? 0
+                                       : kQBytes + STAGES * (kKBytes + kVBytes) + 4 * kVRawBytes + kXFloats * 128 * 4 +
+                                                 8 * (2 + 4 * STAGES + 8) + 1024 <=
+                                               232448
+                                           ? 4
+                                           : 2;
     static constexpr int kVRawOffset = kQBytes + STAGES * (kKBytes + kVBytes);
     static constexpr int kXOffset = kVRawOffset + kVRawStages * kVRawBytes;
     static constexpr int kBarOffset = kXOffset + kXFloats * 128 * 4;
@@ -104,7 +108,7 @@ struct HopperFwdLayout {
     // Warps that read (and release) each K/V stage: every consumer's, or one warpgroup's
     // under KVSPLIT.
     static constexpr int kTileWarps = KVSPLIT ? 4 : kConsumerWarps;
-    static_assert(!KVSPLIT || (CONSUMERS == 2 && !FP8), "KVSPLIT: two f16/bf16 consumer warpgroups");
+    static_assert(!KVSPLIT || CONSUMERS == 2, "KVSPLIT: two consumer warpgroups");
     static_assert(CONSUMERS == 2 || CONSUMERS == 3, "two or three consumer warpgroups");
     static_assert(DK % 32 == 0 && DK <= 256, "head-dim buckets are multiples of 32 up to 256");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and TMA box rows");
@@ -1109,13 +1113,13 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
 
 // The FP8 entry: Q, K and V are E4M3 codes with TMA descriptors like the f16/bf16 entry's;
 // per-head scales [B, H].
-#define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, CONSUMERS, PERSIST)         \
+#define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, CONSUMERS, PERSIST, KVSPLIT) \
     extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                                     \
         NAME(OutT* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,       \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v,         \
              const float* __restrict__ q_scale, const float* __restrict__ k_scale,                             \
              const float* __restrict__ v_scale, const attn::FwdParams p, const attn::HopperSched sched) {       \
         attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true, false, CONSUMERS, false,      \
-                                PERSIST>(                                                                      \
+                                PERSIST, KVSPLIT>(                                                             \
             o, lse, &tma_q, &tma_k, &tma_v, q_scale, k_scale, v_scale, p, sched);                              \
     }

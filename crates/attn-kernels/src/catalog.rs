@@ -771,6 +771,15 @@ pub fn hopper_wide_pays(kv_len: usize) -> bool {
             < padded(HOPPER_128_PINGPONG.block_n)
 }
 
+/// Whether a launch of `q_len` query rows in `batch_heads` blocks of rows on `sm_count` SMs
+/// runs faster on a key-split tile ([`HopperTile::kv_split`]): a grid of 128-row blocks that
+/// fills at most half the SMs leaves each block's chain of key tiles as the launch's critical
+/// path; the key-split tile halves the chain and doubles the CTAs (runs 166–167; past this
+/// bound it lost, 4,8,512,64 9.6 → 12.7 µs).
+fn kv_split_pays(q_len: usize, batch_heads: usize, sm_count: usize) -> bool {
+    2 * q_len.div_ceil(HOPPER_128_PINGPONG.block_m()) * batch_heads <= sm_count.max(1)
+}
+
 /// The Hopper tile an unpinned launch of `bucket` runs for `q_len` query rows in
 /// `batch_heads` (batch × query heads) blocks of rows on `sm_count` SMs: the bucket's key-split
 /// tile ([`hopper_kv_split_tile`], D ≤ 64 and D = 128) when a grid of 128-row blocks would
@@ -799,11 +808,8 @@ pub fn hopper_default_tile(
     let tiles = hopper_tiles(bucket);
     let first = *tiles.first()?;
     let sm = sm_count.max(1);
-    // A grid of 128-row blocks that fills at most half the SMs leaves each block's chain of
-    // key tiles as the launch's critical path: the key-split tile halves the chain and
-    // doubles the CTAs.
     if let Some(kv) = hopper_kv_split_tile(bucket) {
-        if 2 * q_len.div_ceil(HOPPER_128_PINGPONG.block_m()) * batch_heads <= sm {
+        if kv_split_pays(q_len, batch_heads, sm) {
             return Some(kv);
         }
     }
@@ -852,16 +858,24 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
 /// default first ([`hopper_fp8_default_tile`]): three consumer warpgroups (192 rows) of 128
 /// keys at D = 64, 192 keys at D = 128 (Vᵀ sub-tiles of 64-byte swizzle spans,
 /// kernels/fp8_vt_smem.cuh), and the same with ping-pong for causal launches there; 96 keys
-/// with ping-pong at D = 256 (32-byte spans). Only the tiles a launch selects are built: the
+/// with ping-pong at D = 256 (32-byte spans); at D = 64 and 128 also the f16/bf16 key-split
+/// tiles, which small grids take. Only the tiles a launch selects are built: the
 /// sweeps' losers (128 keys with and without overlap, ping-pong or a third stage, 192 keys on
 /// two warpgroups at D = 64, FlashAttention-3's 224 at D = 128, 64 keys and 96 without
 /// ping-pong at D = 256; runs 191–195 and 222, docs/PERF.md) cost CI's 2-core build about a
 /// minute and a half and no launch ran them (`git log -S "ht(224, 2, false, true)"` finds the
 /// list, to restore them for a sweep).
 pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
-    const TILES: [HopperTile; 2] = [ht(192, 2, false, true), ht(192, 2, true, true)];
+    // The last of D = 64 and 128: the key-split tile of small grids
+    // ([`hopper_fp8_default_tile`]), the f16/bf16 key split's keys and stages
+    // ([`HOPPER_KV_SPLIT_64`], [`HOPPER_KV_SPLIT_128`]).
+    const TILES: [HopperTile; 3] = [
+        ht(192, 2, false, true),
+        ht(192, 2, true, true),
+        HOPPER_KV_SPLIT_128,
+    ];
     // D = 64: three consumer warpgroups (O 32 and S 64 registers fit 160).
-    const D64: [HopperTile; 1] = [ht3(128, 2, false, true)];
+    const D64: [HopperTile; 2] = [ht3(128, 2, false, true), HOPPER_KV_SPLIT_64];
     // D = 256: the O accumulator alone is 128 registers per thread; 96 keys (Vᵀ in 32-byte
     // spans) keep S at 48; 128 keys spill 20–48 bytes at 232 registers.
     const D256: [HopperTile; 1] = [ht(96, 2, true, true)];
@@ -880,11 +894,30 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
 /// keys; 4,16,4096,64 three consumers 501–507 against 531–535 for two with 192 keys (causal
 /// 317–321 against 336–339); 4,16,4096,256 96 keys with ping-pong 1193–1205 against 1332–1345
 /// (64 keys).
-pub fn hopper_fp8_default_tile(head_dim: usize, causal: bool) -> Option<HopperTile> {
+///
+/// Grids of 128-row blocks that fill at most half the SMs run the head dim's key-split tile
+/// (D = 64 and 128), as the f16/bf16 default does ([`hopper_default_tile`]). Without it the
+/// FP8 forward was slower than the f16 one at S = 512; run 323 (H200, CUDA graphs, µs, before
+/// → after, our f16 in the same run): 1,8,512,64 10.21 → 5.49 (f16 5.51), causal 10.41 →
+/// 5.62 (6.05); 2,8,512,64 10.26 → 5.60 (5.85); 1,8,512,128 11.55 → 7.44 (7.66), causal
+/// 9.88 → 7.44 (7.96); 2,8,512,128 11.92 → 7.88 (9.04), causal 10.29 → 7.73 (9.18).
+pub fn hopper_fp8_default_tile(
+    head_dim: usize,
+    q_len: usize,
+    causal: bool,
+    batch_heads: usize,
+    sm_count: usize,
+) -> Option<HopperTile> {
+    let tiles = hopper_fp8_tiles(head_dim);
+    if let Some(kv) = tiles.iter().find(|t| t.kv_split) {
+        if kv_split_pays(q_len, batch_heads, sm_count) {
+            return Some(*kv);
+        }
+    }
     if head_dim == 128 && causal {
         return Some(ht(192, 2, true, true));
     }
-    hopper_fp8_tiles(head_dim).first().copied()
+    tiles.first().copied()
 }
 
 /// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile, the K and Vᵀ rings and V's
@@ -901,8 +934,15 @@ pub const fn hopper_fp8_smem_bytes(tile: &HopperTile, head_dim: usize) -> usize 
 }
 
 const fn fp8_smem_with_landing(tile: &HopperTile, head_dim: usize, landing: usize) -> usize {
+    // A key split's exchange buffer, as the f16/bf16 tile's ([`hopper_smem_bytes`]).
+    let exchange = if tile.kv_split {
+        (head_dim / 2 + 4) * 128 * 4
+    } else {
+        0
+    };
     1024 + tile.block_m() * head_dim
         + (2 * tile.stages + landing) * tile.block_n * head_dim
+        + exchange
         + 8 * (2 + 4 * tile.stages + 2 * landing)
 }
 
@@ -1796,23 +1836,25 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
             for t in hopper_fp8_tiles(d) {
                 let _ = writeln!(
                     s,
-                    "static_assert(attn::HopperFwdLayout<{d}, {}, {}, true, {}>::kSmemBytes == {}, \"src/catalog.rs hopper_fp8_smem_bytes\");",
+                    "static_assert(attn::HopperFwdLayout<{d}, {}, {}, true, {}, {}>::kSmemBytes == {}, \"src/catalog.rs hopper_fp8_smem_bytes\");",
                     t.block_n,
                     t.stages,
                     t.consumers,
+                    t.kv_split,
                     hopper_fp8_smem_bytes(t, d)
                 );
                 for causal in [false, true] {
                     let _ = writeln!(
                         s,
-                        "ATTN_FWD_HOPPER_FP8_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {}, {})",
+                        "ATTN_FWD_HOPPER_FP8_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {}, {}, {})",
                         hopper_fp8_entry_name(unit, t, causal),
                         t.block_n,
                         t.stages,
                         t.pingpong,
                         t.intra,
                         t.consumers,
-                        hopper_persistent(d, t, causal, HopperVariant::Dense, true)
+                        hopper_persistent(d, t, causal, HopperVariant::Dense, true),
+                        t.kv_split
                     );
                 }
             }

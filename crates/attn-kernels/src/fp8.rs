@@ -761,7 +761,13 @@ impl FlashAttention {
         hopper_fp8_head_dim(d)?;
         let causal = problem.causal() != Causal::None;
         let tile = match tile {
-            None => catalog::hopper_fp8_default_tile(d, causal),
+            None => catalog::hopper_fp8_default_tile(
+                d,
+                shape.q_len(),
+                causal,
+                shape.batch() * shape.q_heads(),
+                self.sm_count(),
+            ),
             asked => asked,
         };
         let tile = crate::hopper::pick_tile(catalog::hopper_fp8_tiles(d), tile, "FP8")?;
@@ -1037,8 +1043,10 @@ mod tests {
     fn hopper_default_tiles_fit_and_mirror_the_layout() {
         // D = 128: 192 keys, with ping-pong when causal; both are catalog tiles (so
         // `pick_tile` takes them) and fit Hopper's 227 KiB with their landing stages.
-        let full = catalog::hopper_fp8_default_tile(128, false).unwrap();
-        let causal = catalog::hopper_fp8_default_tile(128, true).unwrap();
+        // 4,16,4096 on 132 SMs: no key split.
+        let tile = |d, causal| catalog::hopper_fp8_default_tile(d, 4096, causal, 64, 132);
+        let full = tile(128, false).unwrap();
+        let causal = tile(128, true).unwrap();
         assert_eq!(
             (full.block_n, full.pingpong, full.intra),
             (192, false, true)
@@ -1048,14 +1056,31 @@ mod tests {
             (192, true, true)
         );
         // D = 64: three consumers of 128 keys; D = 256: 96 keys with ping-pong (runs 193–195).
-        let d64 = catalog::hopper_fp8_default_tile(64, true).unwrap();
-        let d256 = catalog::hopper_fp8_default_tile(256, false).unwrap();
+        let d64 = tile(64, true).unwrap();
+        let d256 = tile(256, false).unwrap();
         assert_eq!((d64.block_n, d64.pingpong, d64.consumers), (128, false, 3));
         assert_eq!((d256.block_n, d256.pingpong), (96, true));
+        // Small grids (1,8,512 and 2,8,512: 64 and 128 blocks of 64 rows on 132 SMs) take the
+        // key-split tile at D = 64 and 128, causal or not; D = 256 has none; 4,8,512 (256
+        // blocks) does not.
+        for d in [64, 128] {
+            for c in [false, true] {
+                for bh in [8, 16] {
+                    let t = catalog::hopper_fp8_default_tile(d, 512, c, bh, 132).unwrap();
+                    assert!(t.kv_split && t.block_m() == 64, "D {d} {bh}: {}", t.name());
+                }
+                let t = catalog::hopper_fp8_default_tile(d, 512, c, 32, 132).unwrap();
+                assert!(!t.kv_split, "D {d}: {}", t.name());
+            }
+        }
+        let t = catalog::hopper_fp8_default_tile(256, 512, false, 8, 132).unwrap();
+        assert!(!t.kv_split, "{}", t.name());
         for d in catalog::HOPPER_FP8_HEAD_DIMS {
             for c in [false, true] {
-                let t = catalog::hopper_fp8_default_tile(d, c).unwrap();
-                assert!(catalog::hopper_fp8_tiles(d).contains(&t), "{}", t.name());
+                for (q, bh) in [(4096, 64), (512, 8)] {
+                    let t = catalog::hopper_fp8_default_tile(d, q, c, bh, 132).unwrap();
+                    assert!(catalog::hopper_fp8_tiles(d).contains(&t), "{}", t.name());
+                }
             }
             for t in catalog::hopper_fp8_tiles(d) {
                 let smem = catalog::hopper_fp8_smem_bytes(t, d);
