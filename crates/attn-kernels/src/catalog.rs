@@ -825,10 +825,7 @@ pub fn hopper_default_tile(
     let (Some(narrow), 3) = (narrow, first.consumers) else {
         return Some(first);
     };
-    let cost = |t: &HopperTile, speed: f64| {
-        let ctas = q_len.div_ceil(t.block_m()) * batch_heads;
-        ctas.div_ceil(sm) as f64 * t.block_m() as f64 / speed
-    };
+    let cost = |t: &HopperTile, speed: f64| wave_cost(t, q_len, batch_heads, sm, speed);
     Some(
         if cost(&narrow, 1.0) <= cost(&first, HOPPER_192_ROW_SPEEDUP) {
             narrow
@@ -836,6 +833,13 @@ pub fn hopper_default_tile(
             first
         },
     )
+}
+
+/// The wave model of [`hopper_default_tile`] and [`hopper_fp8_default_tile`]: one CTA per SM,
+/// so a launch's time ∝ waves × rows per CTA ÷ per-row `speed`.
+fn wave_cost(t: &HopperTile, q_len: usize, batch_heads: usize, sm: usize, speed: f64) -> f64 {
+    let ctas = q_len.div_ceil(t.block_m()) * batch_heads;
+    ctas.div_ceil(sm.max(1)) as f64 * t.block_m() as f64 / speed
 }
 
 /// Dynamic shared memory of a Hopper CTA: 1 KiB alignment slack, the Q tile, the K and V
@@ -858,8 +862,8 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
 /// default first ([`hopper_fp8_default_tile`]): three consumer warpgroups (192 rows) of 128
 /// keys at D = 64, 192 keys at D = 128 (Vᵀ sub-tiles of 64-byte swizzle spans,
 /// kernels/fp8_vt_smem.cuh), and the same with ping-pong for causal launches there; 96 keys
-/// with ping-pong at D = 256 (32-byte spans); at D = 64 and 128 also the f16/bf16 key-split
-/// tiles, which small grids take. Only the tiles a launch selects are built: the
+/// with ping-pong at D = 256 (32-byte spans); at D = 64 also [`HOPPER_FP8_D64_NARROW`] (128
+/// rows), and at D = 64 and 128 the f16/bf16 key-split tiles, which small grids take. Only the tiles a launch selects are built: the
 /// sweeps' losers (128 keys with and without overlap, ping-pong or a third stage, 192 keys on
 /// two warpgroups at D = 64, FlashAttention-3's 224 at D = 128, 64 keys and 96 without
 /// ping-pong at D = 256; runs 191–195 and 222, docs/PERF.md) cost CI's 2-core build about a
@@ -875,7 +879,13 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
         HOPPER_KV_SPLIT_128,
     ];
     // D = 64: three consumer warpgroups (O 32 and S 64 registers fit 160).
-    const D64: [HopperTile; 2] = [ht3(128, 2, false, true), HOPPER_KV_SPLIT_64];
+    // Then the 128-row tile of grids whose 192-row blocks leave SMs idle (the wave model of
+    // `hopper_fp8_default_tile`), and the key-split tile.
+    const D64: [HopperTile; 3] = [
+        ht3(128, 2, false, true),
+        HOPPER_FP8_D64_NARROW,
+        HOPPER_KV_SPLIT_64,
+    ];
     // D = 256: the O accumulator alone is 128 registers per thread; 96 keys (Vᵀ in 32-byte
     // spans) keep S at 48; 128 keys spill 20–48 bytes at 232 registers.
     const D256: [HopperTile; 1] = [ht(96, 2, true, true)];
@@ -901,6 +911,8 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
 /// → after, our f16 in the same run): 1,8,512,64 10.21 → 5.49 (f16 5.51), causal 10.41 →
 /// 5.62 (6.05); 2,8,512,64 10.26 → 5.60 (5.85); 1,8,512,128 11.55 → 7.44 (7.66), causal
 /// 9.88 → 7.44 (7.96); 2,8,512,128 11.92 → 7.88 (9.04), causal 10.29 → 7.73 (9.18).
+/// Non-causal D = 64 grids whose 192-row blocks would leave SMs idle run
+/// [`HOPPER_FP8_D64_NARROW`] (a wave model, as the f16/bf16 default's).
 pub fn hopper_fp8_default_tile(
     head_dim: usize,
     q_len: usize,
@@ -917,8 +929,30 @@ pub fn hopper_fp8_default_tile(
     if head_dim == 128 && causal {
         return Some(ht(192, 2, true, true));
     }
-    tiles.first().copied()
+    let first = *tiles.first()?;
+    if !causal && tiles.contains(&HOPPER_FP8_D64_NARROW) {
+        let cost = |t: &HopperTile, speed: f64| wave_cost(t, q_len, batch_heads, sm_count, speed);
+        if cost(&HOPPER_FP8_D64_NARROW, 1.0) <= cost(&first, HOPPER_FP8_192_ROW_SPEEDUP) {
+            return Some(HOPPER_FP8_D64_NARROW);
+        }
+    }
+    Some(first)
 }
+
+/// FP8's 128-row tile at D = 64 (two consumers, 128 keys, ping-pong and intra-warpgroup
+/// overlap), for non-causal grids whose 192-row blocks leave SMs idle. Run 324 (H200, µs,
+/// 192 rows / this / the same without ping-pong): 2,8,2048,64 54.8 / **46.3–46.7** / 47.7–47.8
+/// (our f16: 49.7); 2,8,1024,64 16.4 / **14.0** / 14.1–14.2; where 192-row blocks fill their
+/// waves they win: 4,16,4096,64 499.8–501.7 / 594–597 / 534–538, 4,8,2048,64 79.9–80.0 /
+/// 86.5–86.6, 1,16,8192,64 518.6–521.3 / 582–585. Causal launches keep 192 rows: 2,8,2048,64
+/// causal 40.5–40.8 / 41.9–42.1 (their longest-first order already evens the waves out).
+pub const HOPPER_FP8_D64_NARROW: HopperTile = ht(128, 2, true, true);
+
+/// Per-row speed of FP8's 192-row tile over [`HOPPER_FP8_D64_NARROW`] at D = 64, for the wave
+/// model of [`hopper_fp8_default_tile`]: run 324's 4,16,4096,64 (11 waves of 192-row blocks in
+/// 500.8 µs, 16 of 128 rows in 595.8) gives 1.23, rounded down. It picks the faster tile on
+/// every shape run 324 timed.
+const HOPPER_FP8_192_ROW_SPEEDUP: f64 = 1.2;
 
 /// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile, the K and Vᵀ rings and V's
 /// landing stages (four, or two where four do not fit), which the producer transposes into the

@@ -1075,6 +1075,25 @@ mod tests {
         }
         let t = catalog::hopper_fp8_default_tile(256, 512, false, 8, 132).unwrap();
         assert!(!t.kv_split, "{}", t.name());
+        // D = 64's wave model: the faster tile on every shape run 324 timed.
+        for (b, h, s, causal, rows) in [
+            (2, 8, 2048, false, 128),
+            (2, 8, 1024, false, 128),
+            (4, 16, 4096, false, 192),
+            (4, 8, 2048, false, 192),
+            (1, 16, 8192, false, 192),
+            (2, 8, 2048, true, 192),
+            (4, 16, 4096, true, 192),
+        ] {
+            let t = catalog::hopper_fp8_default_tile(64, s, causal, b * h, 132).unwrap();
+            assert_eq!(
+                t.block_m(),
+                rows,
+                "{b},{h},{s},64 causal {causal}: {}",
+                t.name()
+            );
+            assert!(catalog::hopper_fp8_tiles(64).contains(&t));
+        }
         for d in catalog::HOPPER_FP8_HEAD_DIMS {
             for c in [false, true] {
                 for (q, bh) in [(4096, 64), (512, 8)] {
