@@ -911,8 +911,8 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
 /// → after, our f16 in the same run): 1,8,512,64 10.21 → 5.49 (f16 5.51), causal 10.41 →
 /// 5.62 (6.05); 2,8,512,64 10.26 → 5.60 (5.85); 1,8,512,128 11.55 → 7.44 (7.66), causal
 /// 9.88 → 7.44 (7.96); 2,8,512,128 11.92 → 7.88 (9.04), causal 10.29 → 7.73 (9.18).
-/// Non-causal D = 64 grids whose 192-row blocks would leave SMs idle run
-/// [`HOPPER_FP8_D64_NARROW`] (a wave model, as the f16/bf16 default's).
+/// D = 64 grids whose 192-row blocks would leave SMs idle run [`HOPPER_FP8_D64_NARROW`] (a
+/// wave model, as the f16/bf16 default's).
 pub fn hopper_fp8_default_tile(
     head_dim: usize,
     q_len: usize,
@@ -930,7 +930,7 @@ pub fn hopper_fp8_default_tile(
         return Some(ht(192, 2, true, true));
     }
     let first = *tiles.first()?;
-    if !causal && tiles.contains(&HOPPER_FP8_D64_NARROW) {
+    if tiles.contains(&HOPPER_FP8_D64_NARROW) {
         let cost = |t: &HopperTile, speed: f64| wave_cost(t, q_len, batch_heads, sm_count, speed);
         if cost(&HOPPER_FP8_D64_NARROW, 1.0) <= cost(&first, HOPPER_FP8_192_ROW_SPEEDUP) {
             return Some(HOPPER_FP8_D64_NARROW);
@@ -940,12 +940,14 @@ pub fn hopper_fp8_default_tile(
 }
 
 /// FP8's 128-row tile at D = 64 (two consumers, 128 keys, ping-pong and intra-warpgroup
-/// overlap), for non-causal grids whose 192-row blocks leave SMs idle. Run 324 (H200, µs,
-/// 192 rows / this / the same without ping-pong): 2,8,2048,64 54.8 / **46.3–46.7** / 47.7–47.8
-/// (our f16: 49.7); 2,8,1024,64 16.4 / **14.0** / 14.1–14.2; where 192-row blocks fill their
-/// waves they win: 4,16,4096,64 499.8–501.7 / 594–597 / 534–538, 4,8,2048,64 79.9–80.0 /
-/// 86.5–86.6, 1,16,8192,64 518.6–521.3 / 582–585. Causal launches keep 192 rows: 2,8,2048,64
-/// causal 40.5–40.8 / 41.9–42.1 (their longest-first order already evens the waves out).
+/// overlap), for grids whose 192-row blocks leave SMs idle. Run 324 (H200, µs, 192 rows /
+/// this / the same without ping-pong): 2,8,2048,64 54.8 / **46.3–46.7** / 47.7–47.8 (our f16:
+/// 49.7); 2,8,1024,64 16.4 / **14.0** / 14.1–14.2; where 192-row blocks fill their waves they
+/// win: 4,16,4096,64 499.8–501.7 / 594–597 / 534–538, 4,8,2048,64 79.9–80.0 / 86.5–86.6,
+/// 1,16,8192,64 518.6–521.3 / 582–585. Causal (run 325, grouped longest-first order, 192 rows
+/// / this): 2,8,2048,64 30.8 / **30.3–30.4**, 2,8,1024,64 17.2–17.3 / **13.4**, 4,16,4096,64
+/// **300.6–300.9** / 344.4, 1,16,8192,64 **254.8–255.4** / 312.7–314.5; the model misses
+/// 8,16,1024,64 (78.3–78.4 / 71.7–71.9), where it keeps 192 rows.
 pub const HOPPER_FP8_D64_NARROW: HopperTile = ht(128, 2, true, true);
 
 /// Per-row speed of FP8's 192-row tile over [`HOPPER_FP8_D64_NARROW`] at D = 64, for the wave

@@ -94,11 +94,18 @@ pub(crate) struct HopperSched {
 /// pairs at once thrashed the L2 (4,16,4096,128 475–496 → 542–555; 8,16,2048,128 273 → 424),
 /// and at D = 128 eight pairs did not gain (4,16,4096,128 488–501, 1,16,16384,128
 /// 1736 → 1775), so larger head dims and longer caches keep one pair at a time.
-pub(crate) fn causal_lpt_heads(bucket: usize, kv_len: usize) -> i32 {
+///
+/// FP8 launches (`elem_bytes` 1) take the same rule on their 1-byte K/V; until run 325 they
+/// ran one pair at a time everywhere, and the last pairs' longest blocks started in the
+/// second wave. Run 325 (H200, FP8 causal, µs, one pair → eight, 192-row / 128-row tile):
+/// 2,8,2048,64 40.8 → 30.8 / 41.9 → 30.3 (our f16: 31.4); 4,16,4096,64 317.3–318.1 →
+/// 300.6–300.9; 1,16,8192,64 294.5–295.1 → 254.8–255.4; 8,16,1024,64 72.5–72.8 → 71.7–71.9
+/// (128 rows); 2,8,1024,64 13.2 → 13.4 (128 rows, 1.5 % slower).
+pub(crate) fn causal_lpt_heads(bucket: usize, kv_len: usize, elem_bytes: usize) -> i32 {
     const GROUP: usize = 8;
     const PAIR_KV_BYTES: usize = 2 << 20;
-    // K and V of one pair, 2 bytes an element (the f16/bf16 entries; FP8 keeps one pair).
-    if bucket <= 64 && 2 * kv_len * bucket * 2 <= PAIR_KV_BYTES {
+    // K and V of one pair.
+    if bucket <= 64 && 2 * kv_len * bucket * elem_bytes <= PAIR_KV_BYTES {
         GROUP as i32
     } else {
         1
@@ -553,7 +560,7 @@ pub(crate) fn plan_hopper(
         &tile.name(),
     )?;
     if causal && flat_block_m == 0 {
-        sched.lpt_heads = causal_lpt_heads(bucket, s.kv_len());
+        sched.lpt_heads = causal_lpt_heads(bucket, s.kv_len(), 2);
     }
     let splits = match splits {
         Some(0) => {
@@ -1527,11 +1534,15 @@ mod tests {
 
     #[test]
     fn causal_lpt_groups_only_d64_tiles_whose_kv_fits_the_l2() {
-        assert_eq!(causal_lpt_heads(64, 4096), 8);
-        assert_eq!(causal_lpt_heads(64, 8192), 8);
-        assert_eq!(causal_lpt_heads(64, 16384), 1);
-        assert_eq!(causal_lpt_heads(32, 8192), 8);
-        assert_eq!(causal_lpt_heads(128, 4096), 1);
+        assert_eq!(causal_lpt_heads(64, 4096, 2), 8);
+        assert_eq!(causal_lpt_heads(64, 8192, 2), 8);
+        assert_eq!(causal_lpt_heads(64, 16384, 2), 1);
+        assert_eq!(causal_lpt_heads(32, 8192, 2), 8);
+        assert_eq!(causal_lpt_heads(128, 4096, 2), 1);
+        // FP8's 1-byte K/V: twice the keys in the same bytes.
+        assert_eq!(causal_lpt_heads(64, 16384, 1), 8);
+        assert_eq!(causal_lpt_heads(64, 32768, 1), 1);
+        assert_eq!(causal_lpt_heads(128, 4096, 1), 1);
         let plan = |causal, d| {
             let p = Problem::new(AttnShape::new(4, 16, 16, 4096, 4096, d).unwrap(), causal);
             plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None)
