@@ -662,8 +662,22 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             for (int n = 0; n < Cfg::kNA; ++n)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) acc_s[ma][n][r] = acc_dp[ma][n][r] = 0.f;
+        // Fragment addresses split by the swizzle (kSplitAddr). Every row phase A reads of Q
+        // and dO is ≡ lane (mod 8), so swz's XOR only mixes the lane's row bits into the chunk:
+        // chunk 2·kk + c is 2·(kk ^ rh) + (c ^ rl) with rl = lane & 1, rh = (lane >> 1) & 3.
+        // The lane's part is per query block, kk's is one XOR per k-step, and the n-tiles 16
+        // rows apart and the dO tile are immediate offsets (ncu, run 320: ~2.4 integer
+        // instructions per LDSM where each address was swz'd whole; FlashAttention-2's unrolled
+        // CuTe loops take immediates). K/V keep the whole swz: their base, live across the
+        // walk, spilled 8-32 bytes (quick compile). Run 321: −2.7 % at D = 64 causal, −2 % at
+        // D = 256 causal, −0.7 % at D = 256, but +1.2 % at D = 128 non-causal, which keeps the
+        // whole swz (and peels its first k-step instead, kPeel below).
+        constexpr bool kSplitAddr = DK != 128;
+        const uint32_t a_qo = smem_addr(tQ + (qa0 + (mi >> 1) * 8 + (lane & 7)) * DP) + (((mi ^ lane) & 1) << 4);
+        const int rh = (lane >> 1) & 3;
         auto phase_a_step = [&](int kk) {
             uint32_t ka[kMA][4], va[kMA][4];
+            const uint32_t x = static_cast<uint32_t>(kk ^ rh) << 5; // 2 chunks of 16 bytes
             const int achunk = 2 * kk + (lane >> 4);
 #pragma unroll
             for (int ma = 0; ma < kMA; ++ma) {
@@ -676,8 +690,13 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
                 const int qrow = qa0 + (n + (mi >> 1)) * 8 + (lane & 7);
                 const int chunk = 2 * kk + (mi & 1);
                 uint32_t bq[4], bo[4];
-                ldmatrix_x4(bq, smem_addr(tQ + swz<DP>(qrow, chunk)));
-                ldmatrix_x4(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
+                if constexpr (kSplitAddr) {
+                    ldmatrix_x4(bq, a_qo + x + n * 8 * DP * 2);
+                    ldmatrix_x4(bo, a_qo + x + (QSTAGES * BM * DP + n * 8 * DP) * 2);
+                } else {
+                    ldmatrix_x4(bq, smem_addr(tQ + swz<DP>(qrow, chunk)));
+                    ldmatrix_x4(bo, smem_addr(tdO + swz<DP>(qrow, chunk)));
+                }
 #pragma unroll
                 for (int ma = 0; ma < kMA; ++ma) {
                     Mma<T>::run(acc_s[ma][n], ka[ma], bq[0], bq[1]);
@@ -790,14 +809,24 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
 #pragma unroll
             for (int mq = 0; mq < kMQ; ++mq) {
                 const int achunk = 2 * (kMQ * mc + mq) + (mi & 1);
-                ldmatrix_x4_trans(da[mq], smem_addr(sdS + swz<PP>(arow, achunk)));
+                if constexpr (kSplitAddr && !FEATURES)
+                    ldmatrix_x4_trans(da[mq],
+                                      smem_addr(sdS + swz<PP>((mi >> 1) * 8 + (lane & 7), achunk)) + kk * 16 * PP * 2);
+                else
+                    ldmatrix_x4_trans(da[mq], smem_addr(sdS + swz<PP>(arow, achunk)));
             }
 #pragma unroll
             for (int n = 0; n < Cfg::kNC; n += 2) {
                 const int krow = 16 * kk + (mi & 1) * 8 + (lane & 7);
                 const int chunk = cc0 / 8 + n + (mi >> 1);
                 uint32_t bk[4];
-                ldmatrix_x4_trans(bk, smem_addr(sK + swz<DP>(krow, chunk)));
+                // The rows of both operands step by 16 per k-step, and 16 rows keep swz's XOR:
+                // under kSplitAddr the lane's addresses are loop-invariant plus kk times a row
+                // stride (plain entries; the general ones keep the whole swz, as in phase B).
+                if constexpr (kSplitAddr && !FEATURES)
+                    ldmatrix_x4_trans(bk, smem_addr(sK + swz<DP>((mi & 1) * 8 + (lane & 7), chunk)) + kk * 16 * DP * 2);
+                else
+                    ldmatrix_x4_trans(bk, smem_addr(sK + swz<DP>(krow, chunk)));
 #pragma unroll
                 for (int mq = 0; mq < kMQ; ++mq) {
                     Mma<T>::run(acc_dq[mq][n], da[mq], bk[0], bk[1]);
@@ -853,15 +882,26 @@ __device__ __forceinline__ void bwd_kernel(const T* __restrict__ q, const T* __r
             if (tid == 0) bwd_pass_turn(sem, turn);
         }
         // Phase B: dV_kg += Pᵀ·dO_i, dK_kg += dSᵀ·Q_i over this warp's columns.
+        // Pᵀ/dSᵀ rows are ≡ lane (mod 8) too: phase A's split of the swizzle (kSplitAddr), in
+        // the plain entries (the general ones, holding the features' state, spilled 20–56
+        // bytes with the base live across the walk; they keep the whole swz per load). dSᵀ
+        // follows Pᵀ in shared memory.
+        const uint32_t a_ps = smem_addr(sP + (16 * kMA * kg + (lane & 15)) * PP) + ((((lane >> 4) ^ lane) & 1) << 4);
 #pragma unroll Cfg::kUnrollBC
         for (int kk = 0; kk < BM / 16; ++kk) {
             uint32_t pa[kMA][4], sa[kMA][4];
+            const uint32_t x = static_cast<uint32_t>(kk ^ rh) << 5;
             const int achunk = 2 * kk + (lane >> 4);
 #pragma unroll
             for (int ma = 0; ma < kMA; ++ma) {
-                const int arow = 16 * (kMA * kg + ma) + (lane & 15);
-                ldmatrix_x4(pa[ma], smem_addr(sP + swz<PP>(arow, achunk)));
-                ldmatrix_x4(sa[ma], smem_addr(sdS + swz<PP>(arow, achunk)));
+                if constexpr (kSplitAddr && !FEATURES) {
+                    ldmatrix_x4(pa[ma], a_ps + x + ma * 16 * PP * 2);
+                    ldmatrix_x4(sa[ma], a_ps + x + (BN * PP + ma * 16 * PP) * 2);
+                } else {
+                    const int arow = 16 * (kMA * kg + ma) + (lane & 15);
+                    ldmatrix_x4(pa[ma], smem_addr(sP + swz<PP>(arow, achunk)));
+                    ldmatrix_x4(sa[ma], smem_addr(sdS + swz<PP>(arow, achunk)));
+                }
             }
             const int qrow = 16 * kk + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
