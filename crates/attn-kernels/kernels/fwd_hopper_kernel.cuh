@@ -75,21 +75,18 @@ struct HopperFwdLayout {
     static constexpr int kKBytes = BN * kSubTiles * kRowBytes; // one K stage
     static constexpr int kVBytes = FP8 ? DK * BN : kKBytes;    // one V (FP8: Vᵀ) stage
     static constexpr int kVRawBytes = FP8 ? kKBytes : 0;        // FP8: one V stage as TMA lands it
-    // FP8: V's landing stages, more than the ring's, so that a tile's V load is issued tiles
-    // before the transpose that needs it (run 189: with as many landing stages as ring stages,
-    // the load's latency sat between the transposes and the consumers waited); four, so that
-    // the stage index is a mask (a modulo by three cost the producer registers).
-    // Two where four do not fit (FP8 D = 128 with 224 keys).
     // KVSPLIT: per thread of a consumer warpgroup, its O accumulator (DK / 2 floats) and m, l
     // of its two rows, stored float-major so that both warpgroups' threads i meet at one
     // conflict-free address.
     static constexpr int kXFloats = KVSPLIT ? DK / 2 + 4 : 0;
-    static constexpr int kVRawStages = !FP8 ? 0
-                                       : kQBytes + STAGES * (kKBytes + kVBytes) + 4 * kVRawBytes + kXFloats * 128 * 4 +
-                                                 8 * (2 + 4 * STAGES + 8) + 1024 <=
-                                               232448
-                                           ? 4
-                                           : 2;
+    // FP8: V's landing stages, more than the ring's, so that a tile's V load is issued tiles
+    // before the transpose that needs it (run 189: with as many landing stages as ring stages,
+    // the load's latency sat between the transposes and the consumers waited); four, so that
+    // the stage index is a mask (a modulo by three cost the producer registers).
+    // Two where four do not fit (FP8 D = 128 with 224 keys), counting the exchange buffer.
+    static constexpr int kBytesWithFourLanding =
+        1024 + kQBytes + STAGES * (kKBytes + kVBytes) + 4 * kVRawBytes + kXFloats * 128 * 4 + 8 * (2 + 4 * STAGES + 8);
+    static constexpr int kVRawStages = !FP8 ? 0 : kBytesWithFourLanding <= 232448 ? 4 : 2;
     static constexpr int kVRawOffset = kQBytes + STAGES * (kKBytes + kVBytes);
     static constexpr int kXOffset = kVRawOffset + kVRawStages * kVRawBytes;
     static constexpr int kBarOffset = kXOffset + kXFloats * 128 * 4;

@@ -863,8 +863,8 @@ pub const fn hopper_smem_bytes(tile: &HopperTile, bucket: usize) -> usize {
 /// keys at D = 64, 192 keys at D = 128 (Vᵀ sub-tiles of 64-byte swizzle spans,
 /// kernels/fp8_vt_smem.cuh), and the same with ping-pong for causal launches there; 96 keys
 /// with ping-pong at D = 256 (32-byte spans); at D = 64 also [`HOPPER_FP8_D64_NARROW`] (128
-/// rows), and at D = 64 and 128 the f16/bf16 key-split tiles, which small grids take. Only the tiles a launch selects are built: the
-/// sweeps' losers (128 keys with and without overlap, ping-pong or a third stage, 192 keys on
+/// rows), and at D = 64 and 128 the f16/bf16 key-split tiles, which small grids take. Only
+/// the tiles a launch selects are built: the sweeps' losers (128 keys with and without overlap, ping-pong or a third stage, 192 keys on
 /// two warpgroups at D = 64, FlashAttention-3's 224 at D = 128, 64 keys and 96 without
 /// ping-pong at D = 256; runs 191–195 and 222, docs/PERF.md) cost CI's 2-core build about a
 /// minute and a half and no launch ran them (`git log -S "ht(224, 2, false, true)"` finds the
