@@ -95,7 +95,7 @@ pub(crate) struct HopperSched {
 /// and at D = 128 eight pairs did not gain (4,16,4096,128 488–501, 1,16,16384,128
 /// 1736 → 1775), so larger head dims and longer caches keep one pair at a time.
 ///
-/// FP8 launches (`elem_bytes` 1) take the same rule on their 1-byte K/V, at D = 128 too;
+/// FP8 launches (`elem_bytes` 1) take the same rule on their 1-byte K/V at every head dim;
 /// until run 325 they ran one pair at a time everywhere, and the last pairs' longest blocks
 /// started in the second wave. Run 325 (H200, FP8 causal, µs, one pair → eight, 192-row /
 /// 128-row tile): 2,8,2048,64 40.8 → 30.8 / 41.9 → 30.3 (our f16: 31.4); 4,16,4096,64
@@ -103,11 +103,12 @@ pub(crate) struct HopperSched {
 /// → 71.7–71.9 (128 rows); 2,8,1024,64 13.2 → 13.4 (128 rows, 1.5 % slower). Run 328 (D =
 /// 128, the 192-key ping-pong tile): 4,16,4096,128 403.3–404.6 → 390.7–391.2, 2,8,2048,128
 /// 47.5–47.6 → 35.4–35.5, 8,16,2048,128 242.4–242.8 → 237.0–237.7, 2,16,8192,128 716.8–716.9
-/// → 689.4–694.3. D = 256 (FP8's 96-key tile) is not timed and keeps one pair.
+/// → 689.4–694.3. Run 329 (D = 256, the 96-key ping-pong tile): 4,16,4096,256 672.8–672.9 →
+/// 646.6, 2,16,4096,256 349.3–349.7 → 325.7–326.7 (1,16,8192,256's 4 MiB pairs stay single).
 pub(crate) fn causal_lpt_heads(bucket: usize, kv_len: usize, elem_bytes: usize) -> i32 {
     const GROUP: usize = 8;
     const PAIR_KV_BYTES: usize = 2 << 20;
-    let timed = bucket <= 64 || elem_bytes == 1 && bucket <= 128;
+    let timed = bucket <= 64 || elem_bytes == 1;
     // K and V of one pair.
     if timed && 2 * kv_len * bucket * elem_bytes <= PAIR_KV_BYTES {
         GROUP as i32
@@ -1549,7 +1550,9 @@ mod tests {
         assert_eq!(causal_lpt_heads(128, 4096, 1), 8);
         assert_eq!(causal_lpt_heads(128, 8192, 1), 8);
         assert_eq!(causal_lpt_heads(128, 16384, 1), 1);
-        assert_eq!(causal_lpt_heads(256, 2048, 1), 1);
+        assert_eq!(causal_lpt_heads(256, 4096, 1), 8);
+        assert_eq!(causal_lpt_heads(256, 8192, 1), 1);
+        assert_eq!(causal_lpt_heads(256, 2048, 2), 1);
         let plan = |causal, d| {
             let p = Problem::new(AttnShape::new(4, 16, 16, 4096, 4096, d).unwrap(), causal);
             plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None)
