@@ -710,12 +710,18 @@ pub fn hopper_debug_tile(bucket: usize) -> Option<HopperTile> {
 }
 
 /// Per-row speed of the 192-row ping-pong tile over the 128-row small-grid tile at D = 64, for
-/// the wave model of [`hopper_default_tile`]: measured against the three-stage tile (H100,
+/// the grid model of [`hopper_default_tile`]: measured against the three-stage tile (H100,
 /// 4,16,4096,64 f16: 537 vs 621–635 µs, docs/PERF.md run 23), rounded down. The small-grid
 /// tile is now the 128-row ping-pong tile, 5–9 % faster than the three-stage one; with 1.15
 /// the model still picks the faster tile on every shape run 138 timed (the seed shapes and
-/// 8,16,1024,64, where 192 rows win: 96.8 against 104.8 µs), so it stays.
-const HOPPER_192_ROW_SPEEDUP: f64 = 1.15;
+/// 8,16,1024,64, where 192 rows win: 96.8 against 104.8 µs). Under the grid model's causal
+/// makespans 1.15 put 1,16,4096,64 and 2,8,4096,64 causal a hair on the 128-row side (1.003),
+/// where run 331 (H200, f16, µs, 192 / 128 rows) timed 95.5–95.9 / 97.0–97.2 and 95.7–96.1 /
+/// 96.2–97.1; 1.2 picks 192 there and no other timed shape moves. Run 331's causal shapes
+/// where both models pick 128 rows: 8,16,1024 81.8 / 74.4–75.0, 4,16,1024 47.1–47.4 /
+/// 42.5–42.7, 16,32,1024 295.6–295.9 / 266.7–266.9, 1,16,1536 27.4 / 22.4–22.5 (the wave model
+/// kept 192 on all four).
+const HOPPER_192_ROW_SPEEDUP: f64 = 1.2;
 
 /// The non-causal D = 128 default above [`HOPPER_WIDE_MIN_KEYS`] keys: 176 keys per stage,
 /// ping-pong and intra-warpgroup overlap.
@@ -785,7 +791,8 @@ fn kv_split_pays(q_len: usize, batch_heads: usize, sm_count: usize) -> bool {
 /// tile ([`hopper_kv_split_tile`], D ≤ 64 and D = 128) when a grid of 128-row blocks would
 /// fill at most half the SMs (run 166–167; past that bound it lost, 4,8,512,64 9.6 → 12.7 µs);
 /// else the bucket's default, except that at D ≤ 64 the 192-row default gives way to the
-/// 128-row ping-pong tile when a wave model says its grid finishes first (the three-stage tile until run 138, f16, µs:
+/// 128-row ping-pong tile when a grid model (`grid_cost`: waves without a mask, longest-first
+/// scheduling of the diagonal's blocks with one) says its grid finishes first (the three-stage tile until run 138, f16, µs:
 /// 1,8,512,64 8.7–8.8 → 8.2, causal 9.3–9.4 → 8.4–8.5, 2,8,2048,64 52.5 → 49.8–50.0, causal
 /// 47.3–47.4 → 43.3–43.7). One CTA runs per SM for both (registers), so
 /// time ∝ waves × rows per CTA ÷ per-row speed; small grids (S = 512, or 2×8×2048) lose to
@@ -825,7 +832,8 @@ pub fn hopper_default_tile(
     let (Some(narrow), 3) = (narrow, first.consumers) else {
         return Some(first);
     };
-    let cost = |t: &HopperTile, speed: f64| wave_cost(t, q_len, batch_heads, sm, speed);
+    let cost =
+        |t: &HopperTile, speed: f64| grid_cost(t, q_len, kv_len, causal, batch_heads, sm, speed);
     Some(
         if cost(&narrow, 1.0) <= cost(&first, HOPPER_192_ROW_SPEEDUP) {
             narrow
@@ -835,11 +843,65 @@ pub fn hopper_default_tile(
     )
 }
 
-/// The wave model of [`hopper_default_tile`] and [`hopper_fp8_default_tile`]: one CTA per SM,
-/// so a launch's time ∝ waves × rows per CTA ÷ per-row `speed`.
-fn wave_cost(t: &HopperTile, q_len: usize, batch_heads: usize, sm: usize, speed: f64) -> f64 {
-    let ctas = q_len.div_ceil(t.block_m()) * batch_heads;
-    ctas.div_ceil(sm.max(1)) as f64 * t.block_m() as f64 / speed
+/// The grid model of [`hopper_default_tile`] and [`hopper_fp8_default_tile`]: one CTA per SM,
+/// a CTA's time ∝ its rows × the keys it visits ÷ the tile's per-row `speed`, and CTAs taken
+/// longest first by whichever SM frees first (the causal launches' order, `causal_lpt_heads`),
+/// so a launch's time is that greedy schedule's makespan. Without a mask every CTA is alike
+/// and this is waves × rows ÷ speed, the wave model it replaced; with one it also counts that
+/// the diagonal's short blocks fill the last wave's gaps, where the wave model counted each
+/// block as a whole one (it kept 192 rows at FP8 8,16,1024,64 causal, 9 % slower, run 325).
+fn grid_cost(
+    t: &HopperTile,
+    q_len: usize,
+    kv_len: usize,
+    causal: bool,
+    batch_heads: usize,
+    sm: usize,
+    speed: f64,
+) -> f64 {
+    let bm = t.block_m();
+    let blocks = q_len.div_ceil(bm);
+    // Block i's keys, bottom-right aligned (the top-left alignment's are as many or fewer
+    // per block, in the same order), longest first: block i of `blocks` has batch_heads CTAs.
+    let keys = |i: usize| {
+        if causal {
+            (kv_len + (i + 1) * bm).saturating_sub(q_len).min(kv_len)
+        } else {
+            kv_len
+        }
+    };
+    lpt_makespan(
+        (0..blocks)
+            .rev()
+            .map(|i| ((bm * keys(i)) as f64 / speed, batch_heads)),
+        sm.max(1),
+    )
+}
+
+/// The makespan of greedy longest-first list scheduling (Graham 1969) of `groups` — (length,
+/// count) in non-increasing length — on `machines` identical machines. Machines are kept as
+/// load levels (load, how many), so a group costs one step per level it fills, not one per item.
+fn lpt_makespan(groups: impl Iterator<Item = (f64, usize)>, machines: usize) -> f64 {
+    let mut levels: Vec<(f64, usize)> = vec![(0.0, machines)];
+    for (len, mut n) in groups {
+        while n > 0 {
+            let (load, free) = levels[0];
+            let k = free.min(n);
+            if k == free {
+                levels.remove(0);
+            } else {
+                levels[0].1 -= k;
+            }
+            let to = load + len;
+            let at = levels.partition_point(|l| l.0 < to);
+            match levels.get_mut(at) {
+                Some(l) if l.0 == to => l.1 += k,
+                _ => levels.insert(at, (to, k)),
+            }
+            n -= k;
+        }
+    }
+    levels.last().map_or(0.0, |l| l.0)
 }
 
 /// Dynamic shared memory of a Hopper CTA: 1 KiB alignment slack, the Q tile, the K and V
@@ -879,7 +941,7 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
         HOPPER_KV_SPLIT_128,
     ];
     // D = 64: three consumer warpgroups (O 32 and S 64 registers fit 160).
-    // Then the 128-row tile of grids whose 192-row blocks leave SMs idle (the wave model of
+    // Then the 128-row tile of grids whose 192-row blocks leave SMs idle (the grid model of
     // `hopper_fp8_default_tile`), and the key-split tile.
     const D64: [HopperTile; 3] = [
         ht3(128, 2, false, true),
@@ -911,11 +973,12 @@ pub fn hopper_fp8_tiles(head_dim: usize) -> &'static [HopperTile] {
 /// → after, our f16 in the same run): 1,8,512,64 10.21 → 5.49 (f16 5.51), causal 10.41 →
 /// 5.62 (6.05); 2,8,512,64 10.26 → 5.60 (5.85); 1,8,512,128 11.55 → 7.44 (7.66), causal
 /// 9.88 → 7.44 (7.96); 2,8,512,128 11.92 → 7.88 (9.04), causal 10.29 → 7.73 (9.18).
-/// D = 64 grids whose 192-row blocks would leave SMs idle run [`HOPPER_FP8_D64_NARROW`] (a
-/// wave model, as the f16/bf16 default's).
+/// D = 64 grids whose 192-row blocks would leave SMs idle run [`HOPPER_FP8_D64_NARROW`] (the
+/// f16/bf16 default's grid model, `grid_cost`).
 pub fn hopper_fp8_default_tile(
     head_dim: usize,
     q_len: usize,
+    kv_len: usize,
     causal: bool,
     batch_heads: usize,
     sm_count: usize,
@@ -931,7 +994,9 @@ pub fn hopper_fp8_default_tile(
     }
     let first = *tiles.first()?;
     if tiles.contains(&HOPPER_FP8_D64_NARROW) {
-        let cost = |t: &HopperTile, speed: f64| wave_cost(t, q_len, batch_heads, sm_count, speed);
+        let cost = |t: &HopperTile, speed: f64| {
+            grid_cost(t, q_len, kv_len, causal, batch_heads, sm_count, speed)
+        };
         if cost(&HOPPER_FP8_D64_NARROW, 1.0) <= cost(&first, HOPPER_FP8_192_ROW_SPEEDUP) {
             return Some(HOPPER_FP8_D64_NARROW);
         }
@@ -946,8 +1011,9 @@ pub fn hopper_fp8_default_tile(
 /// win: 4,16,4096,64 499.8–501.7 / 594–597 / 534–538, 4,8,2048,64 79.9–80.0 / 86.5–86.6,
 /// 1,16,8192,64 518.6–521.3 / 582–585. Causal (run 325, grouped longest-first order, 192 rows
 /// / this): 2,8,2048,64 30.8 / **30.3–30.4**, 2,8,1024,64 17.2–17.3 / **13.4**, 4,16,4096,64
-/// **300.6–300.9** / 344.4, 1,16,8192,64 **254.8–255.4** / 312.7–314.5; the model misses
-/// 8,16,1024,64 (78.3–78.4 / 71.7–71.9), where it keeps 192 rows.
+/// **300.6–300.9** / 344.4, 1,16,8192,64 **254.8–255.4** / 312.7–314.5; the wave model missed
+/// 8,16,1024,64 (78.3–78.4 / 71.7–71.9), where the wave model kept 192 rows and the grid
+/// model (`grid_cost`) takes 128.
 pub const HOPPER_FP8_D64_NARROW: HopperTile = ht(128, 2, true, true);
 
 /// Per-row speed of FP8's 192-row tile over [`HOPPER_FP8_D64_NARROW`] at D = 64, for the wave
@@ -2035,6 +2101,58 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                 );
             }
             Some(s)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_cost_is_the_wave_model_without_a_mask_and_counts_the_diagonal_with_one() {
+        let t = HOPPER_128_PINGPONG;
+        // 4 × 16 × 32 blocks of 128 rows on 132 SMs: 16 waves.
+        assert_eq!(
+            grid_cost(&t, 4096, 4096, false, 64, 132, 1.0),
+            (16 * 128 * 4096) as f64
+        );
+        // Causal, one pair of 32 blocks on 132 SMs: every block has its own SM, so the
+        // longest (all 4096 keys) sets the time.
+        assert_eq!(
+            grid_cost(&t, 4096, 4096, true, 1, 132, 1.0),
+            (128 * 4096) as f64
+        );
+        // Two SMs, lengths 4, 3, 2, 1: longest first gives {4, 1} and {3, 2}, makespan 5.
+        let groups = [(4.0, 1), (3.0, 1), (2.0, 1), (1.0, 1)];
+        assert_eq!(lpt_makespan(groups.into_iter(), 2), 5.0);
+        // Equal items fill level by level: 5 items of 1 on 2 machines end at 3.
+        assert_eq!(lpt_makespan([(1.0, 5)].into_iter(), 2), 3.0);
+        assert_eq!(lpt_makespan(std::iter::empty(), 4), 0.0);
+    }
+
+    #[test]
+    fn d64_default_takes_the_tile_run_331_timed_faster() {
+        // (batch, heads, S, causal, rows of the faster tile); f16, 132 SMs.
+        for (b, h, s, causal, rows) in [
+            (8, 16, 1024, true, 128),
+            (4, 16, 1024, true, 128),
+            (16, 32, 1024, true, 128),
+            (1, 16, 1536, true, 128),
+            (1, 16, 4096, true, 192),
+            (2, 8, 4096, true, 192),
+            (4, 16, 4096, true, 192),
+            // Run 138: 96.8 against 104.8 µs without a mask.
+            (8, 16, 1024, false, 192),
+            (4, 16, 4096, false, 192),
+        ] {
+            let t = hopper_default_tile(64, s, s, causal, b * h, 132).unwrap();
+            assert_eq!(
+                t.block_m(),
+                rows,
+                "{b},{h},{s},64 causal {causal}: {}",
+                t.name()
+            );
         }
     }
 }
