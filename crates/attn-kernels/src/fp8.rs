@@ -1080,8 +1080,7 @@ mod tests {
         }
         let t = catalog::hopper_fp8_default_tile(256, 512, 512, false, 8, 132).unwrap();
         assert!(!t.kv_split, "{}", t.name());
-        // D = 64's wave model: the faster tile on the shapes runs 324 and 325 timed (but
-        // 8,16,1024,64 causal, where 128 rows were 8 % faster).
+        // D = 64's grid model: the faster tile on every shape runs 324, 325 and 331 timed.
         for (b, h, s, causal, rows) in [
             (2, 8, 2048, false, 128),
             (2, 8, 1024, false, 128),
