@@ -1018,10 +1018,10 @@ pub fn hopper_fp8_default_tile(
 /// model (`grid_cost`) takes 128.
 pub const HOPPER_FP8_D64_NARROW: HopperTile = ht(128, 2, true, true);
 
-/// Per-row speed of FP8's 192-row tile over [`HOPPER_FP8_D64_NARROW`] at D = 64, for the wave
+/// Per-row speed of FP8's 192-row tile over [`HOPPER_FP8_D64_NARROW`] at D = 64, for the grid
 /// model of [`hopper_fp8_default_tile`]: run 324's 4,16,4096,64 (11 waves of 192-row blocks in
 /// 500.8 µs, 16 of 128 rows in 595.8) gives 1.23, rounded down. It picks the faster tile on
-/// every shape run 324 timed.
+/// every shape runs 324, 325 and 331 timed.
 const HOPPER_FP8_192_ROW_SPEEDUP: f64 = 1.2;
 
 /// Dynamic shared memory of a Hopper FP8 CTA: slack, the Q tile, the K and Vᵀ rings and V's
