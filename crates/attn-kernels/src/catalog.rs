@@ -2133,6 +2133,29 @@ mod tests {
         assert_eq!(lpt_makespan(std::iter::empty(), 4), 0.0);
     }
 
+    proptest::proptest! {
+        /// The level walk is greedy longest-first scheduling: the same makespan as assigning
+        /// each item in turn to a least-loaded machine (integer lengths, so loads compare
+        /// exactly).
+        #[test]
+        fn lpt_makespan_matches_item_by_item_scheduling(
+            machines in 1usize..20,
+            mut groups in proptest::collection::vec((0u32..50, 1usize..40), 0..12),
+        ) {
+            groups.sort_by(|a, b| b.0.cmp(&a.0));
+            let mut loads = vec![0u64; machines];
+            for &(len, n) in &groups {
+                for _ in 0..n {
+                    let least = (0..machines).min_by_key(|&m| loads[m]).unwrap_or(0);
+                    loads[least] += u64::from(len);
+                }
+            }
+            let want = loads.iter().copied().max().unwrap_or(0) as f64;
+            let got = lpt_makespan(groups.iter().map(|&(len, n)| (f64::from(len), n)), machines);
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
     #[test]
     fn d64_default_takes_the_tile_run_331_timed_faster() {
         // (batch, heads, S, causal, rows of the faster tile); f16, 132 SMs.
