@@ -2142,7 +2142,7 @@ mod tests {
             machines in 1usize..20,
             mut groups in proptest::collection::vec((0u32..50, 1usize..40), 0..12),
         ) {
-            groups.sort_by(|a, b| b.0.cmp(&a.0));
+            groups.sort_by_key(|g| std::cmp::Reverse(g.0));
             let mut loads = vec![0u64; machines];
             for &(len, n) in &groups {
                 for _ in 0..n {
