@@ -794,8 +794,8 @@ fn kv_split_pays(q_len: usize, batch_heads: usize, sm_count: usize) -> bool {
 /// 128-row ping-pong tile when a grid model (`grid_cost`: waves without a mask, longest-first
 /// scheduling of the diagonal's blocks with one) says its grid finishes first (the three-stage tile until run 138, f16, µs:
 /// 1,8,512,64 8.7–8.8 → 8.2, causal 9.3–9.4 → 8.4–8.5, 2,8,2048,64 52.5 → 49.8–50.0, causal
-/// 47.3–47.4 → 43.3–43.7). One CTA runs per SM for both (registers), so
-/// time ∝ waves × rows per CTA ÷ per-row speed; small grids (S = 512, or 2×8×2048) lose to
+/// 47.3–47.4 → 43.3–43.7). One CTA runs per SM for both (registers), so without a mask
+/// time ∝ waves × rows per CTA ÷ per-row speed (with one, `grid_cost`'s makespan); small grids (S = 512, or 2×8×2048) lose to
 /// wave quantization with 192 rows (run 24: 1.03× cuDNN's time at S = 512 against 0.88×
 /// with 128 rows in run 5).
 ///
