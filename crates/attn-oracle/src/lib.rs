@@ -48,7 +48,7 @@ pub use compare::{
 };
 pub use pattern::{Alternative, Axis, ErrorPattern, HeadMatch, ScaleKind, Stage, Suspect};
 pub use tiles::{compare_tiles, TileDiff, TileReport, TileTolerance};
-pub use tolerance::{Caps, Storage, ToleranceRule, Verdict};
+pub use tolerance::{Caps, GradientWorst, Storage, ToleranceRule, Verdict};
 
 /// Errors of the oracle: bad input sizes or options, and I/O while writing artifacts.
 #[derive(Debug, thiserror::Error)]

@@ -41,6 +41,23 @@ impl Storage {
         }
     }
 
+    /// The spacing of the storage type's values at `x` (one ulp): `2^(e − m)` with `e` the
+    /// binary exponent of `|x|` (clamped to the smallest normal's, so subnormals share its
+    /// spacing) and `m` the mantissa bits (10, 7, 3).
+    pub fn ulp(self, x: f64) -> f64 {
+        let (mantissa, min_exp) = match self {
+            Storage::F16 => (10, -14),
+            Storage::Bf16 => (7, -126),
+            Storage::Fp8E4m3 => (3, -6),
+        };
+        let e = if x == 0.0 || !x.is_finite() {
+            min_exp
+        } else {
+            (x.abs().log2().floor() as i32).max(min_exp)
+        };
+        2f64.powi(e - mantissa)
+    }
+
     /// The CLI spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -203,6 +220,7 @@ impl ToleranceRule {
             emu_max_abs: emu.max_abs,
             out_rel_l2: out.rel_l2,
             lse_max_abs,
+            worst: None,
         }
     }
 }
@@ -235,6 +253,7 @@ impl ToleranceRule {
             out_l2
         };
         let bound = self.bound(emu_max);
+        let worst = self.worst_element(out, emu, reference);
         let mut reasons = Vec::new();
         if out.len() != reference.len() || emu.len() != reference.len() {
             reasons.push(format!(
@@ -279,8 +298,65 @@ impl ToleranceRule {
             emu_max_abs: emu_max,
             out_rel_l2: rel,
             lse_max_abs: None,
+            worst,
         }
     }
+
+    /// Where `out` is furthest from the reference, and how far `out` and the emulation are
+    /// apart in the storage type's ulps: the evidence that tells an unlucky rounding (out
+    /// and emu one ulp apart where the true value sits near a rounding boundary) from an
+    /// error source the emulation does not model (several ulps apart).
+    fn worst_element(&self, out: &[f32], emu: &[f32], reference: &[f64]) -> Option<GradientWorst> {
+        let mut worst: Option<(usize, f64)> = None;
+        let (mut ulps, mut ulps_at, mut differ) = (0.0f64, 0usize, 0usize);
+        for (i, ((&o, &e), &r)) in out.iter().zip(emu).zip(reference).enumerate() {
+            let (o, e) = (f64::from(o), f64::from(e));
+            if !(o.is_finite() && e.is_finite() && r.is_finite()) {
+                continue;
+            }
+            let err = (o - r).abs();
+            if worst.is_none_or(|(_, w)| err > w) {
+                worst = Some((i, err));
+            }
+            if o != e {
+                differ += 1;
+                let apart = (o - e).abs() / self.storage.ulp(e.abs().max(o.abs()));
+                if apart > ulps {
+                    (ulps, ulps_at) = (apart, i);
+                }
+            }
+        }
+        let (index, _) = worst?;
+        Some(GradientWorst {
+            index,
+            out: f64::from(out[index]),
+            emu: f64::from(emu[index]),
+            reference: reference[index],
+            out_emu_differ: differ,
+            out_emu_max_ulps: ulps,
+            out_emu_max_ulps_index: ulps_at,
+        })
+    }
+}
+
+/// The element of a gradient furthest from the reference, and how the kernel's output
+/// differs from the emulation's overall (see [`Verdict::worst`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GradientWorst {
+    /// Flat index of `max|out − ref|`.
+    pub index: usize,
+    /// The kernel's value there.
+    pub out: f64,
+    /// The emulation's value there.
+    pub emu: f64,
+    /// The f64 reference there.
+    pub reference: f64,
+    /// How many elements the kernel and the emulation disagree on.
+    pub out_emu_differ: usize,
+    /// The largest `|out − emu|` in ulps of the storage type (at the larger magnitude).
+    pub out_emu_max_ulps: f64,
+    /// Where that largest disagreement is.
+    pub out_emu_max_ulps_index: usize,
 }
 
 /// Standard deviations of rounding noise that [`ToleranceRule::check_row_sum_gradient`]
@@ -352,6 +428,7 @@ impl ToleranceRule {
                 err2.sqrt()
             },
             lse_max_abs: None,
+            worst: None,
         }
     }
 }
@@ -373,6 +450,9 @@ pub struct Verdict {
     pub out_rel_l2: f64,
     /// LSE max abs, when checked.
     pub lse_max_abs: Option<f64>,
+    /// For gradients ([`ToleranceRule::check_gradient`]): the worst element and the kernel's
+    /// distance from the emulation; `None` for the other checks.
+    pub worst: Option<GradientWorst>,
 }
 
 impl fmt::Display for Verdict {
@@ -388,6 +468,19 @@ impl fmt::Display for Verdict {
         )?;
         for r in &self.reasons {
             writeln!(f, "  - {r}")?;
+        }
+        if let (false, Some(w)) = (self.pass, &self.worst) {
+            writeln!(
+                f,
+                "  - worst at [{}]: out {}, emu {}, ref {}; out and emu differ at {} elements, by at most {:.2} ulps (at [{}])",
+                w.index,
+                sci(w.out),
+                sci(w.emu),
+                sci(w.reference),
+                w.out_emu_differ,
+                w.out_emu_max_ulps,
+                w.out_emu_max_ulps_index
+            )?;
         }
         Ok(())
     }
@@ -457,6 +550,32 @@ mod gradient_tests {
         let mut nan = good.clone();
         nan[2] = f32::NAN;
         assert!(!rule.check_gradient(&nan, &emu, &reference).pass);
+    }
+
+    #[test]
+    fn a_failed_gradient_names_its_worst_element_and_the_ulps_between_out_and_emu() {
+        let rule = ToleranceRule::for_storage(Storage::F16);
+        // f16 spacing is 2⁻¹⁰ in [1, 2) and 2⁻⁸ in [4, 8).
+        assert_eq!(Storage::F16.ulp(1.5), 2f64.powi(-10));
+        assert_eq!(Storage::F16.ulp(-5.0), 2f64.powi(-8));
+        assert_eq!(Storage::F16.ulp(1e-7), 2f64.powi(-24));
+        assert_eq!(Storage::Bf16.ulp(3.0), 2f64.powi(-6));
+        let reference = vec![1.0f64, 2.5, 4.5];
+        let emu = vec![1.0f32, 2.5, 4.5];
+        // Element 1 is off by 4 f16 ulps ([2, 4): 2⁻⁹ each), element 2 by one ([4, 8): 2⁻⁸).
+        let out = vec![1.0f32, 2.5 + 4.0 * 2f32.powi(-9), 4.5 + 2f32.powi(-8)];
+        let v = rule.check_gradient(&out, &emu, &reference);
+        assert!(!v.pass, "{v}");
+        let w = v
+            .worst
+            .as_ref()
+            .expect("a gradient verdict has its worst element");
+        assert_eq!(
+            (w.index, w.out_emu_differ, w.out_emu_max_ulps_index),
+            (1, 2, 1)
+        );
+        assert!((w.out_emu_max_ulps - 4.0).abs() < 1e-9, "{w:?}");
+        assert!(v.to_string().contains("worst at [1]"), "{v}");
     }
 
     #[test]

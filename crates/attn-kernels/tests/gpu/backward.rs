@@ -129,10 +129,33 @@ fn check_backward_on<T: StorageType + attn_ref::Element>(
     if errs.is_empty() {
         Ok(got.info)
     } else {
+        let (qd, kd) = (attn_kernels::dims_q(shape), attn_kernels::dims_kv(shape));
+        let lse_dims = [shape.batch(), shape.q_heads(), shape.q_len()];
+        dump_failing_case(
+            &format!(
+                "backward_{seed}_{}{}",
+                got.info.kernel,
+                if options.deterministic { "_det" } else { "" }
+            ),
+            &[
+                ("q", &qd, &to_f32s(&q)),
+                ("k", &kd, &to_f32s(&k)),
+                ("v", &kd, &to_f32s(&v)),
+                ("do", &qd, &to_f32s(&d_o)),
+                ("o", &qd, &got.o),
+                ("lse", &lse_dims, &got.lse),
+                ("dq", &qd, &dq),
+                ("dk", &kd, &dk),
+                ("dv", &kd, &dv),
+            ],
+        );
         Err(format!(
-            "{shape:?} {:?} {storage:?} {layout} {:?} seed {seed}:\n{}",
+            "{shape:?} {:?} {storage:?} {layout} {:?} deterministic {} {:?} on {} seed {seed}:\n{}",
             p.causal(),
             options.engine,
+            options.deterministic,
+            p.features(),
+            got.info.kernel,
             errs.join("")
         ))
     }

@@ -78,6 +78,37 @@ fn fresh_seed() -> u64 {
     rand::rng().random()
 }
 
+/// Writes a failing case's tensors as f32 `.npy` files into `$ATTN_TEST_DUMP_DIR/<case>/`
+/// when that variable is set, so the failure can be replayed and dissected on the CPU
+/// (`xtask reference` reads the same files). Does nothing otherwise; a dump that cannot be
+/// written is reported on stderr and does not change the test's verdict.
+fn dump_failing_case(case: &str, tensors: &[(&str, &[usize], &[f32])]) {
+    let Ok(root) = std::env::var("ATTN_TEST_DUMP_DIR") else {
+        return;
+    };
+    let dir = std::path::Path::new(&root).join(case);
+    let write = || -> std::io::Result<()> {
+        use npyz::WriterBuilder;
+        std::fs::create_dir_all(&dir)?;
+        for &(name, shape, data) in tensors {
+            let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+            let file = std::fs::File::create(dir.join(format!("{name}.npy")))?;
+            let mut w = npyz::WriteOptions::<f32>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(std::io::BufWriter::new(file))
+                .begin_nd()?;
+            w.extend(data.iter().copied())?;
+            w.finish()?;
+        }
+        Ok(())
+    };
+    match write() {
+        Ok(()) => eprintln!("dumped {case} into {}", dir.display()),
+        Err(e) => eprintln!("could not dump {case} into {}: {e}", dir.display()),
+    }
+}
+
 fn randn<T: StorageType>(rng: &mut StdRng, n: usize) -> Vec<T> {
     (0..n)
         .map(|_| T::from_f32(rng.sample::<f32, _>(StandardNormal)))
