@@ -102,6 +102,80 @@ pub struct RefGrads {
     /// dL/d(sink logit), `[Hq]`, summed over the batch and the rows; `None` when the
     /// problem has no attention sinks.
     pub dsinks: Option<Vec<f64>>,
+    /// The emulation's rounding ties ([`backward_emulated_with`]); `None` from the exact
+    /// reference.
+    pub ties: Option<TieSpread>,
+}
+
+/// Where the emulation's dQ, dK and dV can lie when its rounding ties go the other way.
+///
+/// A value that the emulation rounds to the storage type (P before `dV += Pᵀ·dO`, dS before
+/// `dK += dSᵀ·Q` and `dQ += dS·K`) is a *tie* when it lies closer to the midpoint between
+/// its two storage neighbours than the f32 error of the arithmetic that produced it: the
+/// first-order bound `u·Σ|terms|` (u = 2⁻²⁴, Cauchy–Schwarz for the dot products of S, dP
+/// and Δ, and the exponent's error for P). A kernel whose f32 sums run in another order
+/// (every tensor-core kernel) may round such a value to the other neighbour, and be as
+/// accurate as the emulation: both are half an ulp from the exact value. Where one score
+/// dominates an output (a row that sees a few keys, a large softcap gain), that single flip
+/// moves the output by up to an ulp of its own, which the FA3 rule's 2× margin over the
+/// emulation's lucky draw need not cover (the 99 KiB tile's f16 softcap case of runs 326,
+/// 327 and 335: one dS tie at row 91, key 0 reproduces the kernel's dK row exactly).
+///
+/// `lo` and `hi` are each output's extremes over every resolution of its ties (each tie's
+/// alternative added where it lowers, resp. raises, the f32 sum), rounded like the output;
+/// the emulation's own value lies between them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TieSpread {
+    /// dQ's extremes.
+    pub dq: Spread,
+    /// dK's extremes.
+    pub dk: Spread,
+    /// dV's extremes.
+    pub dv: Spread,
+    /// How many of the emulation's P and dS roundings were ties.
+    pub ties: usize,
+    /// How many P and dS roundings the emulation made.
+    pub roundings: usize,
+}
+
+/// The lowest and highest values of one output over its rounding ties.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Spread {
+    /// Per element, the lowest value.
+    pub lo: Vec<f64>,
+    /// Per element, the highest value.
+    pub hi: Vec<f64>,
+}
+
+impl RefGrads {
+    /// dQ, dK and dV as the tolerance rule's `emu`: per element, whichever of the emulation's
+    /// value and its tie extremes ([`TieSpread`]) lies furthest from `reference`'s, so that
+    /// `max|emu − ref|` is the emulation's error under its least lucky resolution of the
+    /// ties. Without ties (`None`), the emulation's own values.
+    pub fn rule_emulation(&self, reference: &RefGrads) -> [Vec<f32>; 3] {
+        let furthest = |emu: &[f64], spread: Option<&Spread>, want: &[f64]| -> Vec<f32> {
+            emu.iter()
+                .enumerate()
+                .map(|(i, &e)| {
+                    let Some(s) = spread else { return e as f32 };
+                    let r = want.get(i).copied().unwrap_or(e);
+                    [e, s.lo[i], s.hi[i]].into_iter().fold(e, |best, x| {
+                        if (x - r).abs() > (best - r).abs() {
+                            x
+                        } else {
+                            best
+                        }
+                    }) as f32
+                })
+                .collect()
+        };
+        let t = self.ties.as_ref();
+        [
+            furthest(&self.dq, t.map(|t| &t.dq), &reference.dq),
+            furthest(&self.dk, t.map(|t| &t.dk), &reference.dk),
+            furthest(&self.dv, t.map(|t| &t.dv), &reference.dv),
+        ]
+    }
 }
 
 /// The reference backward pass: recomputes O and LSE with [`forward`], then the gradients
@@ -200,6 +274,7 @@ pub fn backward_with<T: Element, U: Element>(
         o,
         lse,
         dsinks,
+        ties: None,
     })
 }
 
@@ -318,7 +393,10 @@ impl<T: Element> HeadInputs<'_, T> {
 ///   reduces it is not modelled.
 ///
 /// Not emulated: `ex2.approx`, the tensor cores' and atomics' summation order (f32-level
-/// effects, far below the storage-type rounding of P, dS and the outputs). These rounding
+/// effects, far below the storage-type rounding of P, dS and the outputs), except where they
+/// decide a rounding: P and dS values within their f32 error of a midpoint are reported as
+/// ties, with each output's extremes over them ([`TieSpread`], in [`RefGrads::ties`]; the
+/// gradient tests read [`RefGrads::rule_emulation`]). These rounding
 /// points are FlashAttention-2's, and the workspace's GPU backward (its `_feat` entries for
 /// the features) rounds at the same places.
 ///
@@ -385,21 +463,20 @@ pub fn backward_emulated_with(
     let scale_log2 = (scale_softmax * std::f64::consts::LOG2_E) as f32;
     let hq = shape.q_heads();
 
-    let mut dq = vec![0.0; shape.q_elems()];
-    let mut dk = vec![0.0; shape.kv_elems()];
-    let mut dv = vec![0.0; shape.kv_elems()];
-    let mut dsink_bh = vec![0.0f32; shape.batch() * hq];
-    dq.par_chunks_mut(group * sq * d)
-        .zip(dk.par_chunks_mut(sk * d))
-        .zip(dv.par_chunks_mut(sk * d))
-        .zip(dsink_bh.par_chunks_mut(group))
-        .enumerate()
-        .for_each(|(bkv, (((dq_group, dk_head), dv_head), dsink_group))| {
+    // Row norms for the f32 error bounds of the tie test (Cauchy–Schwarz: |Σ a·b| and its
+    // rounding error are bounded by u·‖a‖·‖b‖).
+    let norms = |x: &[f32]| -> Vec<f32> {
+        x.par_chunks(d)
+            .map(|r| r.iter().map(|y| y * y).sum::<f32>().sqrt())
+            .collect()
+    };
+    let (nq, nk, nv, ndo, no) = (norms(&q), norms(&k), norms(&v), norms(&d_o), norms(&o));
+    let heads: Vec<EmuHead> = (0..shape.batch() * shape.kv_heads())
+        .into_par_iter()
+        .map(|bkv| {
             let (b, kvh) = (bkv / shape.kv_heads(), bkv % shape.kv_heads());
             let kv_base = shape.kv_offset(b, kvh, 0);
-            let mut dq_acc = vec![0.0f32; group * sq * d];
-            let mut dk_acc = vec![0.0f32; sk * d];
-            let mut dv_acc = vec![0.0f32; sk * d];
+            let mut e = EmuHead::new(group * sq * d, sk * d, group);
             let mut dq_part = vec![0.0f32; d];
             // ALiBi in raw-score units per query head of the group (`slope / scale_softmax`,
             // as the kernel divides it).
@@ -424,11 +501,17 @@ pub fn backward_emulated_with(
                         let (qi, doi) = (&q[off..][..d], &d_o[off..][..d]);
                         let li = shape.lse_offset(b, h, i);
                         let (lse_i, d_i) = (lse2[li], delta[li]);
+                        let row = off / d;
+                        let dq_row = (gi * sq + i) * d;
                         dq_part.fill(0.0);
                         for j in lo..hi {
                             let kj = &k[kv_base + j * d..][..d];
                             let vj = &v[kv_base + j * d..][..d];
                             let mut x = dot_f32(qi, kj);
+                            // The f32 error of the score as the exponent sees it (the tanh's
+                            // slope is at most 1): u·‖q‖‖k‖ from the dot product, times the
+                            // softcap's input scale.
+                            let mut x_err = F32_U * nq[row] * nk[kv_base / d + j];
                             // FlashAttention-2's `calculate_dtanh`: (1 − t²)·(scale/c), taken
                             // before masking and multiplied into dS before its rounding.
                             let mut dtanh = 1.0f32;
@@ -437,27 +520,58 @@ pub fn backward_emulated_with(
                                 // softcap_dtanh.
                                 let sech = 1.0 / f64::from(x * f).cosh();
                                 x = (x * f).tanh();
+                                x_err *= f;
                                 dtanh = (sech * sech) as f32 * f;
                             }
                             if let Some(slope) = alibi_h {
                                 x -= slope * p.alibi_distance(i, j) as f32;
                             }
                             let pf = x.mul_add(scale_log2, -lse_i).exp2();
-                            let ds = pf * (dot_f32(doi, vj) - d_i) * dtanh;
+                            let dp = dot_f32(doi, vj);
+                            let ds = pf * (dp - d_i) * dtanh;
                             let (pr, dsr) = (storage.round(pf), storage.round(ds));
-                            let dv_j = &mut dv_acc[j * d..][..d];
-                            dv_j.iter_mut().zip(doi).for_each(|(a, x)| *a += pr * x);
-                            let dk_j = &mut dk_acc[j * d..][..d];
-                            dk_j.iter_mut().zip(qi).for_each(|(a, x)| *a += dsr * x);
+                            // Ties: P's relative error is ln 2 times its exponent's absolute
+                            // error, plus the exp2 and fma roundings; dS adds dP's and Δ's.
+                            let arg_err =
+                                scale_log2.abs() * (x_err + F32_U * x.abs()) + F32_U * lse_i.abs();
+                            let p_rel = std::f32::consts::LN_2 * arg_err + 2.0 * F32_U;
+                            let ds_err = ds.abs() * (p_rel + 2.0 * F32_U)
+                                + (pf * dtanh).abs()
+                                    * F32_U
+                                    * ndo[row]
+                                    * (nv[kv_base / d + j] + no[row]);
+                            let p_tie = tie_alternative(storage, pf, pr, pf * p_rel);
+                            let ds_tie = tie_alternative(storage, ds, dsr, ds_err);
+                            e.roundings += 2;
+                            let dv_j = j * d;
+                            e.dv[0][dv_j..][..d]
+                                .iter_mut()
+                                .zip(doi)
+                                .for_each(|(a, x)| *a += pr * x);
+                            e.dk[0][dv_j..][..d]
+                                .iter_mut()
+                                .zip(qi)
+                                .for_each(|(a, x)| *a += dsr * x);
                             dq_part.iter_mut().zip(kj).for_each(|(a, x)| *a += dsr * x);
+                            if let Some(alt) = p_tie {
+                                e.ties += 1;
+                                e.widen(Grad::DV, dv_j, alt - pr, doi);
+                            }
+                            if let Some(alt) = ds_tie {
+                                e.ties += 1;
+                                e.widen(Grad::DK, dv_j, alt - dsr, qi);
+                                e.widen(Grad::DQ, dq_row, alt - dsr, kj);
+                            }
                         }
-                        let acc = &mut dq_acc[(gi * sq + i) * d..][..d];
-                        acc.iter_mut().zip(&dq_part).for_each(|(a, x)| *a += x);
+                        e.dq[0][dq_row..][..d]
+                            .iter_mut()
+                            .zip(&dq_part)
+                            .for_each(|(a, x)| *a += x);
                     }
                 }
             }
             // Sink gradient in f32 (a kernel reduces it per row): −Σ_i P_sink,i · D_i.
-            for (gi, ds) in dsink_group.iter_mut().enumerate() {
+            for (gi, ds) in e.dsinks.iter_mut().enumerate() {
                 let h = kvh * group + gi;
                 let Some(sink) = p.sink(h) else { continue };
                 let sink_log2 = (sink * std::f64::consts::LOG2_E) as f32;
@@ -466,15 +580,61 @@ pub fn backward_emulated_with(
                     *ds -= (sink_log2 - lse2[li]).exp2() * delta[li];
                 }
             }
-            let out = |dst: &mut [f64], src: &[f32], factor: f32| {
-                for (y, &x) in dst.iter_mut().zip(src) {
-                    *y = f64::from(storage.round(x * factor));
-                }
-            };
-            out(dq_group, &dq_acc, scale_out);
-            out(dk_head, &dk_acc, scale_out);
-            out(dv_head, &dv_acc, 1.0);
-        });
+            e
+        })
+        .collect();
+    // dQ of KV head bkv's query heads is one chunk of [B, Hq, Sq, D] (heads kvh·group ..).
+    let mut dq = vec![0.0; shape.q_elems()];
+    let mut dk = vec![0.0; shape.kv_elems()];
+    let mut dv = vec![0.0; shape.kv_elems()];
+    let mut spread = TieSpread {
+        dq: Spread::zeros(shape.q_elems()),
+        dk: Spread::zeros(shape.kv_elems()),
+        dv: Spread::zeros(shape.kv_elems()),
+        ties: 0,
+        roundings: 0,
+    };
+    let mut dsink_bh = vec![0.0f32; shape.batch() * hq];
+    for (bkv, e) in heads.iter().enumerate() {
+        let (q_at, kv_at) = (bkv * group * sq * d, bkv * sk * d);
+        let round_into = |dst: &mut [f64],
+                          dlo: &mut [f64],
+                          dhi: &mut [f64],
+                          acc: &[Vec<f32>; 3],
+                          factor: f32| {
+            for (i, y) in dst.iter_mut().enumerate() {
+                let r = |x: f32| f64::from(storage.round(x * factor));
+                *y = r(acc[0][i]);
+                dlo[i] = r(acc[0][i] + acc[1][i]);
+                dhi[i] = r(acc[0][i] + acc[2][i]);
+            }
+        };
+        let n = group * sq * d;
+        round_into(
+            &mut dq[q_at..][..n],
+            &mut spread.dq.lo[q_at..][..n],
+            &mut spread.dq.hi[q_at..][..n],
+            &e.dq,
+            scale_out,
+        );
+        round_into(
+            &mut dk[kv_at..][..sk * d],
+            &mut spread.dk.lo[kv_at..][..sk * d],
+            &mut spread.dk.hi[kv_at..][..sk * d],
+            &e.dk,
+            scale_out,
+        );
+        round_into(
+            &mut dv[kv_at..][..sk * d],
+            &mut spread.dv.lo[kv_at..][..sk * d],
+            &mut spread.dv.hi[kv_at..][..sk * d],
+            &e.dv,
+            1.0,
+        );
+        dsink_bh[bkv * group..][..group].copy_from_slice(&e.dsinks);
+        spread.ties += e.ties;
+        spread.roundings += e.roundings;
+    }
     let dsinks = features.sinks.as_ref().map(|_| {
         (0..hq)
             .map(|h| {
@@ -490,11 +650,127 @@ pub fn backward_emulated_with(
         o: o.iter().map(|&x| f64::from(x)).collect(),
         lse: lse.iter().map(|&x| f64::from(x)).collect(),
         dsinks,
+        ties: Some(spread),
     })
+}
+
+/// f32's unit roundoff, 2⁻²⁴.
+const F32_U: f32 = 1.0 / 16_777_216.0;
+
+/// The storage value on the other side of `y` from its rounding `r`, when `y` lies within
+/// `err` of their midpoint: a rounding that `y`'s own f32 error leaves undecided (see
+/// [`TieSpread`]). `None` when `y` is decided (or exactly representable).
+fn tie_alternative(storage: Storage, y: f32, r: f32, err: f32) -> Option<f32> {
+    let alt = storage.round(2.0 * y - r);
+    (alt != r && (y - 0.5 * (r + alt)).abs() <= err).then_some(alt)
+}
+
+/// Which gradient a tie widens.
+#[derive(Clone, Copy)]
+enum Grad {
+    DQ,
+    DK,
+    DV,
+}
+
+/// One KV head's emulated accumulators (f32, before the final scale and rounding): per
+/// gradient `[value, lowest tie shift, highest tie shift]`.
+struct EmuHead {
+    dq: [Vec<f32>; 3],
+    dk: [Vec<f32>; 3],
+    dv: [Vec<f32>; 3],
+    dsinks: Vec<f32>,
+    ties: usize,
+    roundings: usize,
+}
+
+impl EmuHead {
+    fn new(q_elems: usize, kv_elems: usize, group: usize) -> Self {
+        let three = |n: usize| [vec![0.0f32; n], vec![0.0f32; n], vec![0.0f32; n]];
+        Self {
+            dq: three(q_elems),
+            dk: three(kv_elems),
+            dv: three(kv_elems),
+            dsinks: vec![0.0; group],
+            ties: 0,
+            roundings: 0,
+        }
+    }
+
+    /// A tie whose alternative changes the rounded operand by `delta`: the row at `at` of
+    /// `grad` would gain `delta·x`, added to its lowest or highest shift by sign.
+    fn widen(&mut self, grad: Grad, at: usize, delta: f32, x: &[f32]) {
+        let acc = match grad {
+            Grad::DQ => &mut self.dq,
+            Grad::DK => &mut self.dk,
+            Grad::DV => &mut self.dv,
+        };
+        let [_, lo, hi] = acc;
+        for ((l, h), &xi) in lo[at..][..x.len()]
+            .iter_mut()
+            .zip(&mut hi[at..][..x.len()])
+            .zip(x)
+        {
+            let shift = delta * xi;
+            if shift < 0.0 {
+                *l += shift;
+            } else {
+                *h += shift;
+            }
+        }
+    }
+}
+
+impl Spread {
+    fn zeros(n: usize) -> Self {
+        Self {
+            lo: vec![0.0; n],
+            hi: vec![0.0; n],
+        }
+    }
 }
 
 /// f32 dot product, accumulated in order (the emulated MMA; products of storage-type values
 /// are exact in f32, only the order of the additions is a choice).
 fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0.0, |s, (x, y)| x.mul_add(*y, s))
+}
+
+#[cfg(test)]
+mod tie_tests {
+    use super::*;
+
+    #[test]
+    fn a_value_within_its_error_of_a_rounding_midpoint_is_a_tie() {
+        let s = Storage::F16;
+        // 1 + 2⁻¹¹ is the midpoint of 1 and 1 + 2⁻¹⁰ (f16 rounds it to even: 1).
+        let mid = 1.0 + 2f32.powi(-11);
+        assert_eq!(
+            tie_alternative(s, mid, s.round(mid), 0.0),
+            Some(1.0 + 2f32.powi(-10))
+        );
+        // 2⁻²⁰ above the midpoint: decided when its error is smaller, a tie when larger.
+        let y = mid + 2f32.powi(-20);
+        let r = s.round(y);
+        assert_eq!(r, 1.0 + 2f32.powi(-10));
+        assert_eq!(tie_alternative(s, y, r, 2f32.powi(-22)), None);
+        assert_eq!(tie_alternative(s, y, r, 2f32.powi(-19)), Some(1.0));
+        // Representable values and values far from a midpoint are never ties.
+        assert_eq!(tie_alternative(s, 1.5, 1.5, 1e-3), None);
+        assert_eq!(tie_alternative(s, 1.0 + 2f32.powi(-13), 1.0, 1e-6), None);
+        // Below a power of two the spacing halves; the alternative is the neighbour below.
+        let below = 1.0 - 2f32.powi(-12);
+        assert_eq!(
+            tie_alternative(s, below, s.round(below), 1e-7),
+            Some(1.0 - 2f32.powi(-11))
+        );
+        // bf16 and negative values.
+        let b = Storage::Bf16;
+        let neg = -(1.0 + 2f32.powi(-8));
+        let r = b.round(neg);
+        assert_eq!(
+            tie_alternative(b, neg, r, 0.0).map(|a| a + r),
+            Some(2.0 * neg)
+        );
+    }
 }

@@ -236,6 +236,7 @@ pub fn backward_varlen<T: Element>(
         o: vec![0.0; total_q * hq * d],
         lse: vec![f64::NEG_INFINITY; hq * total_q],
         dsinks: template.features().sinks.as_ref().map(|_| vec![0.0; hq]),
+        ties: None,
     };
     for b in 0..batch {
         let (q0, sq) = (cu_q[b], cu_q[b + 1] - cu_q[b]);
