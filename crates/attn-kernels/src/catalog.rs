@@ -786,10 +786,81 @@ fn kv_split_pays(q_len: usize, batch_heads: usize, sm_count: usize) -> bool {
     2 * q_len.div_ceil(HOPPER_128_PINGPONG.block_m()) * batch_heads <= sm_count.max(1)
 }
 
+/// The grid model's terms for the key-split tile of a causal launch, against a 128-row tile:
+/// the key split's per-row speed (its consumers share 64 rows, without ping-pong) and each
+/// tile's fixed cost per CTA (prologue, pipeline fill, epilogue: the key split's merge), in
+/// the model's units of rows × keys. Least-squares fits of [`grid_cost`]'s makespan ratio to
+/// 15 causal grids each (H200, runs 336–338, docs/PERF.md: 4 to 48 heads, S = 512–4096, from a
+/// quarter to 1.2 waves of 128-row blocks), which the fits order right but for one 3 % case
+/// (FP8 D = 128, 1,24,640); without a mask [`kv_split_pays`] decides (runs 166–167 timed no
+/// causal grid).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct KvSplitModel {
+    speed: f64,
+    kv_cta: f64,
+    rows128_cta: f64,
+}
+
+/// [`KvSplitModel`] per engine and head-dim bucket: f16/bf16 at D ≤ 64, FP8 at 64 and 128.
+/// None for f16/bf16 at D = 128, whose key split is slow on causal grids (fitted 0.52 per
+/// row; every causal grid of one wave timed 1.1–1.3× slower, runs 336–337): it keeps the key
+/// split where half the SMs would idle ([`kv_split_pays`]), which its fit agrees with.
+const fn kv_split_model(bucket: usize, fp8: bool) -> Option<KvSplitModel> {
+    let (speed, kv_cta, rows128_cta) = match (fp8, bucket) {
+        (false, ..=64) => (0.88, 61_440.0, 73_728.0),
+        (false, _) => return None,
+        (true, ..=64) => (0.96, 53_248.0, 65_536.0),
+        (true, _) => (0.60, 28_672.0, 49_152.0),
+    };
+    Some(KvSplitModel {
+        speed,
+        kv_cta,
+        rows128_cta,
+    })
+}
+
+/// Whether a launch takes its bucket's key-split tile `kv` rather than a 128-row one: without a
+/// mask, where 128-row blocks would leave half the SMs idle ([`kv_split_pays`]); with one,
+/// where [`grid_cost`] with [`KvSplitModel`]'s terms says its grid finishes first. Causal
+/// grids of up to about one wave of 128-row blocks gain (H200, µs, 128-row → key split,
+/// f16 / FP8): 1,4,4096,64 46.3 → 31.2 / 44.0 → 29.1; 1,8,2048,64 27.0 → 21.8 / 25.6 → 16.8;
+/// 1,16,768,64 11.7 → 10.5 / 11.1 → 9.0; FP8 2,8,1024,128 20.7 → 16.1 (runs 336–337); S = 512
+/// at 128 blocks and grids past one wave lose (1,32,512,64 9.7 → 11.7).
+#[allow(clippy::too_many_arguments)] // the launch's grid, as grid_cost
+fn kv_split_chosen(
+    kv: &HopperTile,
+    bucket: usize,
+    fp8: bool,
+    q_len: usize,
+    kv_len: usize,
+    causal: bool,
+    batch_heads: usize,
+    sm: usize,
+) -> bool {
+    let model = kv_split_model(bucket, fp8);
+    let (true, Some(m)) = (causal, model) else {
+        return kv_split_pays(q_len, batch_heads, sm);
+    };
+    let split = grid_cost_with(kv, q_len, kv_len, true, batch_heads, sm, m.speed, m.kv_cta);
+    let rows128 = grid_cost_with(
+        &HOPPER_128_PINGPONG,
+        q_len,
+        kv_len,
+        true,
+        batch_heads,
+        sm,
+        1.0,
+        m.rows128_cta,
+    );
+    split < rows128
+}
+
 /// The Hopper tile an unpinned launch of `bucket` runs for `q_len` query rows in
 /// `batch_heads` (batch × query heads) blocks of rows on `sm_count` SMs: the bucket's key-split
 /// tile ([`hopper_kv_split_tile`], D ≤ 64 and D = 128) when a grid of 128-row blocks would
-/// fill at most half the SMs (run 166–167; past that bound it lost, 4,8,512,64 9.6 → 12.7 µs);
+/// fill at most half the SMs (run 166–167; past that bound it lost, 4,8,512,64 9.6 → 12.7 µs),
+/// or, causal, where the key split's grid model says it finishes first (`kv_split_chosen`:
+/// up to about one wave of 128-row blocks over 640+ keys at D ≤ 64, runs 336–338);
 /// else the bucket's default, except that at D ≤ 64 the 192-row default gives way to the
 /// 128-row ping-pong tile when a grid model (`grid_cost`: waves without a mask, longest-first
 /// scheduling of the diagonal's blocks with one) says its grid finishes first (the three-stage tile until run 138, f16, µs:
@@ -816,7 +887,7 @@ pub fn hopper_default_tile(
     let first = *tiles.first()?;
     let sm = sm_count.max(1);
     if let Some(kv) = hopper_kv_split_tile(bucket) {
-        if kv_split_pays(q_len, batch_heads, sm) {
+        if kv_split_chosen(&kv, bucket, false, q_len, kv_len, causal, batch_heads, sm) {
             return Some(kv);
         }
     }
@@ -859,6 +930,22 @@ fn grid_cost(
     sm: usize,
     speed: f64,
 ) -> f64 {
+    grid_cost_with(t, q_len, kv_len, causal, batch_heads, sm, speed, 0.0)
+}
+
+/// [`grid_cost`] with a fixed cost per CTA (`per_cta`, in rows × keys), which decides between
+/// grids of different block sizes when chains are short ([`KvSplitModel`]).
+#[allow(clippy::too_many_arguments)] // grid_cost's grid and the CTA's fixed cost
+fn grid_cost_with(
+    t: &HopperTile,
+    q_len: usize,
+    kv_len: usize,
+    causal: bool,
+    batch_heads: usize,
+    sm: usize,
+    speed: f64,
+    per_cta: f64,
+) -> f64 {
     let bm = t.block_m();
     let blocks = q_len.div_ceil(bm);
     // Block i's keys, bottom-right aligned (the top-left alignment's are as many or fewer
@@ -873,7 +960,7 @@ fn grid_cost(
     lpt_makespan(
         (0..blocks)
             .rev()
-            .map(|i| ((bm * keys(i)) as f64 / speed, batch_heads)),
+            .map(|i| (per_cta + (bm * keys(i)) as f64 / speed, batch_heads)),
         sm.max(1),
     )
 }
@@ -987,7 +1074,16 @@ pub fn hopper_fp8_default_tile(
 ) -> Option<HopperTile> {
     let tiles = hopper_fp8_tiles(head_dim);
     if let Some(kv) = tiles.iter().find(|t| t.kv_split) {
-        if kv_split_pays(q_len, batch_heads, sm_count) {
+        if kv_split_chosen(
+            kv,
+            head_dim,
+            true,
+            q_len,
+            kv_len,
+            causal,
+            batch_heads,
+            sm_count,
+        ) {
             return Some(*kv);
         }
     }

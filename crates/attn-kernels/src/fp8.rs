@@ -1088,7 +1088,8 @@ mod tests {
             (4, 8, 2048, false, 192),
             (1, 16, 8192, false, 192),
             (2, 8, 2048, true, 128),
-            (2, 8, 1024, true, 128),
+            // Run 337: the key split, 13.5 → 12.3 µs against 128 rows.
+            (2, 8, 1024, true, 64),
             (4, 16, 4096, true, 192),
             (1, 16, 8192, true, 192),
             // Run 325: 78.3 µs on 192 rows, 71.8 on 128 (the wave model kept 192).

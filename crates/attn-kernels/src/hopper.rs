@@ -357,6 +357,27 @@ pub(crate) fn short_causal_split(causal: bool, items: usize, keys: usize, sm_cou
     causal && hopper_seq_splits(items, keys.div_ceil(128), sm_count) > 1
 }
 
+/// Whether a dense launch that would split its keys (`plan_hopper`'s `dense_split`) runs
+/// faster unsplit, on the default tiles: where the bucket's key-split tile's 64-row blocks
+/// fill more than half the SMs, at D ≤ 64 over any keys and at D = 128 up to 4096 (at 8192
+/// its split entries' 176-key tile is 1–4 % faster). H200, runs 339–340, split → key split,
+/// µs: 1,4,2048,64 31.6 → 13.7 (causal 32.0 → 13.9), 1,4,2048,128 41.5–41.9 → 24.7–24.9,
+/// 1,2,4096,64 37.5 → 26.8–27.0, 512 queries × 8192 keys × 16 heads at D = 64 67.9 → 49.9
+/// (causal 68.5 → 51.0); with fewer rows (256 × 8192 × 16 heads: 64 key-split blocks) the
+/// split stays 1.08× (D = 64) to 1.5× (D = 128) faster, as chunked prefill needs.
+fn key_split_fills(
+    bucket: usize,
+    q_len: usize,
+    kv_len: usize,
+    batch_heads: usize,
+    sm_count: usize,
+) -> bool {
+    catalog::hopper_kv_split_tile(bucket).is_some_and(|kv| {
+        2 * q_len.div_ceil(kv.block_m()) * batch_heads > sm_count
+            && (bucket <= 64 || kv_len <= 4096)
+    })
+}
+
 /// `asked` if it is one of `tiles`, the first of `tiles` for `None`; otherwise the typed error
 /// naming the valid ones (`what` says for which problem).
 pub(crate) fn pick_tile(
@@ -453,6 +474,13 @@ pub(crate) fn plan_hopper(
             None => {
                 tile.is_none()
                     && (s.q_len() > 64 || causal)
+                    && !key_split_fills(
+                        bucket,
+                        s.q_len(),
+                        s.kv_len(),
+                        s.batch() * s.q_heads(),
+                        sm_count,
+                    )
                     && catalog::hopper_seq_default_tile(bucket, s.kv_len(), causal, None, true)
                         .is_some_and(|t| {
                             let items = s.q_len().div_ceil(t.block_m()) * s.batch() * s.q_heads();
@@ -945,6 +973,97 @@ mod tests {
         assert!(catalog::hopper_fp8_tiles(128)
             .iter()
             .all(|t| t.consumers == 2));
+    }
+
+    /// Runs 336–338 (H200): causal grids with the key-split tile and a 128-row tile pinned;
+    /// `(batch × heads, S, key split faster)` per family. The model picks the faster one on
+    /// every grid but FP8 D = 128 at 24 × 640 (the key split 3 % slower).
+    #[test]
+    fn causal_launches_take_the_key_split_where_runs_336_to_338_timed_it_faster() {
+        let timed: [(usize, usize, [bool; 4]); 15] = [
+            // (bh, S, [f16 D64, FP8 D64, FP8 D128, f16 D128])
+            (16, 1024, [true, true, true, false]),
+            (4, 4096, [true, true, true, false]),
+            (8, 2048, [true, true, true, false]),
+            (12, 1024, [true, true, true, false]),
+            (16, 768, [true, true, true, false]),
+            (32, 512, [false, false, false, false]),
+            (48, 512, [false, false, false, false]),
+            (16, 1280, [false, false, false, false]),
+            (16, 640, [true, true, true, false]),
+            (24, 640, [false, false, false, false]),
+            (8, 512, [true, true, true, true]),
+            (8, 1024, [true, true, true, true]),
+            (16, 512, [true, true, true, true]),
+            (8, 640, [true, true, true, true]),
+            (4, 2048, [true, true, true, true]),
+        ];
+        for (bh, s, faster) in timed {
+            let f16 = |d| {
+                catalog::hopper_default_tile(d, s, s, true, bh, 132)
+                    .unwrap()
+                    .kv_split
+            };
+            let fp8 = |d| {
+                catalog::hopper_fp8_default_tile(d, s, s, true, bh, 132)
+                    .unwrap()
+                    .kv_split
+            };
+            let picked = [f16(64), fp8(64), fp8(128), f16(128)];
+            let want = if (bh, s) == (24, 640) {
+                [false, false, true, false] // the model's one miss, 3 %
+            } else {
+                faster
+            };
+            assert_eq!(picked, want, "{bh} x {s}");
+        }
+    }
+
+    /// Runs 339–340: dense launches whose key-split blocks fill more than half the SMs run
+    /// unsplit (on the key-split tile here), shorter query ranges against long keys still split.
+    #[test]
+    fn dense_launches_split_keys_only_where_the_key_split_tile_leaves_sms_idle() {
+        let plan = |hq, sq, sk, d, causal| {
+            let c = if causal {
+                Causal::BottomRight
+            } else {
+                Causal::None
+            };
+            let p = Problem::new(AttnShape::new(1, hq, hq, sq, sk, d).unwrap(), c);
+            plan_hopper(&p, None, 232_448, None, 132, TileSchedule::Auto, None).unwrap()
+        };
+        for causal in [false, true] {
+            for (hq, sq, sk, d) in [
+                (4, 2048, 2048, 64),
+                (4, 2048, 2048, 128),
+                (2, 4096, 4096, 64),
+                (2, 4096, 4096, 128),
+                (1, 8192, 8192, 64),
+                (16, 512, 8192, 64),
+                (8, 1024, 8192, 64),
+            ] {
+                let p = plan(hq, sq, sk, d, causal);
+                assert!(
+                    p.variant == HopperVariant::Dense && p.tile.kv_split,
+                    "{hq},{sq}x{sk},{d} causal {causal}: {} {:?}",
+                    p.tile.name(),
+                    p.variant
+                );
+            }
+            for (hq, sq, sk, d) in [
+                (16, 256, 8192, 64),
+                (16, 256, 8192, 128),
+                (16, 512, 8192, 128),
+                (16, 128, 16384, 128),
+            ] {
+                let p = plan(hq, sq, sk, d, causal);
+                assert_ne!(
+                    p.variant,
+                    HopperVariant::Dense,
+                    "{hq},{sq}x{sk},{d} causal {causal}"
+                );
+            }
+        }
     }
 
     #[test]
