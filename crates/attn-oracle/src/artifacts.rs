@@ -94,7 +94,9 @@ fn npy_bytes<T: npyz::AutoSerialize + Copy>(shape: &[u64], data: &[T]) -> std::i
     Ok(buf)
 }
 
-fn write_npy<T: npyz::AutoSerialize + Copy>(
+/// Writes `data` as a C-order `.npy` of `shape` at `path` (the artifacts' format; GPU tests
+/// dump failing cases with it).
+pub fn write_npy<T: npyz::AutoSerialize + Copy>(
     path: &Path,
     shape: &[usize],
     data: &[T],

@@ -40,7 +40,7 @@ mod pattern;
 mod tiles;
 mod tolerance;
 
-pub use artifacts::{write_artifacts, Artifacts, Findings};
+pub use artifacts::{write_artifacts, write_npy, Artifacts, Findings};
 pub use bwd_tiles::{compare_bwd_tiles, BwdStage, BwdTileDiff, BwdTileReport, BwdTileTolerance};
 pub use compare::{
     compare, compare_lse, CompareOptions, GroupSummary, HeadSummary, Location, NonFiniteCount,

@@ -87,19 +87,11 @@ fn dump_failing_case(case: &str, tensors: &[(&str, &[usize], &[f32])]) {
         return;
     };
     let dir = std::path::Path::new(&root).join(case);
-    let write = || -> std::io::Result<()> {
-        use npyz::WriterBuilder;
-        std::fs::create_dir_all(&dir)?;
+    let write = || -> Result<(), String> {
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         for &(name, shape, data) in tensors {
-            let shape: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-            let file = std::fs::File::create(dir.join(format!("{name}.npy")))?;
-            let mut w = npyz::WriteOptions::<f32>::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(std::io::BufWriter::new(file))
-                .begin_nd()?;
-            w.extend(data.iter().copied())?;
-            w.finish()?;
+            attn_oracle::write_npy(&dir.join(format!("{name}.npy")), shape, data)
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     };
