@@ -101,7 +101,8 @@ pub struct Args {
     /// or an engine with its default config (`mma`, `hopper`, `decode`); default: the chooser's.
     #[arg(long)]
     config: Option<String>,
-    /// Split-KV count for the mma.sync and decode kernels (1 = no split); default: the chooser's.
+    /// Split-KV count for the mma.sync, decode and Hopper FP8 kernels (1 = no split); default:
+    /// the chooser's.
     #[arg(long)]
     splits: Option<usize>,
     /// Warm-up launches per shape.
@@ -404,6 +405,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     v,
                     fp8_config,
                     args.schedule.into(),
+                    args.splits,
                     Warmup::calls(5),
                     1,
                     args.timing,
@@ -501,6 +503,7 @@ fn bench(
                 variant,
                 fp8_config,
                 args.schedule.into(),
+                args.splits,
                 args.warm(),
                 args.samples,
                 args.timing,
@@ -815,6 +818,7 @@ fn time_fp8(
     variant: Fp8Variant,
     config: Option<Fp8ConfigArg>,
     schedule: attn_kernels::TileSchedule,
+    splits: Option<usize>,
     warmup: Warmup,
     samples: usize,
     timing: TimingArg,
@@ -853,6 +857,7 @@ fn time_fp8(
             _ => None,
         },
         variant: Some(variant),
+        splits,
     };
     let mut kernel = String::new();
     let mut launch = |i: usize| -> anyhow::Result<()> {

@@ -422,6 +422,7 @@ fn run_fp8(
     let variant = gpu.fp8_default_variant();
     let opts = attn_kernels::Fp8Options {
         schedule: Default::default(),
+        splits: None,
         hopper: None,
         config: config
             .map(|name| {

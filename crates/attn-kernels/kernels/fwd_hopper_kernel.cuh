@@ -402,7 +402,10 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     uint64_t* empty_vraw = full_vraw + L::kVRawStages;
 
     static_assert(!(FEATURES && FP8), "the FP8 kernels take no features");
-    static_assert(!(SEQS && (FP8 || FEATURES)), "SEQS: the layouts without the features");
+    // FP8 SEQS entries run dense keys only: the launcher takes them for key splits (chunked
+    // prefill and decode grids, fp8.rs) and refuses FP8 sequence layouts, whose V tails in
+    // the Vᵀ ring the clear below does not know and whose paged loads it does not issue.
+    static_assert(!(SEQS && FEATURES), "SEQS: the layouts without the features");
     constexpr bool kSeqs = FEATURES || SEQS; // this entry resolves sequence layouts
     // PERSISTENT entries walk their items (HopperSched); the others run one item per CTA,
     // resolved before the producer gives up its registers. The catalog
@@ -744,7 +747,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
         // the threads it releases) orders the other consumers'. Uniform over the CTA: it depends
         // on p and j only.
         const bool clear_v_tail =
-            kSeqs && (p.seqs.cu_k != nullptr || p.seqs.seqused_k != nullptr || p.seqs.block_table != nullptr);
+            kSeqs && !FP8 && (p.seqs.cu_k != nullptr || p.seqs.seqused_k != nullptr || p.seqs.block_table != nullptr);
         constexpr int kClearThreads = PINGPONG ? 128 : 128 * CONSUMERS;
         auto clear_v_rows = [&](int j, unsigned char* v_tile) {
             const int first = p.kv_len - (t_begin + j) * BN; // the tile's first row past the keys
@@ -965,6 +968,18 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 // holds the ticket's flag and the rows' merged max and 1/l.
                 const int n = sched.splits;
                 const int64_t item = blockIdx.x;
+                // FP8: every split's m carries P's 2⁸ gain; removing it here leaves the merge's
+                // weights as they were and its LSE right. V's descale goes into the partial O
+                // (the merge is linear in it).
+                softmax.m[0] -= kLog2Gain;
+                softmax.m[1] -= kLog2Gain;
+                if constexpr (FP8) {
+                    const float vs = v_scale[b * p.kv_heads + kvh];
+#pragma unroll
+                    for (int n = 0; n < kNO; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc_o[n][e] *= vs;
+                }
                 float* ws_o = sched.ws_o + item * n * kBM * DK;
                 float* ws_ml = sched.ws_ml + item * n * kBM * 2;
                 write_partial<DK, kNO>(acc_o, softmax.m, softmax.l, ws_o + blockIdx.y * (kBM * DK),
@@ -1109,14 +1124,14 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
     }
 
 // The FP8 entry: Q, K and V are E4M3 codes with TMA descriptors like the f16/bf16 entry's;
-// per-head scales [B, H].
-#define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, CONSUMERS, PERSIST, KVSPLIT) \
+// per-head scales [B, H]. SEQS: the `_seq` entry, which splits dense keys (grid.y).
+#define ATTN_FWD_HOPPER_FP8_ENTRY(NAME, OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, CONSUMERS, SEQS, PERSIST, KVSPLIT) \
     extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)                                     \
         NAME(OutT* __restrict__ o, float* __restrict__ lse, const __grid_constant__ attn::TmaDesc tma_q,       \
              const __grid_constant__ attn::TmaDesc tma_k, const __grid_constant__ attn::TmaDesc tma_v,         \
              const float* __restrict__ q_scale, const float* __restrict__ k_scale,                             \
              const float* __restrict__ v_scale, const attn::FwdParams p, const attn::HopperSched sched) {       \
-        attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true, false, CONSUMERS, false,      \
+        attn::fwd_hopper_kernel<OutT, DK, BN, ST, CAUSAL, PINGPONG, INTRA, true, false, CONSUMERS, SEQS,       \
                                 PERSIST, KVSPLIT>(                                                             \
             o, lse, &tma_q, &tma_k, &tma_v, q_scale, k_scale, v_scale, p, sched);                              \
     }

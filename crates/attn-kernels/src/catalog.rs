@@ -1146,15 +1146,42 @@ const fn fp8_smem_with_landing(tile: &HopperTile, head_dim: usize, landing: usiz
         + 8 * (2 + 4 * tile.stages + 2 * landing)
 }
 
+/// The Hopper FP8 tile whose `_seq` entries split a dense launch's keys across CTAs (grid.y,
+/// merged by the item's last CTA as the f16/bf16 split entries are): chunked prefill and
+/// decode grids, whose few query blocks against long keys would leave most SMs idle. One
+/// tile per head dim keeps the build small: at D = 64 the 128-row tile
+/// ([`HOPPER_FP8_D64_NARROW`]; 192-row blocks waste more rows of short query chunks), at
+/// D = 128 the default's 192 keys without ping-pong, at D = 256 its only tile. FP8 sequence
+/// layouts (varlen, paged) are not built: these entries see dense keys only.
+pub fn hopper_fp8_seq_tile(head_dim: usize) -> Option<HopperTile> {
+    match head_dim {
+        64 => Some(HOPPER_FP8_D64_NARROW),
+        128 => Some(ht(192, 2, false, true)),
+        256 => Some(ht(96, 2, true, true)),
+        _ => None,
+    }
+    .filter(|t| hopper_fp8_tiles(head_dim).contains(t))
+}
+
 /// The extern "C" name of a Hopper FP8 forward entry (in the `FwdHopper` unit of its output
-/// type and head dim).
-pub fn hopper_fp8_entry_name(unit: &UnitKey, tile: &HopperTile, causal: bool) -> String {
+/// type and head dim): `split` names the `_seq` entry of [`hopper_fp8_seq_tile`].
+pub fn hopper_fp8_entry_name(
+    unit: &UnitKey,
+    tile: &HopperTile,
+    causal: bool,
+    split: bool,
+) -> String {
     format!(
-        "attn_fwdh8_{}_d{}_{}_{}",
+        "attn_fwdh8_{}_d{}_{}_{}{}",
         unit.elem.as_str(),
         unit.head_dim,
         tile.name(),
-        if causal { "causal" } else { "full" }
+        if causal { "causal" } else { "full" },
+        if split {
+            HopperVariant::Seqs.suffix()
+        } else {
+            ""
+        }
     )
 }
 
@@ -2043,19 +2070,31 @@ pub fn unit_source(unit: &UnitKey, debug: bool) -> Option<String> {
                     t.kv_split,
                     hopper_fp8_smem_bytes(t, d)
                 );
-                for causal in [false, true] {
-                    let _ = writeln!(
-                        s,
-                        "ATTN_FWD_HOPPER_FP8_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {}, {}, {})",
-                        hopper_fp8_entry_name(unit, t, causal),
-                        t.block_n,
-                        t.stages,
-                        t.pingpong,
-                        t.intra,
-                        t.consumers,
-                        hopper_persistent(d, t, causal, HopperVariant::Dense, true),
-                        t.kv_split
-                    );
+                let splits: &[bool] = if hopper_fp8_seq_tile(d) == Some(*t) {
+                    &[false, true]
+                } else {
+                    &[false]
+                };
+                for &split in splits {
+                    let variant = if split {
+                        HopperVariant::Seqs
+                    } else {
+                        HopperVariant::Dense
+                    };
+                    for causal in [false, true] {
+                        let _ = writeln!(
+                            s,
+                            "ATTN_FWD_HOPPER_FP8_ENTRY({}, {ty}, {d}, {}, {}, {causal}, {}, {}, {}, {split}, {}, {})",
+                            hopper_fp8_entry_name(unit, t, causal, split),
+                            t.block_n,
+                            t.stages,
+                            t.pingpong,
+                            t.intra,
+                            t.consumers,
+                            hopper_persistent(d, t, causal, variant, true),
+                            t.kv_split
+                        );
+                    }
                 }
             }
             Some(s)

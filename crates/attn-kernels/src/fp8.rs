@@ -197,6 +197,7 @@ pub fn fp8_kernel_name(
             &hopper_fp8_unit(out, head_dim),
             &hopper_fp8_tile(config, head_dim),
             causal,
+            false,
         );
     }
     let unit = UnitKey {
@@ -350,6 +351,72 @@ pub struct Fp8Options {
     pub hopper: Option<HopperTile>,
     /// How the [`Fp8Variant::Hopper`] launch covers its work items.
     pub schedule: crate::hopper::TileSchedule,
+    /// Key splits per query block of the [`Fp8Variant::Hopper`] launch (1: none; `None`:
+    /// [`fp8_hopper_splits`]' wave rule). A split launch runs the `_seq` entries of
+    /// [`catalog::hopper_fp8_seq_tile`], so `hopper` must be unset or that tile.
+    pub splits: Option<usize>,
+}
+
+/// The key splits of a Hopper FP8 launch: `Some((tile, n))` runs `tile`'s `_seq` entries
+/// ([`catalog::hopper_fp8_seq_tile`]) with grid.y = `n` CTAs per item, whose partial O and
+/// (m, l) the item's last CTA merges in split order (so the result does not depend on which
+/// CTA finishes last); `None` runs the dense entries. Unasked, a launch splits where the
+/// f16/bf16 one would (`hopper::plan_hopper`'s `dense_split`, FlashAttention's waves rule):
+/// its items leave SMs idle over enough keys ([`crate::hopper::hopper_seq_splits`]), unless
+/// the key-split tile's 64-row blocks would fill the GPU (`hopper::key_split_fills`). Unlike
+/// f16/bf16, short non-causal launches (decode) split here too: the FP8 engine has no
+/// mma.sync decode kernel to fall back on. A pinned tile keeps the dense entries.
+pub fn fp8_hopper_splits(
+    problem: &Problem,
+    pinned: Option<HopperTile>,
+    splits: Option<usize>,
+    sm_count: usize,
+) -> Result<Option<(HopperTile, usize)>, KernelError> {
+    let s = problem.shape();
+    let d = s.head_dim();
+    let seq_tile = catalog::hopper_fp8_seq_tile(d);
+    let asked = match splits {
+        Some(0) => {
+            return Err(KernelError::UnsupportedFeature(
+                "0 key splits (use 1 for none, or leave it unset)".into(),
+            ))
+        }
+        Some(n) if n > crate::config::MAX_SPLITS => {
+            return Err(KernelError::UnsupportedFeature(format!(
+                "{n} key splits (at most {})",
+                crate::config::MAX_SPLITS
+            )))
+        }
+        Some(1) => return Ok(None),
+        Some(n) => Some(n),
+        None if pinned.is_some() => return Ok(None),
+        None => None,
+    };
+    let Some(tile) = seq_tile else {
+        return match asked {
+            Some(n) => Err(KernelError::UnsupportedFeature(format!(
+                "{n} key splits at head_dim {d} (the Hopper FP8 engine splits keys at 64, 128 and 256)"
+            ))),
+            None => Ok(None),
+        };
+    };
+    if let Some(n) = asked {
+        return match pinned {
+            Some(t) if t != tile => Err(KernelError::EngineUnavailable(format!(
+                "the Hopper FP8 engine splits keys ({n} asked) only in tile {} (asked: {}); leave the tile unset",
+                tile.name(),
+                t.name()
+            ))),
+            _ => Ok(Some((tile, n))),
+        };
+    }
+    let bh = s.batch() * s.q_heads();
+    if crate::hopper::key_split_fills(d, s.q_len(), s.kv_len(), bh, sm_count) {
+        return Ok(None);
+    }
+    let items = s.q_len().div_ceil(tile.block_m()) * bh;
+    let n = crate::hopper::hopper_seq_splits(items, s.kv_len().div_ceil(tile.block_n), sm_count);
+    Ok((n > 1).then_some((tile, n)))
 }
 
 /// A validated FP8 launch. Pure, so the validation is testable without a device.
@@ -592,7 +659,14 @@ impl FlashAttention {
                 lse.as_mut(),
                 opts.hopper,
                 opts.schedule,
+                opts.splits,
             );
+        }
+        if let Some(n) = opts.splits.filter(|&n| n != 1) {
+            return Err(KernelError::UnsupportedFeature(format!(
+                "{n} key splits on the FP8 {} variant (only the hopper variant splits keys)",
+                variant.as_str()
+            )));
         }
         let config = opts
             .config
@@ -754,14 +828,20 @@ impl FlashAttention {
         lse: Option<&mut CudaViewMut<'_, f32>>,
         tile: Option<HopperTile>,
         schedule: crate::hopper::TileSchedule,
+        splits: Option<usize>,
     ) -> Result<LaunchInfo, KernelError> {
         use crate::hopper::{encode_tma, hopper_schedule, tma_geometry, TmaElem};
         let shape = problem.shape();
         let d = shape.head_dim();
         hopper_fp8_head_dim(d)?;
         let causal = problem.causal() != Causal::None;
-        let tile = match tile {
-            None => catalog::hopper_fp8_default_tile(
+        if let Some(t) = tile {
+            crate::hopper::pick_tile(catalog::hopper_fp8_tiles(d), Some(t), "FP8")?;
+        }
+        let split = fp8_hopper_splits(problem, tile, splits, self.sm_count())?;
+        let tile = match (split, tile) {
+            (Some((t, _)), _) => Some(t),
+            (None, None) => catalog::hopper_fp8_default_tile(
                 d,
                 shape.q_len(),
                 shape.kv_len(),
@@ -769,9 +849,15 @@ impl FlashAttention {
                 shape.batch() * shape.q_heads(),
                 self.sm_count(),
             ),
-            asked => asked,
+            (None, asked) => asked,
         };
         let tile = crate::hopper::pick_tile(catalog::hopper_fp8_tiles(d), tile, "FP8")?;
+        let n_splits = split.map_or(1, |(_, n)| n);
+        let variant = if split.is_some() {
+            catalog::HopperVariant::Seqs
+        } else {
+            catalog::HopperVariant::Dense
+        };
         let config = tile.as_config();
         let plan = plan_fp8(problem, config, Fp8Variant::Hopper)?;
         check_scales(problem, scales)?;
@@ -784,10 +870,9 @@ impl FlashAttention {
             });
         }
         let unit = hopper_fp8_unit(T::DTYPE, d);
-        let name = catalog::hopper_fp8_entry_name(&unit, &tile, causal);
-        let walks =
-            catalog::hopper_persistent(d, &tile, causal, catalog::HopperVariant::Dense, true);
-        let (launch_grid, mut sched) = hopper_schedule(
+        let name = catalog::hopper_fp8_entry_name(&unit, &tile, causal, split.is_some());
+        let walks = catalog::hopper_persistent(d, &tile, causal, variant, true);
+        let (mut launch_grid, mut sched) = hopper_schedule(
             plan.grid,
             walks,
             schedule,
@@ -801,22 +886,31 @@ impl FlashAttention {
         }
         let (func, arch) = self.function(&unit, &name, false, smem)?;
         let stream = self.stream();
-        // The stream-K tail's workspace (the split-KV one, grown on demand), locked only by
-        // launches that share a tail.
+        if n_splits > 1 {
+            sched.splits = n_splits as i32;
+            launch_grid.1 = n_splits as u32;
+        }
+        // The split-KV workspace, which a stream-K tail shares (grown on demand), locked only
+        // by launches that split or share a tail.
         let tail = sched.tail_items.max(0) as usize;
-        let mut ws_guard = if tail > 0 {
+        let mut ws_guard = if tail > 0 || n_splits > 1 {
             Some(self.workspace.lock().map_err(|_| KernelError::Poisoned)?)
         } else {
             None
         };
         let mut ws_ptrs = Vec::new();
         if let Some(guard) = ws_guard.as_mut() {
-            let (rows, tickets) = crate::hopper::tail_workspace(
-                launch_grid.0 as usize,
-                tail,
-                tile.block_m(),
-                tile.consumers,
-            );
+            let (rows, tickets) = if tail > 0 {
+                crate::hopper::tail_workspace(
+                    launch_grid.0 as usize,
+                    tail,
+                    tile.block_m(),
+                    tile.consumers,
+                )
+            } else {
+                let items = sched.items as usize;
+                (items * n_splits * tile.block_m(), items)
+            };
             ws_ptrs =
                 crate::launch::bind_split_workspace(stream, guard, rows, d, tickets, &mut sched)?;
         }
@@ -863,7 +957,10 @@ impl FlashAttention {
         // the function and fits the device. A stream-K tail has the workspace of
         // (grid.x + tail items) · BM rows of D floats, (m, l) per row and a zeroed ticket per
         // (tail item, consumer warp), which the kernel leaves zeroed (launch.rs's Hopper
-        // launch says the same).
+        // launch says the same). A split launch (grid.y = splits, `_seq` entries only, which
+        // never walk) has items · splits · BM such rows and a zeroed ticket per item, left
+        // zeroed too; its FwdParams carry no sequence layout (null index pointers), so the
+        // entry resolves every item to the dense rows.
         unsafe {
             b.launch(LaunchConfig {
                 grid_dim: launch_grid,
@@ -880,7 +977,7 @@ impl FlashAttention {
             arch,
             config,
             grid: launch_grid,
-            splits: 1,
+            splits: n_splits,
             smem_bytes: smem as u32,
         })
     }
@@ -1189,5 +1286,91 @@ mod tests {
             .contains("finite"));
         broken.codes.pop();
         assert!(per_head_scales("Q", &broken, dims).is_err());
+    }
+
+    #[test]
+    fn hopper_fp8_launches_split_keys_where_items_leave_sms_idle() {
+        let p = |b, h, sq, sk, d, causal| {
+            Problem::new(AttnShape::new(b, h, h, sq, sk, d).unwrap(), causal)
+        };
+        let auto = |p: &Problem| fp8_hopper_splits(p, None, None, 132).unwrap();
+        // Chunked prefill: 128 queries × 16384 keys × 16 heads at D = 128 is 16 items of
+        // 128 rows on 132 SMs, 86 key tiles of 192: ⌊132 / 16⌋ = 8 splits of ≥ 8 tiles.
+        let (t, n) = auto(&p(1, 16, 128, 16384, 128, Causal::None)).unwrap();
+        assert_eq!((t, n), (catalog::hopper_fp8_seq_tile(128).unwrap(), 8));
+        assert_eq!(
+            auto(&p(1, 16, 128, 16384, 128, Causal::BottomRight)).map(|(_, n)| n),
+            Some(8)
+        );
+        // Decode (1 query × 32 heads × 8192 keys): 32 items, 43 key tiles → 4 splits.
+        assert_eq!(
+            auto(&p(1, 32, 1, 8192, 128, Causal::None)).map(|(_, n)| n),
+            Some(4)
+        );
+        // D = 64 and 256 split in their own `_seq` tile.
+        for d in [64, 256] {
+            let (t, n) = auto(&p(1, 16, 128, 16384, d, Causal::None)).unwrap();
+            assert_eq!(Some(t), catalog::hopper_fp8_seq_tile(d));
+            assert!(n > 1, "D {d}: {n}");
+            assert!(catalog::hopper_fp8_tiles(d).contains(&t), "D {d}");
+        }
+        // Grids that fill the GPU, short keys, and the grids whose key-split tile fills more
+        // than half the SMs (1,16,1024,128: the key split ran 16.1 µs, run 341) stay whole.
+        for shape in [
+            p(4, 16, 4096, 4096, 128, Causal::None),
+            p(1, 8, 512, 512, 128, Causal::None),
+            p(1, 16, 1024, 1024, 128, Causal::BottomRight),
+            p(1, 4, 2048, 2048, 64, Causal::None),
+        ] {
+            assert_eq!(auto(&shape), None, "{:?}", shape.shape());
+        }
+        // A pinned tile keeps the dense entries unless splits are asked; asked splits run the
+        // seq tile, which a pinned other tile cannot.
+        let chunk = p(1, 16, 128, 16384, 128, Causal::None);
+        let seq = catalog::hopper_fp8_seq_tile(128).unwrap();
+        let other = *catalog::hopper_fp8_tiles(128)
+            .iter()
+            .find(|t| **t != seq)
+            .unwrap();
+        assert_eq!(fp8_hopper_splits(&chunk, Some(seq), None, 132).unwrap(), None);
+        assert_eq!(
+            fp8_hopper_splits(&chunk, Some(seq), Some(3), 132).unwrap(),
+            Some((seq, 3))
+        );
+        let small = p(1, 2, 64, 100, 64, Causal::None);
+        assert_eq!(
+            fp8_hopper_splits(&small, None, Some(5), 132).unwrap().map(|(_, n)| n),
+            Some(5)
+        );
+        assert_eq!(fp8_hopper_splits(&chunk, None, Some(1), 132).unwrap(), None);
+        let err = fp8_hopper_splits(&chunk, Some(other), Some(2), 132)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&seq.name()) && err.contains(&other.name()), "{err}");
+        for bad in [0, crate::config::MAX_SPLITS + 1] {
+            assert!(matches!(
+                fp8_hopper_splits(&chunk, None, Some(bad), 132),
+                Err(KernelError::UnsupportedFeature(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn fp8_seq_entries_are_generated_for_the_seq_tile_only() {
+        for d in catalog::HOPPER_FP8_HEAD_DIMS {
+            let unit = hopper_fp8_unit(Dtype::F16, d);
+            let src = catalog::unit_source(&unit, false).unwrap();
+            let seq = catalog::hopper_fp8_seq_tile(d).unwrap();
+            for causal in [false, true] {
+                let name = catalog::hopper_fp8_entry_name(&unit, &seq, causal, true);
+                assert!(name.ends_with("_seq"), "{name}");
+                assert!(src.contains(&format!("({name},")), "D {d}: {name}");
+            }
+            let fp8_seq = src
+                .lines()
+                .filter(|l| l.starts_with("ATTN_FWD_HOPPER_FP8_ENTRY(") && l.contains("_seq,"))
+                .count();
+            assert_eq!(fp8_seq, 2, "D {d}: one _seq entry per mask");
+        }
     }
 }

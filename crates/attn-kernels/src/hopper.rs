@@ -365,7 +365,7 @@ pub(crate) fn short_causal_split(causal: bool, items: usize, keys: usize, sm_cou
 /// 1,2,4096,64 37.5 → 26.8–27.0, 512 queries × 8192 keys × 16 heads at D = 64 67.9 → 49.9
 /// (causal 68.5 → 51.0); with fewer rows (256 × 8192 × 16 heads: 64 key-split blocks) the
 /// split stays 1.08× (D = 64) to 1.5× (D = 128) faster, as chunked prefill needs.
-fn key_split_fills(
+pub(crate) fn key_split_fills(
     bucket: usize,
     q_len: usize,
     kv_len: usize,

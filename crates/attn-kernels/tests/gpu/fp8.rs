@@ -244,6 +244,7 @@ fn correctness_fp8_against_reference() {
         for variant in variants(&gpu) {
             for out in DTYPES {
                 let opts = Fp8Options {
+                    splits: None,
                     schedule: Default::default(),
                     hopper: None,
                     config: None,
@@ -280,6 +281,7 @@ fn correctness_fp8_every_config_and_default() {
                         .filter(|&v| v != Fp8Variant::Hopper)
                         .filter(move |&v| v != Fp8Variant::Wgmma || d <= 128)
                         .map(move |v| Fp8Options {
+                            splits: None,
                             schedule: Default::default(),
                             hopper: None,
                             config: Some(c),
@@ -290,6 +292,7 @@ fn correctness_fp8_every_config_and_default() {
             if gpu.fp8_variant_available(Fp8Variant::Hopper) {
                 for &t in attn_kernels::catalog::hopper_fp8_tiles(d) {
                     opts.push(Fp8Options {
+                        splits: None,
                         schedule: Default::default(),
                         hopper: Some(t),
                         config: None,
@@ -337,6 +340,7 @@ fn correctness_fp8_hopper_d256() {
                     continue;
                 }
                 let opts = Fp8Options {
+                    splits: None,
                     schedule: Default::default(),
                     hopper: None,
                     config: Some(c),
@@ -356,6 +360,7 @@ fn correctness_fp8_hopper_d256() {
         for &t in attn_kernels::catalog::hopper_fp8_tiles(256) {
             for out in DTYPES {
                 let opts = Fp8Options {
+                    splits: None,
                     schedule: Default::default(),
                     hopper: Some(t),
                     config: None,
@@ -394,6 +399,7 @@ fn correctness_fp8_all_zero_k_or_v() {
     let p = fp8_problem((1, 4, 2, 150, 300, 128), Causal::None);
     for variant in variants(&gpu) {
         let opts = Fp8Options {
+            splits: None,
             schedule: Default::default(),
             hopper: None,
             config: None,
@@ -451,6 +457,7 @@ fn correctness_fp8_outlier_rmse() {
     );
     for variant in variants(&gpu) {
         let opts = Fp8Options {
+            splits: None,
             schedule: Default::default(),
             hopper: None,
             config: None,
@@ -626,4 +633,89 @@ fn correctness_fp8_hopper_bshd_views() {
             );
         }
     }
+}
+
+/// Split-KV on the Hopper FP8 engine (the `_seq` entries of `hopper_fp8_seq_tile`): forced
+/// split counts at every FP8 head dim, both masks, GQA and sequence tails (splits that get no
+/// key tile included: 7 splits of a causal block's few tiles), against the FA3 rule and the
+/// rounding model; the unasked launch splits decode and chunked-prefill grids and stays
+/// within the same rule; a split launch writes the same bits twice (the merge runs in split
+/// order, whichever CTA comes last).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn correctness_fp8_hopper_split_kv() {
+    let gpu = gpu();
+    if !gpu.fp8_variant_available(Fp8Variant::Hopper) {
+        println!("skipped: no Hopper FP8 engine on this device");
+        return;
+    }
+    let seed = fresh_seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    let mut report = |p: &Problem, opts: &Fp8Options, out, r: Result<(f64, f64, f64), String>| {
+        match r {
+            Ok((rel, floor, model)) => println!(
+                "{:?} {} splits {:?} {out}: rel L2 {rel:.4} (floor {floor:.4}, model {model:.4})",
+                p.shape(),
+                p.causal(),
+                opts.splits
+            ),
+            Err(e) => failures.push(format!("splits {:?}: {e}", opts.splits)),
+        }
+    };
+    for d in attn_kernels::catalog::HOPPER_FP8_HEAD_DIMS {
+        let tile = attn_kernels::catalog::hopper_fp8_seq_tile(d).unwrap();
+        for (dims, causal, splits) in [
+            ((2, 4, 2, 70, 1000, d), Causal::None, 3),
+            ((1, 4, 4, 300, 700, d), Causal::BottomRight, 7),
+            ((1, 2, 1, 200, 200, d), Causal::TopLeft, 2),
+        ] {
+            let p = fp8_problem(dims, causal);
+            let x = inputs(&p, &mut rng, false);
+            let opts = Fp8Options {
+                variant: Some(Fp8Variant::Hopper),
+                hopper: Some(tile),
+                splits: Some(splits),
+                ..Default::default()
+            };
+            for out in DTYPES {
+                report(&p, &opts, out, check(&gpu, &p, &x, out, &opts));
+            }
+            // Bit for bit the same on a second launch.
+            let z = quantize_all(&p, &x);
+            let a = gpu
+                .forward_fp8_host::<f16>(&p, &z.q, &z.k, &z.v, &opts)
+                .unwrap();
+            let b = gpu
+                .forward_fp8_host::<f16>(&p, &z.q, &z.k, &z.v, &opts)
+                .unwrap();
+            assert_eq!(a.launch.splits, splits, "{}", a.launch.kernel);
+            assert!(a.launch.kernel.ends_with("_seq"), "{}", a.launch.kernel);
+            let same = a.o.iter().zip(&b.o).all(|(x, y)| x.to_bits() == y.to_bits())
+                && a.lse.iter().zip(&b.lse).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "seed {seed}: {} not deterministic", a.launch.kernel);
+        }
+    }
+    // Unasked: a decode step (1 query × 32 heads × 4096 keys) and a prefill chunk (128 queries
+    // × 8192 keys × 8 heads, causal) split; 4 × 8 × 1024 × 1024 does not.
+    for (dims, causal, split) in [
+        ((1, 32, 8, 1, 4096, 128), Causal::None, true),
+        ((1, 8, 8, 128, 8192, 128), Causal::BottomRight, true),
+        ((1, 8, 8, 128, 8192, 64), Causal::None, true),
+        ((4, 8, 8, 1024, 1024, 128), Causal::None, false),
+    ] {
+        let p = fp8_problem(dims, causal);
+        let x = inputs(&p, &mut rng, false);
+        let opts = Fp8Options {
+            variant: Some(Fp8Variant::Hopper),
+            ..Default::default()
+        };
+        let z = quantize_all(&p, &x);
+        let r = gpu
+            .forward_fp8_host::<f16>(&p, &z.q, &z.k, &z.v, &opts)
+            .unwrap();
+        assert_eq!(r.launch.splits > 1, split, "{dims:?}: {}", r.launch.kernel);
+        report(&p, &opts, Dtype::F16, check(&gpu, &p, &x, Dtype::F16, &opts));
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }

@@ -76,6 +76,7 @@ fn sanitize_fp8_small_shapes() {
                     continue; // takes its tiles below
                 }
                 all.push(Fp8Options {
+                    splits: None,
                     schedule: Default::default(),
                     hopper: None,
                     config: Some(c),
@@ -86,6 +87,7 @@ fn sanitize_fp8_small_shapes() {
         if gpu.fp8_variant_available(attn_kernels::Fp8Variant::Hopper) {
             for &t in attn_kernels::catalog::hopper_fp8_tiles(dims.5) {
                 all.push(Fp8Options {
+                    splits: None,
                     schedule: Default::default(),
                     hopper: Some(t),
                     config: None,
@@ -331,6 +333,7 @@ fn sanitize_hopper_walks_and_stream_k_tails() {
     let x = fp8::inputs(&p, &mut rng, false);
     for schedule in schedules {
         let opts = Fp8Options {
+            splits: None,
             variant: Some(Fp8Variant::Hopper),
             hopper: Some(fp8_tile),
             config: None,

@@ -196,6 +196,7 @@ fn correctness_fp8_persistent_walks_match_one_cta_per_item() {
             let x = crate::fp8::inputs(&p, &mut rng, false);
             let z = crate::fp8::quantize_all(&p, &x);
             let opts = |schedule| Fp8Options {
+                splits: None,
                 variant: Some(Fp8Variant::Hopper),
                 hopper: Some(*tile),
                 config: None,

@@ -45,6 +45,7 @@ fn determinism_fp8_bitwise() {
     let z = fp8::quantize_all(&p, &fp8::inputs(&p, &mut rng, false));
     for variant in fp8::variants(&gpu) {
         let opts = attn_kernels::Fp8Options {
+            splits: None,
             schedule: Default::default(),
             hopper: None,
             config: None,

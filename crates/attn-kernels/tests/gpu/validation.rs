@@ -164,6 +164,7 @@ fn validation_fp8_errors_launch_nothing() {
                 &mut o,
                 Fp8Options {
                     schedule: Default::default(),
+                    splits: None,
                     hopper: None,
                     config: Some(configs_for(128)[0]),
                     variant: None,
@@ -221,6 +222,7 @@ fn validation_fp8_errors_launch_nothing() {
             &mut o,
             Fp8Options {
                 schedule: Default::default(),
+                splits: None,
                 hopper: None,
                 config: None,
                 variant: Some(variant),
