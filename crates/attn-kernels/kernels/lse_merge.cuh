@@ -30,10 +30,14 @@ struct RowMerge {
 // partial saw a key of stays empty even then.
 template <typename MlAt>
 __device__ __forceinline__ RowMerge merge_row(int n, MlAt ml_at, float sink_log2 = -INFINITY) {
+    // Unrolled so that several partials' loads are in flight at once (the order of the sum
+    // is unchanged).
     float mx = -INFINITY;
+#pragma unroll 4
     for (int s = 0; s < n; ++s) mx = fmaxf(mx, ml_at(s).x);
     float m_use = mx == -INFINITY ? 0.f : mx;
     float l = 0.f;
+#pragma unroll 4
     for (int s = 0; s < n; ++s) {
         const float2 ml = ml_at(s);
         l += ml.y * exp2f(ml.x - m_use);

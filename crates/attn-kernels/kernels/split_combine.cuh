@@ -69,19 +69,45 @@ __device__ __forceinline__ void merge_splits(const float* ws_o, const float* ws_
         if (lse_head != nullptr && m0 + row < q_len) lse_head[m0 + row] = mr.lse;
     }
     sync();
-    for (int i = tid; i < BM * D / 2; i += nthreads) {
-        const int row = (2 * i) / D;
-        const int d = (2 * i) % D;
-        if (m0 + row >= q_len || d >= head_dim) continue;
-        float a0 = 0.f, a1 = 0.f;
-        for (int s = 0; s < n_splits; ++s) {
-            const float w = exp2f(__ldcg(ws_ml + s * BM * 2 + 2 * row) - row_max[row]);
-            const float2 x = __ldcg(reinterpret_cast<const float2*>(ws_o + s * BM * D + row * D + d));
-            a0 += w * x.x;
-            a1 += w * x.y;
+    // O: each thread takes quads (4 columns of a row, one float4 per split) and issues the
+    // loads of up to kBatch splits before it accumulates them. Written plainly (one split and
+    // column pair per step) every load was an L2 round trip on the thread's critical path:
+    // 8 splits × 32 pairs per thread for a 128 × 128 block, most of a chunked prefill's time
+    // (docs/PERF.md, run 344). One quad per step (not two) keeps the mma.sync feature entries
+    // in their register budget, and four splits per batch above D = 128 the Hopper D = 256
+    // feature entry in its spill allowance (eight spilled one more value, CUDA 13.0). The sums
+    // run in split order with the same operations as before, so the bits do not change.
+    constexpr int kBatch = D > 128 ? 4 : 8;
+    for (int i = tid; i < BM * D / 4; i += nthreads) {
+        const int row = (4 * i) / D;
+        const int col = (4 * i) % D;
+        if (m0 + row >= q_len || col >= head_dim) continue;
+        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+        for (int s0 = 0; s0 < n_splits; s0 += kBatch) {
+            float mv[kBatch];
+            float4 xv[kBatch];
+#pragma unroll
+            for (int k = 0; k < kBatch; ++k) {
+                if (s0 + k < n_splits) {
+                    mv[k] = __ldcg(ws_ml + (s0 + k) * BM * 2 + 2 * row);
+                    xv[k] = __ldcg(reinterpret_cast<const float4*>(ws_o + (s0 + k) * BM * D + row * D + col));
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < kBatch; ++k) {
+                if (s0 + k < n_splits) {
+                    const float w = exp2f(mv[k] - row_max[row]);
+                    a0 += w * xv[k].x;
+                    a1 += w * xv[k].y;
+                    a2 += w * xv[k].z;
+                    a3 += w * xv[k].w;
+                }
+            }
         }
-        const uint32_t packed = StorageTraits<T>::pack(a0 * row_inv[row], a1 * row_inv[row]);
-        *reinterpret_cast<uint32_t*>(o_head + static_cast<int64_t>(m0 + row) * o_row_stride + d) = packed;
+        const float inv = row_inv[row];
+        const uint2 packed =
+            make_uint2(StorageTraits<T>::pack(a0 * inv, a1 * inv), StorageTraits<T>::pack(a2 * inv, a3 * inv));
+        *reinterpret_cast<uint2*>(o_head + static_cast<int64_t>(m0 + row) * o_row_stride + col) = packed;
     }
     if (tid == 0) *counter = 0u; // ready for the next launch
 }
