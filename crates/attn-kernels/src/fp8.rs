@@ -1332,21 +1332,29 @@ mod tests {
             .iter()
             .find(|t| **t != seq)
             .unwrap();
-        assert_eq!(fp8_hopper_splits(&chunk, Some(seq), None, 132).unwrap(), None);
+        assert_eq!(
+            fp8_hopper_splits(&chunk, Some(seq), None, 132).unwrap(),
+            None
+        );
         assert_eq!(
             fp8_hopper_splits(&chunk, Some(seq), Some(3), 132).unwrap(),
             Some((seq, 3))
         );
         let small = p(1, 2, 64, 100, 64, Causal::None);
         assert_eq!(
-            fp8_hopper_splits(&small, None, Some(5), 132).unwrap().map(|(_, n)| n),
+            fp8_hopper_splits(&small, None, Some(5), 132)
+                .unwrap()
+                .map(|(_, n)| n),
             Some(5)
         );
         assert_eq!(fp8_hopper_splits(&chunk, None, Some(1), 132).unwrap(), None);
         let err = fp8_hopper_splits(&chunk, Some(other), Some(2), 132)
             .unwrap_err()
             .to_string();
-        assert!(err.contains(&seq.name()) && err.contains(&other.name()), "{err}");
+        assert!(
+            err.contains(&seq.name()) && err.contains(&other.name()),
+            "{err}"
+        );
         for bad in [0, crate::config::MAX_SPLITS + 1] {
             assert!(matches!(
                 fp8_hopper_splits(&chunk, None, Some(bad), 132),

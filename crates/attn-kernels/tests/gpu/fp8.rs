@@ -652,8 +652,8 @@ fn correctness_fp8_hopper_split_kv() {
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
-    let mut report = |p: &Problem, opts: &Fp8Options, out, r: Result<(f64, f64, f64), String>| {
-        match r {
+    let mut report =
+        |p: &Problem, opts: &Fp8Options, out, r: Result<(f64, f64, f64), String>| match r {
             Ok((rel, floor, model)) => println!(
                 "{:?} {} splits {:?} {out}: rel L2 {rel:.4} (floor {floor:.4}, model {model:.4})",
                 p.shape(),
@@ -661,8 +661,7 @@ fn correctness_fp8_hopper_split_kv() {
                 opts.splits
             ),
             Err(e) => failures.push(format!("splits {:?}: {e}", opts.splits)),
-        }
-    };
+        };
     for d in attn_kernels::catalog::HOPPER_FP8_HEAD_DIMS {
         let tile = attn_kernels::catalog::hopper_fp8_seq_tile(d).unwrap();
         for (dims, causal, splits) in [
@@ -691,8 +690,14 @@ fn correctness_fp8_hopper_split_kv() {
                 .unwrap();
             assert_eq!(a.launch.splits, splits, "{}", a.launch.kernel);
             assert!(a.launch.kernel.ends_with("_seq"), "{}", a.launch.kernel);
-            let same = a.o.iter().zip(&b.o).all(|(x, y)| x.to_bits() == y.to_bits())
-                && a.lse.iter().zip(&b.lse).all(|(x, y)| x.to_bits() == y.to_bits());
+            let same =
+                a.o.iter()
+                    .zip(&b.o)
+                    .all(|(x, y)| x.to_bits() == y.to_bits())
+                    && a.lse
+                        .iter()
+                        .zip(&b.lse)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "seed {seed}: {} not deterministic", a.launch.kernel);
         }
     }
@@ -715,7 +720,12 @@ fn correctness_fp8_hopper_split_kv() {
             .forward_fp8_host::<f16>(&p, &z.q, &z.k, &z.v, &opts)
             .unwrap();
         assert_eq!(r.launch.splits > 1, split, "{dims:?}: {}", r.launch.kernel);
-        report(&p, &opts, Dtype::F16, check(&gpu, &p, &x, Dtype::F16, &opts));
+        report(
+            &p,
+            &opts,
+            Dtype::F16,
+            check(&gpu, &p, &x, Dtype::F16, &opts),
+        );
     }
     assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
 }
