@@ -968,10 +968,6 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 // holds the ticket's flag and the rows' merged max and 1/l.
                 const int n = sched.splits;
                 const int64_t item = blockIdx.x;
-                // Two float4 columns per merge step at D ≤ 128 (twice the loads in flight);
-                // at D = 256 the feature entry would spill past its allowance (CUDA 13.0: 24
-                // → 28 bytes), and four spill at D = 64 and 128.
-                constexpr int kMergeQuads = DK > 128 ? 1 : 2;
                 // FP8: every split's m carries P's 2⁸ gain; removing it here leaves the merge's
                 // weights as they were and its LSE right. V's descale goes into the partial O
                 // (the merge is linear in it).
@@ -993,7 +989,7 @@ __device__ __forceinline__ void fwd_hopper_kernel(T* __restrict__ o, float* __re
                 unsigned int* flag = reinterpret_cast<unsigned int*>(sQ);
                 float* row_max = reinterpret_cast<float*>(sQ) + 32;
                 if (last_split(sched.counters + item, n, tid, flag, sync)) {
-                    merge_splits<T, DK, kBM, kMergeQuads>(ws_o, ws_ml, sched.counters + item, n, o_head, lse_head, m0, p.q_len,
+                    merge_splits<T, DK, kBM>(ws_o, ws_ml, sched.counters + item, n, o_head, lse_head, m0, p.q_len,
                                              p.o_stride[2], p.head_dim, tid, 128 * CONSUMERS, row_max,
                                              row_max + kBM, sync, FEATURES ? sink_log2(h, p) : -INFINITY);
                 }

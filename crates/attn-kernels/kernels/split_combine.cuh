@@ -53,9 +53,8 @@ __device__ __forceinline__ bool last_split(unsigned int* counter, int n_splits, 
 // denominator per row (kept in `row_max` / `row_inv`, BM floats of shared memory each), then
 // O and LSE, by `nthreads` threads with `sync()` between the passes; resets the ticket for the
 // next launch. Used by the mma.sync and decode kernels (`split_combine`) and by the Hopper
-// kernel's split entries, which run it on their consumer warpgroups. QUADS: the float4 columns
-// a thread merges per step (more loads in flight; the Hopper consumers have the registers).
-template <typename T, int D, int BM, int QUADS = 1, typename Sync>
+// kernel's split entries, which run it on their consumer warpgroups.
+template <typename T, int D, int BM, typename Sync>
 __device__ __forceinline__ void merge_splits(const float* ws_o, const float* ws_ml, unsigned int* counter,
                                              int n_splits, T* __restrict__ o_head, float* __restrict__ lse_head,
                                              int m0, int q_len, int64_t o_row_stride, int head_dim, int tid,
@@ -70,63 +69,45 @@ __device__ __forceinline__ void merge_splits(const float* ws_o, const float* ws_
         if (lse_head != nullptr && m0 + row < q_len) lse_head[m0 + row] = mr.lse;
     }
     sync();
-    // O: each thread takes QUADS quads (4 columns of a row, one float4 per split) per step and
-    // issues the loads of up to kBatch splits of them before it accumulates them. Written
-    // plainly (one split and column pair per step) every load was an L2 round trip on the
-    // thread's critical path: 8 splits × 32 pairs per thread for a 128 × 128 block, most of a
-    // chunked prefill's time (docs/PERF.md, runs 344 and 346). One quad per step keeps the
-    // mma.sync feature entries in their register budget, and four splits per batch above
-    // D = 128 the Hopper D = 256 feature entry in its spill allowance (eight spilled one more
-    // value, CUDA 13.0). The sums run in split order with the same operations as before, so
-    // the bits do not change.
+    // O: each thread takes quads (4 columns of a row, one float4 per split) and issues the
+    // loads of up to kBatch splits before it accumulates them. Written plainly (one split and
+    // column pair per step) every load was an L2 round trip on the thread's critical path:
+    // 8 splits × 32 pairs per thread for a 128 × 128 block, most of a chunked prefill's time
+    // (docs/PERF.md, run 344). One quad per step (not two) keeps the mma.sync feature entries
+    // in their register budget, and four splits per batch above D = 128 the Hopper D = 256
+    // feature entry in its spill allowance (eight spilled one more value, CUDA 13.0). The sums
+    // run in split order with the same operations as before, so the bits do not change.
     constexpr int kBatch = D > 128 ? 4 : 8;
-    constexpr int kQuads = BM * D / 4;
-    for (int i0 = tid; i0 < kQuads; i0 += QUADS * nthreads) {
-        int row[QUADS], col[QUADS];
-        bool live[QUADS];
-        float acc[QUADS][4];
-#pragma unroll
-        for (int u = 0; u < QUADS; ++u) {
-            const int i = i0 + u * nthreads;
-            row[u] = (4 * i) / D;
-            col[u] = (4 * i) % D;
-            live[u] = i < kQuads && m0 + row[u] < q_len && col[u] < head_dim;
-            acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
-        }
+    for (int i = tid; i < BM * D / 4; i += nthreads) {
+        const int row = (4 * i) / D;
+        const int col = (4 * i) % D;
+        if (m0 + row >= q_len || col >= head_dim) continue;
+        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
         for (int s0 = 0; s0 < n_splits; s0 += kBatch) {
-            float mv[QUADS][kBatch];
-            float4 xv[QUADS][kBatch];
+            float mv[kBatch];
+            float4 xv[kBatch];
 #pragma unroll
-            for (int u = 0; u < QUADS; ++u)
-#pragma unroll
-                for (int k = 0; k < kBatch; ++k) {
-                    if (live[u] && s0 + k < n_splits) {
-                        const int s = s0 + k;
-                        mv[u][k] = __ldcg(ws_ml + s * BM * 2 + 2 * row[u]);
-                        xv[u][k] = __ldcg(reinterpret_cast<const float4*>(ws_o + s * BM * D + row[u] * D + col[u]));
-                    }
+            for (int k = 0; k < kBatch; ++k) {
+                if (s0 + k < n_splits) {
+                    mv[k] = __ldcg(ws_ml + (s0 + k) * BM * 2 + 2 * row);
+                    xv[k] = __ldcg(reinterpret_cast<const float4*>(ws_o + (s0 + k) * BM * D + row * D + col));
                 }
+            }
 #pragma unroll
-            for (int u = 0; u < QUADS; ++u)
-#pragma unroll
-                for (int k = 0; k < kBatch; ++k) {
-                    if (live[u] && s0 + k < n_splits) {
-                        const float w = exp2f(mv[u][k] - row_max[row[u]]);
-                        acc[u][0] += w * xv[u][k].x;
-                        acc[u][1] += w * xv[u][k].y;
-                        acc[u][2] += w * xv[u][k].z;
-                        acc[u][3] += w * xv[u][k].w;
-                    }
+            for (int k = 0; k < kBatch; ++k) {
+                if (s0 + k < n_splits) {
+                    const float w = exp2f(mv[k] - row_max[row]);
+                    a0 += w * xv[k].x;
+                    a1 += w * xv[k].y;
+                    a2 += w * xv[k].z;
+                    a3 += w * xv[k].w;
                 }
+            }
         }
-#pragma unroll
-        for (int u = 0; u < QUADS; ++u) {
-            if (!live[u]) continue;
-            const float inv = row_inv[row[u]];
-            const uint2 packed = make_uint2(StorageTraits<T>::pack(acc[u][0] * inv, acc[u][1] * inv),
-                                            StorageTraits<T>::pack(acc[u][2] * inv, acc[u][3] * inv));
-            *reinterpret_cast<uint2*>(o_head + static_cast<int64_t>(m0 + row[u]) * o_row_stride + col[u]) = packed;
-        }
+        const float inv = row_inv[row];
+        const uint2 packed =
+            make_uint2(StorageTraits<T>::pack(a0 * inv, a1 * inv), StorageTraits<T>::pack(a2 * inv, a3 * inv));
+        *reinterpret_cast<uint2*>(o_head + static_cast<int64_t>(m0 + row) * o_row_stride + col) = packed;
     }
     if (tid == 0) *counter = 0u; // ready for the next launch
 }

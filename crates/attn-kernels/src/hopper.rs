@@ -9,7 +9,7 @@
 //! descriptors are encoded on the host for every launch (a few hundred nanoseconds of CPU,
 //! no device work) and passed by value as kernel parameters.
 
-use attn_ref::{Causal, Problem};
+use attn_ref::{reference::emulate::KeyStates, Causal, Problem};
 use cudarc::driver::{sys, DeviceRepr};
 
 use crate::{
@@ -405,6 +405,34 @@ pub(crate) fn pick_tile(
     }
 }
 
+/// How a Hopper forward entry spreads a row's keys over online-softmax states, for attn-ref's
+/// emulation (the FA3 rule's `emu` must round P in the kernel's frames): one state, but for
+/// the key-split tiles ([`HopperTile::kv_split`]), whose two consumers take alternate key
+/// tiles and each round P against its own running max (kernels/fwd_hopper_kernel.cuh,
+/// KVSPLIT). That is [`KeyStates::Split`] over tiles of two stages, one stage per worker.
+/// `kernel`: the entry's name ([`crate::LaunchInfo::kernel`]). A one-state emulation of a
+/// key-split launch missed the rule by 3 % once (run 346, D = 8, one element of 2464).
+pub fn hopper_key_states(kernel: &str) -> KeyStates {
+    if !kernel.starts_with("attn_fwdh") {
+        return KeyStates::One;
+    }
+    catalog::FWD_HEAD_DIM_BUCKETS
+        .iter()
+        .filter_map(|&b| catalog::hopper_kv_split_tile(b))
+        .chain(
+            catalog::HOPPER_FP8_HEAD_DIMS
+                .iter()
+                .flat_map(|&d| catalog::hopper_fp8_tiles(d).iter().copied())
+                .filter(|t| t.kv_split),
+        )
+        .find(|t| kernel.contains(&format!("_{}_", t.name())))
+        .map_or(KeyStates::One, |t| KeyStates::Split {
+            tile: 2 * t.block_n,
+            splits: 1,
+            workers: 2,
+        })
+}
+
 /// A validated Hopper launch: geometry and scalars (pure, testable without a device).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HopperPlan {
@@ -785,6 +813,43 @@ mod tests {
     use super::*;
     use crate::tensor::Layout;
     use attn_ref::AttnShape;
+
+    #[test]
+    fn key_split_entries_emulate_one_state_per_consumer() {
+        for d in catalog::FWD_HEAD_DIM_BUCKETS {
+            let unit = crate::launch::hopper_unit(crate::Dtype::F16, d);
+            for tile in catalog::hopper_tiles(d) {
+                for variant in catalog::HopperVariant::ALL {
+                    let name = catalog::hopper_entry_name(&unit, tile, true, variant);
+                    let want = if tile.kv_split {
+                        KeyStates::Split {
+                            tile: 2 * tile.block_n,
+                            splits: 1,
+                            workers: 2,
+                        }
+                    } else {
+                        KeyStates::One
+                    };
+                    assert_eq!(hopper_key_states(&name), want, "{name}");
+                }
+            }
+        }
+        for d in catalog::HOPPER_FP8_HEAD_DIMS {
+            let unit = crate::fp8::hopper_fp8_unit(crate::Dtype::Bf16, d);
+            for tile in catalog::hopper_fp8_tiles(d) {
+                let name = catalog::hopper_fp8_entry_name(&unit, tile, false, false);
+                let split = matches!(hopper_key_states(&name), KeyStates::Split { .. });
+                assert_eq!(split, tile.kv_split, "{name}");
+            }
+        }
+        // Other engines' entries: one state (decode has its own, `decode_key_states`).
+        for name in [
+            "attn_fwd_f16_d64_bm64_bn64_w4_s2_full_split",
+            "attn_dec_f16_d64_r1",
+        ] {
+            assert_eq!(hopper_key_states(name), KeyStates::One, "{name}");
+        }
+    }
 
     /// The device's `flat_query_block` (kernels/seqs.cuh) in scalar form: CTA x's
     /// (sequence, block in it, the sequence's block count), None past the last block.

@@ -1550,7 +1550,7 @@ impl FlashAttention {
 }
 
 /// The Hopper forward's compile unit of (dtype, bucket).
-fn hopper_unit(dtype: Dtype, bucket: usize) -> UnitKey {
+pub(crate) fn hopper_unit(dtype: Dtype, bucket: usize) -> UnitKey {
     UnitKey {
         family: crate::catalog::Family::FwdHopper,
         arch: Arch::Sm90a,

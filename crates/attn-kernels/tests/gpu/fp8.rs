@@ -142,14 +142,12 @@ pub(crate) fn check(
         .unwrap_or_else(|| gpu.fp8_default_config(p, variant));
     // The tile's keys per block (a Hopper tile named in the options may not be the default's).
     let block_n = opts.hopper.map_or(config.block_n, |t| t.block_n);
-    let emu = forward_emulated_spec(
-        p,
-        &qd,
-        &kd,
-        &vd,
-        &attn_kernels::fp8::fp8_rounding_model(variant, out, block_n),
-    )
-    .map_err(|e| e.to_string())?;
+    // The key-split tiles round P per consumer (`hopper_key_states`).
+    let spec = attn_ref::reference::emulate::EmuSpec {
+        states: attn_kernels::hopper::hopper_key_states(&kernel),
+        ..attn_kernels::fp8::fp8_rounding_model(variant, out, block_n)
+    };
+    let emu = forward_emulated_spec(p, &qd, &kd, &vd, &spec).map_err(|e| e.to_string())?;
     let ctx = format!("{kernel} {:?} {}", p.shape(), p.causal());
     let shape = p.shape();
     let err = |e: attn_oracle::OracleError| format!("{ctx}: {e}");

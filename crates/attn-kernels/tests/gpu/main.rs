@@ -166,6 +166,19 @@ fn run_gpu<T: StorageType>(
     v: &[T],
     opts: &ForwardOptions,
 ) -> (Vec<T>, Vec<f32>) {
+    let (o, lse, _) = run_gpu_launch(gpu, p, q, k, v, opts);
+    (o, lse)
+}
+
+/// [`run_gpu`], also returning what the launch ran.
+fn run_gpu_launch<T: StorageType>(
+    gpu: &FlashAttention,
+    p: &Problem,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    opts: &ForwardOptions,
+) -> (Vec<T>, Vec<f32>, attn_kernels::LaunchInfo) {
     let s = gpu.stream();
     let shape = p.shape();
     let dq = s.clone_htod(q).unwrap();
@@ -173,9 +186,14 @@ fn run_gpu<T: StorageType>(
     let dv = s.clone_htod(v).unwrap();
     let mut o = upload_poisoned::<T>(gpu, shape.o_elems());
     let mut lse = s.clone_htod(&vec![f32::NAN; shape.lse_elems()]).unwrap();
-    gpu.forward(Forward::bhsd(p, &dq, &dk, &dv, &mut o, Some(&mut lse)).with_options(opts.clone()))
+    let launch = gpu
+        .forward(Forward::bhsd(p, &dq, &dk, &dv, &mut o, Some(&mut lse)).with_options(opts.clone()))
         .unwrap();
-    (s.clone_dtoh(&o).unwrap(), s.clone_dtoh(&lse).unwrap())
+    (
+        s.clone_dtoh(&o).unwrap(),
+        s.clone_dtoh(&lse).unwrap(),
+        launch,
+    )
 }
 
 fn check_typed<T: StorageType + attn_ref::Element>(
@@ -196,9 +214,10 @@ fn check_typed<T: StorageType + attn_ref::Element>(
         splits: c.splits,
         engine: c.engine,
     };
-    let (o, lse) = run_gpu(gpu, p, &q, &k, &v, &opts);
+    let (o, lse, launch) = run_gpu_launch(gpu, p, &q, &k, &v, &opts);
     let reference = reference::forward(p, &q, &k, &v).map_err(|e| e.to_string())?;
-    let emu = emulate::forward_emulated(p, &to_f32s(&q), &to_f32s(&k), &to_f32s(&v), storage)
+    let spec = emu_spec_for(&launch, shape.head_dim(), false, c.dtype)?;
+    let emu = emulate::forward_emulated_spec(p, &to_f32s(&q), &to_f32s(&k), &to_f32s(&v), &spec)
         .map_err(|e| e.to_string())?;
     check_output(p, &to_f32s(&o), &lse, &reference, &emu, storage.into()).map_err(|e| {
         format!(
@@ -216,7 +235,8 @@ fn check_typed<T: StorageType + attn_ref::Element>(
 /// the reference has −∞). Plus what the rule does not cover: a fully masked row's O is
 /// exactly 0.
 /// attn-ref's emulation of the kernel that ran: the decode kernel's tensor-core stages round P
-/// per (split, warp) state (`decode::decode_key_states`), every other kernel in one state.
+/// per (split, warp) state (`decode::decode_key_states`), the Hopper key-split tiles per
+/// consumer (`hopper::hopper_key_states`), every other kernel in one state.
 fn emu_spec_for(
     launch: &attn_kernels::LaunchInfo,
     head_dim: usize,
@@ -227,7 +247,7 @@ fn emu_spec_for(
         let bucket = attn_kernels::bucket_for(head_dim).map_err(|e| e.to_string())?;
         attn_kernels::decode::decode_key_states(bucket, kv8, launch.splits)
     } else {
-        emulate::KeyStates::One
+        attn_kernels::hopper::hopper_key_states(&launch.kernel)
     };
     Ok(emulate::EmuSpec {
         states,
