@@ -621,7 +621,6 @@ __device__ __forceinline__ void bwd_hopper_kernel(const TmaDesc* tma_q, const Tm
     }
     walk();
     const bool packed_k = kSeqs && p.seqs.cu_k != nullptr;
-    const int q_pad = p.q_blocks * kBM;
     // The TMA batch coordinates of this item's K/V and Q/dO (packed sequences: one batch entry).
     auto kb_of = [&] { return packed_k ? 0 : b; };
     auto qb_of = [&] { return kSeqs && p.seqs.cu_q != nullptr ? 0 : b; };
