@@ -47,7 +47,16 @@ def time_backend(shape, backend, warmup, warmup_ms, samples):
         k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
         v = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
         inputs.append((q, k, v))
-    kwargs = {"is_causal": bool(shape["causal"])}
+    # PyTorch's is_causal is the upper-left (top-left) mask; a bottom-right row with Sq != Sk
+    # (chunked prefill, decode) sees far more keys, so it takes the lower-right bias instead
+    # (each backend runs it or says it cannot). Before 2026-12-01 (run 349) such rows timed
+    # SDPA on the top-left mask, a fraction of our side's work.
+    if shape["causal"] and shape.get("bottom_right") and sq != sk:
+        from torch.nn.attention.bias import causal_lower_right
+
+        kwargs = {"attn_mask": causal_lower_right(sq, sk)}
+    else:
+        kwargs = {"is_causal": bool(shape["causal"])}
     if hq != hkv:
         kwargs["enable_gqa"] = True
     call = lambda i: F.scaled_dot_product_attention(*inputs[i % sets], **kwargs)
