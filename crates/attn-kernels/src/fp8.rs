@@ -362,7 +362,7 @@ pub struct Fp8Options {
 /// (m, l) the item's last CTA merges in split order (so the result does not depend on which
 /// CTA finishes last); `None` runs the dense entries. Unasked, a launch splits where the
 /// f16/bf16 one would (`hopper::plan_hopper`'s `dense_split`, FlashAttention's waves rule):
-/// its items leave SMs idle over enough keys ([`crate::hopper::hopper_seq_splits`]), unless
+/// its items leave SMs idle over enough keys (`hopper::hopper_seq_splits`), unless
 /// the key-split tile's 64-row blocks would fill the GPU (`hopper::key_split_fills`). Unlike
 /// f16/bf16, short non-causal launches (decode) split here too: the FP8 engine has no
 /// mma.sync decode kernel to fall back on. A pinned tile keeps the dense entries.
