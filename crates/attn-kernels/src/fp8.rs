@@ -375,18 +375,7 @@ pub fn fp8_hopper_splits(
     let s = problem.shape();
     let d = s.head_dim();
     let seq_tile = catalog::hopper_fp8_seq_tile(d);
-    let asked = match splits {
-        Some(0) => {
-            return Err(KernelError::UnsupportedFeature(
-                "0 key splits (use 1 for none, or leave it unset)".into(),
-            ))
-        }
-        Some(n) if n > crate::config::MAX_SPLITS => {
-            return Err(KernelError::UnsupportedFeature(format!(
-                "{n} key splits (at most {})",
-                crate::config::MAX_SPLITS
-            )))
-        }
+    let asked = match crate::hopper::checked_splits(splits)? {
         Some(1) => return Ok(None),
         Some(n) => Some(n),
         None if pinned.is_some() => return Ok(None),

@@ -378,6 +378,21 @@ pub(crate) fn key_split_fills(
     })
 }
 
+/// A Hopper launch's asked key splits, if in 1..=[`crate::config::MAX_SPLITS`]; otherwise the
+/// typed error (f16/bf16 and FP8 launches alike).
+pub(crate) fn checked_splits(splits: Option<usize>) -> Result<Option<usize>, KernelError> {
+    match splits {
+        Some(0) => Err(KernelError::UnsupportedFeature(
+            "0 key splits (use 1 for none, or leave it unset)".into(),
+        )),
+        Some(n) if n > crate::config::MAX_SPLITS => Err(KernelError::UnsupportedFeature(format!(
+            "{n} key splits (at most {})",
+            crate::config::MAX_SPLITS
+        ))),
+        asked => Ok(asked),
+    }
+}
+
 /// `asked` if it is one of `tiles`, the first of `tiles` for `None`; otherwise the typed error
 /// naming the valid ones (`what` says for which problem).
 pub(crate) fn pick_tile(
@@ -623,18 +638,7 @@ pub(crate) fn plan_hopper(
     if causal && flat_block_m == 0 {
         sched.lpt_heads = causal_lpt_heads(bucket, s.kv_len(), 2);
     }
-    let splits = match splits {
-        Some(0) => {
-            return Err(KernelError::UnsupportedFeature(
-                "0 key splits (use 1 for none, or leave it unset)".into(),
-            ))
-        }
-        Some(n) if n > crate::config::MAX_SPLITS => {
-            return Err(KernelError::UnsupportedFeature(format!(
-                "{n} key splits (at most {})",
-                crate::config::MAX_SPLITS
-            )))
-        }
+    let splits = match checked_splits(splits)? {
         Some(n) => n,
         None if variant == HopperVariant::Dense => 1,
         None => {

@@ -213,6 +213,17 @@ pub(crate) fn fp8_problem(dims: Dims, causal: Causal) -> Problem {
     crate::problem(dims, causal)
 }
 
+/// The device if it runs the Hopper FP8 engine; otherwise says why the test skips.
+fn hopper_fp8_gpu() -> Option<std::sync::Arc<FlashAttention>> {
+    let gpu = gpu();
+    if gpu.fp8_variant_available(Fp8Variant::Hopper) {
+        Some(gpu)
+    } else {
+        println!("skipped: no Hopper FP8 engine on this device");
+        None
+    }
+}
+
 /// FP8 configs whose largest variant (wgmma's) fits the device's shared memory.
 pub(crate) fn fits(gpu: &FlashAttention, d: usize) -> Vec<KernelConfig> {
     attn_kernels::catalog::fp8_tiles(d)
@@ -553,11 +564,9 @@ fn correctness_fp8_nan_key_propagates() {
 #[ignore = "needs a CUDA GPU"]
 fn correctness_fp8_hopper_bshd_views() {
     use attn_kernels::{Fp8Forward, Fp8Scales, Layout, Tensor, TensorMut};
-    let gpu = gpu();
-    if !gpu.fp8_variant_available(Fp8Variant::Hopper) {
-        println!("skipped: no Hopper FP8 engine on this device");
+    let Some(gpu) = hopper_fp8_gpu() else {
         return;
-    }
+    };
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let opts = Fp8Options {
@@ -642,11 +651,9 @@ fn correctness_fp8_hopper_bshd_views() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn correctness_fp8_hopper_split_kv() {
-    let gpu = gpu();
-    if !gpu.fp8_variant_available(Fp8Variant::Hopper) {
-        println!("skipped: no Hopper FP8 engine on this device");
+    let Some(gpu) = hopper_fp8_gpu() else {
         return;
-    }
+    };
     let seed = fresh_seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
